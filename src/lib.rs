@@ -1,0 +1,16 @@
+//! hcp-etcd-admission: guards the etcd backup and restore path of HyperShift
+//! hosted control planes.
+//!
+//! Layers (dependencies point down only): [`api`] (types and CEL rules) →
+//! [`schema`] (apiserver-equivalent schema + CEL evaluation), [`rules`] (what
+//! CEL cannot express) → [`admission`] (AdmissionReview in, response out) →
+//! shells (the CLI in `main.rs`, the server, the Wasm policy). Everything in
+//! this library is pure: no I/O, no clock, no tokio; it builds for
+//! `wasm32-wasip1`.
+
+pub mod api;
+pub mod crd;
+pub mod rules;
+pub mod schema;
+pub mod settings;
+pub mod time;

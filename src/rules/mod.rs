@@ -1,0 +1,115 @@
+//! Rules beyond upstream: what CEL cannot express (URL parsing, the clock,
+//! cross-field cloud facts) or what upstream lets through only to fail at run
+//! time. Each rule has a stable id, listed in [`BEYOND_RULES`] and in the
+//! README's generated table.
+//!
+//! Rules are ratcheted like the apiserver's schema: on UPDATE, a field whose
+//! value did not change is not judged again. Without that, a HostedCluster
+//! created with a presigned URL could never be updated again once the URL
+//! expired.
+
+mod backup;
+mod bucket;
+mod kms;
+mod restore_url;
+
+use serde_json::Value;
+
+pub use restore_url::parse_expiry;
+
+use crate::{schema::FieldError, settings::Settings};
+
+/// Whether a rule denies or only warns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    Deny,
+    Warn,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Deny => "deny",
+            Severity::Warn => "warn",
+        }
+    }
+}
+
+/// Catalog entry of a project rule.
+#[derive(Clone, Copy, Debug)]
+pub struct RuleInfo {
+    pub id: &'static str,
+    /// The kinds the rule applies to.
+    pub objects: &'static str,
+    pub field: &'static str,
+    pub severity: Severity,
+    /// What the rule accepts, in one sentence.
+    pub summary: &'static str,
+}
+
+/// Every rule beyond upstream, in README order.
+pub const BEYOND_RULES: &[RuleInfo] = &[
+    backup::NAME_LENGTH,
+    backup::KEY_PREFIX_LENGTH,
+    backup::KEY_PREFIX_SEGMENTS,
+    kms::KMS_REGION,
+    kms::KMS_PARTITION,
+    bucket::BUCKET_NAMING,
+    backup::SOVEREIGN_KEY_URL,
+    restore_url::URL_FORMAT,
+    restore_url::URL_S3_SCHEME,
+    restore_url::URL_EXPIRED,
+    restore_url::URL_EXPIRING,
+];
+
+/// What the rules found: denials and warnings.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Findings {
+    pub errors: Vec<FieldError>,
+    pub warnings: Vec<String>,
+}
+
+impl Findings {
+    fn deny(&mut self, rule: &RuleInfo, err: FieldError) {
+        let mut err = err.with_rule(rule.id);
+        err.detail = format!("{} (rule {})", err.detail, rule.id);
+        self.errors.push(err);
+    }
+    fn warn(&mut self, rule: &RuleInfo, field: &str, text: String) {
+        self.warnings.push(format!("{field}: {text} (rule {})", rule.id));
+    }
+}
+
+/// Inputs every rule may use besides the objects: settings and the clock.
+#[derive(Clone, Copy, Debug)]
+pub struct RuleContext<'a> {
+    pub settings: &'a Settings,
+    /// The current time, Unix seconds. An input, never read inside the rules.
+    pub now: i64,
+}
+
+/// The string at a JSON pointer, when it changed from `old` (or on CREATE).
+fn changed_str<'a>(obj: &'a Value, old: Option<&Value>, pointer: &str) -> Option<&'a str> {
+    let v = obj.pointer(pointer)?;
+    if old.and_then(|o| o.pointer(pointer)) == Some(v) {
+        return None;
+    }
+    v.as_str()
+}
+
+/// Rules for an HCPEtcdBackup object (its spec and metadata; status when `status` is set).
+pub fn check_hcpetcdbackup(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>) -> Findings {
+    let mut f = Findings::default();
+    backup::check(obj, old, ctx, &mut f);
+    bucket::check(obj, old, &mut f);
+    kms::check_backup(obj, old, &mut f);
+    f
+}
+
+/// Rules for a HostedCluster or HostedControlPlane object.
+pub fn check_hosted(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>) -> Findings {
+    let mut f = Findings::default();
+    restore_url::check(obj, old, ctx, &mut f);
+    kms::check_hosted(obj, old, &mut f);
+    f
+}

@@ -1,0 +1,185 @@
+//! Evaluates precompiled `x-kubernetes-validations` rules with the apiserver's
+//! semantics: `self` bound per node, `oldSelf` for transition rules only on
+//! UPDATE when the old value exists, unchanged subtrees ratcheted, and errors
+//! rendered as `<path>: Invalid value: "<type>": <message>`.
+
+use std::sync::Arc;
+
+use kube_cel::{
+    cel::{extractors::This, Context, ExecutionError, FunctionContext, Value as Cel},
+    CompilationError, CompilationResult, CompiledSchema, KubeCelExt,
+};
+use serde_json::Value;
+
+use super::{
+    convert::{child_by_index, child_by_key, to_cel},
+    field_error::{ErrorType, FieldError},
+    regex_cache,
+};
+
+/// `matches()` with the compiled regex cached (the stock one recompiles per call).
+fn cached_matches(ftx: &FunctionContext, This(this): This<Arc<String>>, pattern: Arc<String>) -> Result<bool, ExecutionError> {
+    match regex_cache::get(&pattern) {
+        Ok(re) => Ok(re.is_match(&this)),
+        Err(err) => Err(ftx.error(format!("'{pattern}' not a valid regex:\n{err}"))),
+    }
+}
+
+fn base_context() -> Context<'static> {
+    let mut ctx = Context::default();
+    ctx.register_all();
+    ctx.add_function("matches", cached_matches);
+    ctx
+}
+
+thread_local! {
+    // cel contexts are not Sync; one per thread, built once.
+    static BASE: Context<'static> = base_context();
+}
+
+/// Runs every compiled rule in `compiled` against `value` (and `old`).
+pub fn validate(compiled: &CompiledSchema, value: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) {
+    let cel_value = to_cel(value);
+    let cel_old = old.map(to_cel);
+    BASE.with(|base| {
+        let node = Node { json: value, cel: &cel_value, old_json: old, old_cel: cel_old.as_ref() };
+        walk(base, compiled, node, "", errors);
+    });
+}
+
+#[derive(Clone, Copy)]
+struct Node<'a> {
+    json: &'a Value,
+    cel: &'a Cel,
+    old_json: Option<&'a Value>,
+    old_cel: Option<&'a Cel>,
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_f64() => "number",
+        Value::Number(_) => "integer",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn walk(base: &Context<'static>, compiled: &CompiledSchema, node: Node<'_>, path: &str, errors: &mut Vec<FieldError>) {
+    if node.old_json == Some(node.json) {
+        return; // ratcheting: an unchanged value is not re-validated
+    }
+    if !compiled.validations.is_empty() {
+        evaluate_rules(base, &compiled.validations, node, path, errors);
+    }
+    match node.json {
+        Value::Object(obj) => {
+            for (key, child_json) in obj {
+                let child_schema = compiled.properties.get(key).or(if compiled.preserve_unknown_fields {
+                    None
+                } else {
+                    compiled.additional_properties.as_deref()
+                });
+                let (Some(child_schema), Some(child_cel)) = (child_schema, child_by_key(node.cel, key)) else {
+                    continue;
+                };
+                let old_json = node.old_json.and_then(|o| o.get(key));
+                let old_cel = node.old_cel.and_then(|o| child_by_key(o, key));
+                let child = Node { json: child_json, cel: &child_cel, old_json, old_cel: old_cel.as_ref() };
+                walk(base, child_schema, child, &join(path, key), errors);
+            }
+        }
+        Value::Array(items) => {
+            let Some(item_schema) = compiled.items.as_deref() else { return };
+            for (i, item_json) in items.iter().enumerate() {
+                let Some(item_cel) = child_by_index(node.cel, i) else { continue };
+                // Items correlate with the old list only by equal value (sets);
+                // our schemas have no transition rules on list items.
+                let old_pos = node.old_json.and_then(Value::as_array).and_then(|o| o.iter().position(|x| x == item_json));
+                let old_json = old_pos.and_then(|p| node.old_json.and_then(|o| o.get(p)));
+                let old_cel = old_pos.and_then(|p| node.old_cel.and_then(|o| child_by_index(o, p)));
+                let child = Node { json: item_json, cel: &item_cel, old_json, old_cel: old_cel.as_ref() };
+                walk(base, item_schema, child, &format!("{path}[{i}]"), errors);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn evaluate_rules(
+    base: &Context<'static>,
+    rules: &[Result<CompilationResult, CompilationError>],
+    node: Node<'_>,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    let shown = if path.is_empty() { "<nil>" } else { path };
+    let mut ctx = base.new_inner_scope();
+    ctx.add_variable_from_value("self", node.cel.clone());
+    if let Some(old) = node.old_cel {
+        ctx.add_variable_from_value("oldSelf", old.clone());
+    }
+    let type_value = format!("\"{}\"", type_name(node.json));
+    for rule in rules {
+        let cr = match rule {
+            Ok(cr) => cr,
+            Err(e) => {
+                errors.push(FieldError::invalid(shown, type_value.clone(), format!("rule compile error: {e:?}")));
+                continue;
+            }
+        };
+        if cr.is_transition_rule && node.old_cel.is_none() {
+            continue; // transition rules run only on UPDATE with an old value
+        }
+        let message = cr.rule.message.clone().unwrap_or_else(|| format!("failed rule: {}", cr.rule.rule));
+        let field = match cr.rule.field_path.as_deref() {
+            Some(fp) if fp.starts_with('.') => format!("{path}{fp}"),
+            Some(fp) => join(path, fp),
+            None => shown.to_string(),
+        };
+        match cr.program.execute(&ctx) {
+            Ok(Cel::Bool(true)) => {}
+            Ok(Cel::Bool(false)) => errors.push(rule_error(&field, &type_value, cr.rule.reason.as_deref(), message)),
+            Ok(other) => errors.push(FieldError::invalid(
+                field,
+                type_value.clone(),
+                format!("rule did not evaluate to bool: {other:?} evaluating rule: {}", cr.rule.rule),
+            )),
+            Err(e) => errors.push(FieldError::invalid(
+                field,
+                type_value.clone(),
+                format!("{} evaluating rule: {}", eval_error_text(&e), cr.rule.rule),
+            )),
+        }
+    }
+}
+
+fn rule_error(field: &str, type_value: &str, reason: Option<&str>, message: String) -> FieldError {
+    let mut e = match reason {
+        Some("FieldValueRequired") => FieldError::required(field),
+        Some("FieldValueForbidden") => FieldError::forbidden(field, message.clone()),
+        Some("FieldValueDuplicate") => FieldError::duplicate(field, type_value.to_string()),
+        _ => FieldError::invalid(field, type_value.to_string(), message.clone()),
+    };
+    if e.kind == ErrorType::Required {
+        e.detail = message;
+    }
+    e
+}
+
+fn eval_error_text(e: &ExecutionError) -> String {
+    match e {
+        ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
+        other => other.to_string(),
+    }
+}

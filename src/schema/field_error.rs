@@ -1,0 +1,215 @@
+//! `FieldError`: one violation, rendered exactly like k8s.io/apimachinery's
+//! `field.Error`, so offline and in-cluster messages are the same text.
+
+use std::fmt;
+
+use serde_json::Value;
+
+/// The `field.ErrorType` values this crate produces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorType {
+    Required,
+    NotSupported,
+    Invalid,
+    TypeInvalid,
+    TooLong,
+    TooMany,
+    Forbidden,
+    Duplicate,
+}
+
+impl ErrorType {
+    /// The `StatusCause.reason` (CauseType) of this error type.
+    pub fn cause_reason(self) -> &'static str {
+        match self {
+            ErrorType::Required => "FieldValueRequired",
+            ErrorType::NotSupported => "FieldValueNotSupported",
+            ErrorType::Invalid => "FieldValueInvalid",
+            ErrorType::TypeInvalid => "FieldValueTypeInvalid",
+            ErrorType::TooLong => "FieldValueTooLong",
+            ErrorType::TooMany => "FieldValueTooMany",
+            ErrorType::Forbidden => "FieldValueForbidden",
+            ErrorType::Duplicate => "FieldValueDuplicate",
+        }
+    }
+}
+
+/// One field violation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// JSON path as the apiserver prints it (`spec.storage.s3.bucket`, `items[0]`).
+    pub field: String,
+    pub kind: ErrorType,
+    /// The already-rendered value (`"GCS"`, `2`, `"object"`), where the type shows one.
+    pub value: String,
+    /// The detail text (a rule's message, a bound).
+    pub detail: String,
+    /// The stable id of the project rule that produced this, if any.
+    pub rule_id: Option<&'static str>,
+}
+
+impl FieldError {
+    pub fn required(field: impl Into<String>) -> Self {
+        Self::new(field, ErrorType::Required, String::new(), String::new())
+    }
+    pub fn invalid(field: impl Into<String>, value: String, detail: impl Into<String>) -> Self {
+        Self::new(field, ErrorType::Invalid, value, detail)
+    }
+    pub fn type_invalid(field: impl Into<String>, value: String, detail: impl Into<String>) -> Self {
+        Self::new(field, ErrorType::TypeInvalid, value, detail)
+    }
+    pub fn not_supported(field: impl Into<String>, value: String, supported: &[Value]) -> Self {
+        let list: Vec<String> = supported.iter().map(render_value).collect();
+        Self::new(field, ErrorType::NotSupported, value, format!("supported values: {}", list.join(", ")))
+    }
+    pub fn too_long(field: impl Into<String>, max: u64) -> Self {
+        Self::new(field, ErrorType::TooLong, String::new(), format!("may not be more than {max} bytes"))
+    }
+    pub fn too_many(field: impl Into<String>, actual: usize, max: u64) -> Self {
+        Self::new(field, ErrorType::TooMany, actual.to_string(), format!("must have at most {max} items"))
+    }
+    pub fn duplicate(field: impl Into<String>, value: String) -> Self {
+        Self::new(field, ErrorType::Duplicate, value, String::new())
+    }
+    pub fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::new(field, ErrorType::Forbidden, String::new(), detail)
+    }
+
+    fn new(field: impl Into<String>, kind: ErrorType, value: String, detail: impl Into<String>) -> Self {
+        Self { field: field.into(), kind, value, detail: detail.into(), rule_id: None }
+    }
+
+    /// Replaces the detail text.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = detail.into();
+        self
+    }
+
+    /// Tags the error with a project rule id.
+    pub fn with_rule(mut self, id: &'static str) -> Self {
+        self.rule_id = Some(id);
+        self
+    }
+
+    /// The error without its field prefix (`field.Error.ErrorBody()`), which is
+    /// what the apiserver puts in `status.details.causes[].message`.
+    pub fn body(&self) -> String {
+        match self.kind {
+            ErrorType::Required => {
+                if self.detail.is_empty() {
+                    "Required value".to_string()
+                } else {
+                    format!("Required value: {}", self.detail)
+                }
+            }
+            ErrorType::NotSupported => format!("Unsupported value: {}: {}", self.value, self.detail),
+            ErrorType::Invalid | ErrorType::TypeInvalid => {
+                format!("Invalid value: {}: {}", self.value, self.detail)
+            }
+            ErrorType::TooLong => format!("Too long: {}", self.detail),
+            ErrorType::TooMany => format!("Too many: {}: {}", self.value, self.detail),
+            ErrorType::Forbidden => format!("Forbidden: {}", self.detail),
+            ErrorType::Duplicate => format!("Duplicate value: {}", self.value),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.body())
+    }
+}
+
+/// Renders a JSON value the way `field.Error` prints values: strings quoted
+/// Go-style, numbers and booleans bare, `null` for null, and the type name for
+/// objects and arrays. Strings that look like URLs are redacted first: a
+/// presigned URL is a bearer credential and must never be echoed.
+pub fn render_value(v: &Value) -> String {
+    match v {
+        Value::Null => "null".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => go_quote(&redact_url(s)),
+        Value::Array(_) => "\"array\"".to_string(),
+        Value::Object(_) => "\"object\"".to_string(),
+    }
+}
+
+/// Quotes like Go's `%q`: double quotes, backslash escapes, `\x..`/`\u....`
+/// for control characters.
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Redacts a URL to `scheme://host/path`: the query (SAS / SigV4 signature),
+/// the fragment and any userinfo are dropped. Text that is not a URL with a
+/// scheme is returned unchanged.
+pub fn redact_url(s: &str) -> String {
+    let Some(scheme_end) = s.find("://") else {
+        return s.to_string();
+    };
+    let scheme = &s[..scheme_end];
+    if scheme.is_empty() || !scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) {
+        return s.to_string();
+    }
+    let rest = &s[scheme_end + 3..];
+    let cut = rest.find(['?', '#']).unwrap_or(rest.len());
+    let mut kept = &rest[..cut];
+    // Drop userinfo (user:password@) from the authority.
+    let authority_end = kept.find('/').unwrap_or(kept.len());
+    if let Some(at) = kept[..authority_end].rfind('@') {
+        kept = &kept[at + 1..];
+    }
+    let mut out = format!("{scheme}://{kept}");
+    if cut < rest.len() {
+        out.push_str("?<redacted>");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_match_apiserver() {
+        assert_eq!(FieldError::required("spec.storage.s3.bucket").to_string(), "spec.storage.s3.bucket: Required value");
+        let e = FieldError::not_supported(
+            "spec.storage.storageType",
+            render_value(&Value::from("GCS")),
+            &[Value::from("S3"), Value::from("AzureBlob")],
+        );
+        assert_eq!(e.to_string(), r#"spec.storage.storageType: Unsupported value: "GCS": supported values: "S3", "AzureBlob""#);
+        assert_eq!(
+            FieldError::too_long("spec.storage.s3.bucket", 63).to_string(),
+            "spec.storage.s3.bucket: Too long: may not be more than 63 bytes"
+        );
+        assert_eq!(
+            FieldError::too_many("spec.etcd.managed.storage.restoreSnapshotURL", 2, 1).to_string(),
+            "spec.etcd.managed.storage.restoreSnapshotURL: Too many: 2: must have at most 1 items"
+        );
+    }
+
+    #[test]
+    fn redaction_drops_query_fragment_and_userinfo() {
+        assert_eq!(redact_url("https://b.s3.amazonaws.com/k/1.db?X-Amz-Signature=abc"), "https://b.s3.amazonaws.com/k/1.db?<redacted>");
+        assert_eq!(redact_url("https://u:p@host/x#sha256=00"), "https://host/x?<redacted>");
+        assert_eq!(redact_url("plain text"), "plain text");
+        assert_eq!(go_quote("a\"b\n\u{1}"), "\"a\\\"b\\n\\x01\"");
+    }
+}

@@ -8,6 +8,7 @@
 //! this library is pure: no I/O, no clock, no tokio; it builds for
 //! `wasm32-wasip1`.
 
+pub mod admission;
 pub mod api;
 pub mod crd;
 pub mod rules;

@@ -1,5 +1,39 @@
-fn main() {
-    let v = hcp_etcd_admission::crd::hcpetcdbackup_crd();
-    println!("{}", serde_json::to_string_pretty(&v).unwrap());
-    println!("{}", serde_json::to_string_pretty(&hcp_etcd_admission::crd::hostedcluster_schema()).unwrap());
+//! `hcp-etcd-admission`: the binary. Subcommands are thin shells over the
+//! library's decision core.
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "hcp-etcd-admission", version, about = "Admission webhooks and offline checks for HyperShift etcd backup and restore")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Answer one AdmissionReview (JSON or YAML) exactly as the webhook would.
+    Review(cli::review::ReviewArgs),
+    /// Check every object in YAML/JSON files as a CREATE; exit 1 if any is denied.
+    Check(cli::check::CheckArgs),
+    /// Write (or --check) the generated HCPEtcdBackup CRD in crds/.
+    Crd(cli::crd::CrdArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Review(a) => cli::review::run(a),
+        Command::Check(a) => cli::check::run(a),
+        Command::Crd(a) => cli::crd::run(a),
+    };
+    match result {
+        Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
 }

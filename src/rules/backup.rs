@@ -43,6 +43,19 @@ pub const SOVEREIGN_KEY_URL: RuleInfo = RuleInfo {
     summary: "warns on a sovereign-cloud Key Vault / Managed HSM URL: the upstream uploader only talks to the public blob endpoint (blob.core.windows.net)",
 };
 
+/// Key Vault / Managed HSM DNS suffixes of the sovereign clouds upstream accepts
+/// (US Gov, China, Germany, Bleu).
+const SOVEREIGN_SUFFIXES: &[&str] = &[
+    ".vault.usgovcloudapi.net",
+    ".vault.azure.cn",
+    ".vault.microsoftazure.de",
+    ".vault.sovcloud-api.fr",
+    ".managedhsm.usgovcloudapi.net",
+    ".managedhsm.azure.cn",
+    ".managedhsm.microsoftazure.de",
+    ".managedhsm.sovcloud-api.fr",
+];
+
 pub fn check(obj: &Value, old: Option<&Value>, _ctx: &RuleContext<'_>, f: &mut Findings) {
     if let Some(name) = changed_str(obj, old, "/metadata/name") {
         let n = name.chars().count();
@@ -90,8 +103,8 @@ pub fn check(obj: &Value, old: Option<&Value>, _ctx: &RuleContext<'_>, f: &mut F
     }
     if let Some(url) = changed_str(obj, old, "/spec/storage/azureBlob/encryptionKeyURL") {
         let host = url.strip_prefix("https://").and_then(|r| r.split('/').next()).unwrap_or("");
-        let public = host.ends_with(".vault.azure.net") || host.ends_with(".managedhsm.azure.net");
-        if !host.is_empty() && !public {
+        let sovereign = SOVEREIGN_SUFFIXES.iter().any(|s| host.ends_with(s));
+        if sovereign {
             f.warn(
                 &SOVEREIGN_KEY_URL,
                 "spec.storage.azureBlob.encryptionKeyURL",

@@ -82,6 +82,11 @@ fn format_problem(raw: &str) -> Option<String> {
         let what = if c.is_control() { "a control character" } else { "whitespace" };
         return Some(format!("contains {what} ({c:?}); percent-encode it"));
     }
+    // The WHATWG parser turns "https:///x" into host "x"; curl does not.
+    let authority = raw.split_once("://").map_or("", |(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or(""));
+    if authority.is_empty() {
+        return Some("has no host".to_string());
+    }
     let url = match url::Url::parse(raw) {
         Ok(u) => u,
         Err(e) => return Some(format!("is not a valid absolute URL: {e}")),

@@ -1,0 +1,124 @@
+//! The validating decisions: HCPEtcdBackup, HostedCluster, HostedControlPlane.
+
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use super::{response::Verdict, AdmissionRequest, DecisionInput, Target};
+use crate::{
+    api::GROUP,
+    crd,
+    rules::{self, RuleContext},
+    schema::CompiledCrdSchema,
+};
+
+fn compiled(target: Target) -> &'static CompiledCrdSchema {
+    static BACKUP: OnceLock<CompiledCrdSchema> = OnceLock::new();
+    static HC: OnceLock<CompiledCrdSchema> = OnceLock::new();
+    static HCP: OnceLock<CompiledCrdSchema> = OnceLock::new();
+    match target {
+        Target::HcpEtcdBackups => BACKUP.get_or_init(|| CompiledCrdSchema::compile(crd::hcpetcdbackup_schema())),
+        Target::HostedClusters => HC.get_or_init(|| CompiledCrdSchema::compile(crd::hostedcluster_schema())),
+        Target::HostedControlPlanes => HCP.get_or_init(|| CompiledCrdSchema::compile(crd::hostedcontrolplane_schema())),
+    }
+}
+
+/// Compiles every schema now (the server calls this before it reports ready,
+/// so the first request does not pay for compilation).
+pub fn warm_up() {
+    for t in [Target::HcpEtcdBackups, Target::HostedClusters, Target::HostedControlPlanes] {
+        compiled(t);
+    }
+}
+
+/// Decides a request.
+pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Verdict {
+    let Some(target) = Target::of(&req.resource) else {
+        return Verdict::bad_request(match input.expect {
+            Some(t) => format!(
+                "this endpoint validates {}, but the request is for {}; check the webhook configuration's rules",
+                t.resource(),
+                resource_name(req)
+            ),
+            None => format!("hcp-etcd-admission does not handle {}", resource_name(req)),
+        });
+    };
+    if let Some(expect) = input.expect {
+        if expect != target {
+            return Verdict::bad_request(format!(
+                "this endpoint validates {}, but the request is for {}; check the webhook configuration's rules",
+                expect.resource(),
+                target.resource()
+            ));
+        }
+    }
+    match req.operation.as_str() {
+        "CREATE" | "UPDATE" => {}
+        // Deleting or connecting is never judged here.
+        _ => return Verdict::allow(Vec::new()),
+    }
+    let Some(object) = req.object.as_ref().filter(|o| o.is_object()) else {
+        return Verdict::bad_request(format!("request.object must be a {} object for {}", target.kind(), req.operation));
+    };
+    if let Some(kind) = object.get("kind").and_then(Value::as_str) {
+        if kind != target.kind() {
+            return Verdict::bad_request(format!("request.object is a {kind:?}, expected {:?}", target.kind()));
+        }
+    }
+    let old = if req.operation == "UPDATE" { req.old_object.as_ref().filter(|o| o.is_object()) } else { None };
+    if req.operation == "UPDATE" && old.is_none() {
+        return Verdict::bad_request("request.oldObject must be an object for UPDATE");
+    }
+    let subresource = req.sub_resource.as_deref().unwrap_or("");
+    if !subresource.is_empty() && subresource != "status" {
+        return Verdict::allow(Vec::new());
+    }
+    let prepared = prepare(object, old, subresource == "status");
+    let outcome = compiled(target).validate(&prepared, old);
+    let ctx = RuleContext { settings: input.settings, now: input.now };
+    let findings = match target {
+        Target::HcpEtcdBackups => rules::check_hcpetcdbackup(&prepared, old, &ctx),
+        Target::HostedClusters | Target::HostedControlPlanes => rules::check_hosted(&prepared, old, &ctx),
+    };
+    let mut errors = outcome.errors;
+    errors.extend(findings.errors);
+    let mut warnings: Vec<String> = outcome.unknown_fields.iter().map(|f| format!("unknown field {f:?}")).collect();
+    warnings.extend(findings.warnings);
+    if errors.is_empty() {
+        Verdict::allow(warnings)
+    } else {
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .or(req.name.as_deref())
+            .unwrap_or_default();
+        Verdict::invalid(target.kind(), GROUP, name, &errors, warnings)
+    }
+}
+
+fn resource_name(req: &AdmissionRequest) -> String {
+    let r = &req.resource;
+    if r.group.is_empty() {
+        format!("{}/{}", r.version, r.resource)
+    } else {
+        format!("{}.{}", r.resource, r.group)
+    }
+}
+
+/// The object as the apiserver hands it to validation: on CREATE, status is
+/// dropped (status subresource); on a main UPDATE, status comes from the old
+/// object; on a status UPDATE, spec comes from the old object.
+fn prepare(object: &Value, old: Option<&Value>, status_update: bool) -> Value {
+    let mut obj = object.clone();
+    let Some(map) = obj.as_object_mut() else { return obj };
+    let from_old = if status_update { "spec" } else { "status" };
+    match old.and_then(|o| o.get(from_old)) {
+        Some(v) => {
+            map.insert(from_old.to_string(), v.clone());
+        }
+        None => {
+            map.remove(from_old);
+        }
+    }
+    obj
+}

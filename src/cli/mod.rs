@@ -1,0 +1,46 @@
+//! The command-line shell: reads files, calls the decision core, writes
+//! output. Nothing here decides anything.
+
+pub mod check;
+pub mod crd;
+pub mod input;
+pub mod review;
+
+use anyhow::Context as _;
+use hcp_etcd_admission::settings::Settings;
+
+/// Options shared by `review` and `check`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DecisionArgs {
+    /// Files with objects the decision may look up (e.g. the HostedControlPlane
+    /// of a StatefulSet's namespace); multi-document YAML or JSON.
+    #[arg(long = "context", value_name = "FILE")]
+    pub context: Vec<std::path::PathBuf>,
+    /// The current time (RFC 3339) for presigned-URL expiry; default: the system clock.
+    #[arg(long, value_name = "RFC3339")]
+    pub now: Option<String>,
+    /// Settings file (YAML or JSON; the same keys as the Kubewarden policy settings).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+}
+
+impl DecisionArgs {
+    pub fn now(&self) -> anyhow::Result<i64> {
+        match &self.now {
+            Some(s) => hcp_etcd_admission::time::parse_rfc3339(s)
+                .with_context(|| format!("--now {s:?} is not an RFC 3339 time (e.g. 2026-11-29T15:00:00Z)")),
+            None => Ok(std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or(0)),
+        }
+    }
+
+    pub fn settings(&self) -> anyhow::Result<Settings> {
+        let Some(path) = &self.config else { return Ok(Settings::default()) };
+        let docs = input::read_documents(path)?;
+        let doc = docs.into_iter().next().unwrap_or(serde_json::Value::Null);
+        let doc = if doc.is_null() { serde_json::json!({}) } else { doc };
+        Settings::from_json(&doc).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+}

@@ -1,0 +1,39 @@
+//! `review`: one AdmissionReview in (file or stdin, JSON or YAML), the
+//! response AdmissionReview out — the same code path the server runs.
+
+use std::path::PathBuf;
+
+use hcp_etcd_admission::admission::{self, DecisionInput};
+
+use super::{input, DecisionArgs};
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Example:\n  hcp-etcd-admission review --now 2026-11-29T15:00:00Z tests/reviews/hcpetcdbackup-create-s3.json\n  kubectl create -f backup.yaml --dry-run=server  # sends the same review in a cluster")]
+pub struct ReviewArgs {
+    #[command(flatten)]
+    pub decision: DecisionArgs,
+    /// The AdmissionReview file; `-` or nothing reads stdin.
+    #[arg(value_name = "FILE", default_value = "-")]
+    pub file: PathBuf,
+}
+
+/// Returns the process exit code.
+pub fn run(args: &ReviewArgs) -> anyhow::Result<i32> {
+    let settings = args.decision.settings()?;
+    let now = args.decision.now()?;
+    let docs = input::read_documents(&args.file)?;
+    let [doc] = docs.as_slice() else {
+        anyhow::bail!("{}: expected exactly one AdmissionReview, found {} documents", args.file.display(), docs.len());
+    };
+    let decision = DecisionInput { settings: &settings, now, expect: None };
+    match admission::review(doc, &decision) {
+        Ok(response) => {
+            println!("{}", serde_json::to_string_pretty(&response)?);
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("error: {}: {e}", args.file.display());
+            Ok(2)
+        }
+    }
+}

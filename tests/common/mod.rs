@@ -1,0 +1,206 @@
+//! The conformance suite as data: loads `tests/conformance/*.yaml` and turns
+//! every case into the AdmissionReview kube-apiserver would send. Shared by
+//! every runner (library, `review` binary, Wasm module) so that all of them
+//! are held to the same expectations.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub file: String,
+    pub name: String,
+    pub review: Value,
+    pub settings: Value,
+    pub now: String,
+    pub allowed: bool,
+    pub messages: Vec<String>,
+    pub warnings: Vec<String>,
+    pub absent: Vec<String>,
+}
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+/// Replaces `@@PREFIX<n>@@` with n characters (long values stay readable in YAML).
+fn expand(v: &mut Value) {
+    match v {
+        Value::String(s) => {
+            while let Some(start) = s.find("@@PREFIX") {
+                let rest = &s[start + 8..];
+                let Some(end) = rest.find("@@") else { break };
+                let n: usize = rest[..end].parse().expect("@@PREFIX<n>@@");
+                s.replace_range(start..start + 8 + end + 2, &"p".repeat(n));
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(expand),
+        Value::Object(o) => o.values_mut().for_each(expand),
+        _ => {}
+    }
+}
+
+fn build(fixtures: &Value, base: Option<&Value>, merge: Option<&Value>) -> Option<Value> {
+    let name = base?.as_str()?;
+    let mut obj = fixtures.get(name).unwrap_or_else(|| panic!("unknown fixture {name}")).clone();
+    if let Some(m) = merge {
+        json_patch::merge(&mut obj, m);
+    }
+    expand(&mut obj);
+    Some(obj)
+}
+
+fn group_version(resource: &str) -> (&'static str, &'static str, &'static str) {
+    match resource {
+        "hcpetcdbackups" => ("hypershift.openshift.io", "v1beta1", "HCPEtcdBackup"),
+        "hostedclusters" => ("hypershift.openshift.io", "v1beta1", "HostedCluster"),
+        "hostedcontrolplanes" => ("hypershift.openshift.io", "v1beta1", "HostedControlPlane"),
+        "statefulsets" => ("apps", "v1", "StatefulSet"),
+        other => panic!("unknown resource {other}"),
+    }
+}
+
+/// An AdmissionReview v1 exactly as kube-apiserver sends it.
+pub fn admission_review(uid: &str, resource: &str, sub: Option<&str>, op: &str, obj: Option<&Value>, old: Option<&Value>) -> Value {
+    let (group, version, kind) = group_version(resource);
+    let meta = obj.or(old);
+    let name = meta.and_then(|o| o.pointer("/metadata/name")).cloned().unwrap_or(Value::Null);
+    let namespace = meta.and_then(|o| o.pointer("/metadata/namespace")).cloned().unwrap_or(Value::Null);
+    let options_kind = match op {
+        "CREATE" => "CreateOptions",
+        "UPDATE" => "UpdateOptions",
+        _ => "DeleteOptions",
+    };
+    let mut request = json!({
+        "uid": uid,
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": resource},
+        "requestKind": {"group": group, "version": version, "kind": kind},
+        "requestResource": {"group": group, "version": version, "resource": resource},
+        "name": name,
+        "namespace": namespace,
+        "operation": op,
+        "userInfo": {"username": "system:admin", "groups": ["system:masters", "system:authenticated"]},
+        "object": obj.cloned().unwrap_or(Value::Null),
+        "oldObject": old.cloned().unwrap_or(Value::Null),
+        "dryRun": false,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": options_kind},
+    });
+    if let Some(s) = sub {
+        request["subResource"] = json!(s);
+        request["requestSubResource"] = json!(s);
+    }
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+}
+
+/// Loads every case of every conformance file. Cases of `hostedclusters` are
+/// also emitted as `hostedcontrolplanes` (they share upstream's EtcdSpec).
+pub fn load_cases() -> Vec<Case> {
+    let dir = root().join("tests/conformance");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/conformance")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let mut cases = Vec::new();
+    for path in files {
+        cases.extend(load_file(&path));
+    }
+    cases
+}
+
+fn load_file(path: &Path) -> Vec<Case> {
+    let text = std::fs::read_to_string(path).expect("read conformance file");
+    let doc: Value = serde_yaml_ng::from_str(&text).expect("conformance YAML");
+    let file = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let fixtures = doc.get("fixtures").cloned().unwrap_or(json!({}));
+    let file_now = doc.get("now").and_then(Value::as_str).unwrap_or("2026-11-29T15:00:00Z").to_string();
+    let mut out = Vec::new();
+    for (i, c) in doc.get("cases").and_then(Value::as_array).expect("cases").iter().enumerate() {
+        let name = c["name"].as_str().expect("case name").to_string();
+        let resource = c["resource"].as_str().expect("resource").to_string();
+        let op = c.get("operation").and_then(Value::as_str).unwrap_or("CREATE");
+        let sub = c.get("subResource").and_then(Value::as_str);
+        let obj = build(&fixtures, c.get("base"), c.get("merge"));
+        let old = build(&fixtures, c.get("oldBase"), c.get("oldMerge"));
+        let (obj, old) = if op == "DELETE" { (None, obj) } else { (obj, old) };
+        let variants: Vec<&str> = if resource == "hostedclusters" { vec!["hostedclusters", "hostedcontrolplanes"] } else { vec![resource.as_str()] };
+        for res in variants {
+            let (_, _, kind) = group_version(res);
+            let retag = |o: &Option<Value>| {
+                o.clone().map(|mut v| {
+                    if res == "hostedcontrolplanes" && v.get("kind").and_then(Value::as_str) == Some("HostedCluster") {
+                        v["kind"] = json!(kind);
+                    }
+                    v
+                })
+            };
+            let (o, ol) = (retag(&obj), retag(&old));
+            let uid = format!("{file}-{i}-{res}");
+            out.push(Case {
+                file: file.clone(),
+                name: format!("{name} [{res}]"),
+                review: admission_review(&uid, res, sub, op, o.as_ref(), ol.as_ref()),
+                settings: c.get("settings").cloned().unwrap_or(json!({})),
+                now: c.get("now").and_then(Value::as_str).unwrap_or(&file_now).to_string(),
+                allowed: c["allowed"].as_bool().expect("allowed"),
+                messages: strings(c.get("messages")),
+                warnings: strings(c.get("warnings")),
+                absent: strings(c.get("absent")),
+            });
+        }
+    }
+    out
+}
+
+/// Checks a response AdmissionReview against the case; returns the problems.
+pub fn check_response(case: &Case, review: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let resp = &review["response"];
+    if review["apiVersion"] != "admission.k8s.io/v1" || review["kind"] != "AdmissionReview" {
+        problems.push("response is not an AdmissionReview v1".to_string());
+    }
+    if resp["uid"] != case.review["request"]["uid"] {
+        problems.push(format!("uid not echoed: {}", resp["uid"]));
+    }
+    if resp["allowed"].as_bool() != Some(case.allowed) {
+        problems.push(format!("allowed = {}, expected {}: {}", resp["allowed"], case.allowed, resp["status"]["message"]));
+    }
+    let message = resp["status"]["message"].as_str().unwrap_or_default();
+    for m in &case.messages {
+        if !message.contains(m.as_str()) {
+            problems.push(format!("message lacks {m:?}\n      got: {message}"));
+        }
+    }
+    let warnings: Vec<&str> = resp["warnings"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    for w in &case.warnings {
+        if !warnings.iter().any(|x| x.contains(w.as_str())) {
+            problems.push(format!("warnings lack {w:?}; got {warnings:?}"));
+        }
+    }
+    if case.warnings.is_empty() && !warnings.is_empty() {
+        problems.push(format!("unexpected warnings {warnings:?}"));
+    }
+    let whole = review.to_string();
+    for a in &case.absent {
+        if whole.contains(a.as_str()) {
+            problems.push(format!("response leaks {a:?}"));
+        }
+    }
+    if resp.get("patchType").is_some() && resp.get("patch").is_none() {
+        problems.push("patchType without patch".to_string());
+    }
+    if !case.allowed && resp["status"]["code"].as_u64().is_none() {
+        problems.push("denial without status.code".to_string());
+    }
+    problems
+}

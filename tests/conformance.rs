@@ -1,0 +1,63 @@
+//! Runs the conformance suite (tests/conformance/*.yaml) through the library
+//! and through the `review` binary, and requires both to give exactly the
+//! same AdmissionReview.
+
+mod common;
+
+use std::process::Command;
+
+use hcp_etcd_admission::{
+    admission::{review, DecisionInput},
+    settings::Settings,
+    time::parse_rfc3339,
+};
+
+fn library_review(case: &common::Case) -> serde_json::Value {
+    let settings = Settings::from_json(&case.settings).expect("case settings");
+    let now = parse_rfc3339(&case.now).expect("case now");
+    review(&case.review, &DecisionInput { settings: &settings, now, expect: None }).expect("a response")
+}
+
+#[test]
+fn conformance_suite_through_the_library() {
+    let cases = common::load_cases();
+    assert!(cases.len() > 100, "suite shrank to {} cases", cases.len());
+    let mut failures = Vec::new();
+    for case in &cases {
+        let problems = common::check_response(case, &library_review(case));
+        if !problems.is_empty() {
+            failures.push(format!("{}: {}\n    {}", case.file, case.name, problems.join("\n    ")));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    eprintln!("{} conformance cases passed", cases.len());
+}
+
+#[test]
+fn conformance_suite_through_the_review_binary() {
+    let dir = std::env::temp_dir().join(format!("hcp-conf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let mut failures = Vec::new();
+    for (i, case) in common::load_cases().iter().enumerate() {
+        let file = dir.join(format!("review-{i}.json"));
+        std::fs::write(&file, case.review.to_string()).expect("write review");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"));
+        cmd.arg("review").arg("--now").arg(&case.now).arg(&file);
+        if case.settings.as_object().is_some_and(|o| !o.is_empty()) {
+            let cfg = dir.join(format!("settings-{i}.json"));
+            std::fs::write(&cfg, case.settings.to_string()).expect("write settings");
+            cmd.arg("--config").arg(cfg);
+        }
+        let out = cmd.output().expect("run review");
+        if !out.status.success() {
+            failures.push(format!("{}: exit {:?}: {}", case.name, out.status.code(), String::from_utf8_lossy(&out.stderr)));
+            continue;
+        }
+        let got: serde_json::Value = serde_json::from_slice(&out.stdout).expect("review prints JSON");
+        if got != library_review(case) {
+            failures.push(format!("{}: binary and library disagree", case.name));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

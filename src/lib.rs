@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod catalog;
 pub mod crd;
 pub mod rules;
 pub mod schema;

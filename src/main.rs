@@ -6,7 +6,11 @@ mod cli;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "hcp-etcd-admission", version, about = "Admission webhooks and offline checks for HyperShift etcd backup and restore")]
+#[command(
+    name = "hcp-etcd-admission",
+    version,
+    about = "Admission webhooks and offline checks for HyperShift etcd backup and restore"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -20,6 +24,8 @@ enum Command {
     Check(cli::check::CheckArgs),
     /// Write (or --check) the generated HCPEtcdBackup CRD in crds/.
     Crd(cli::crd::CrdArgs),
+    /// Print the rule catalog (the README table) as Markdown.
+    Rules,
 }
 
 fn main() -> std::process::ExitCode {
@@ -28,6 +34,10 @@ fn main() -> std::process::ExitCode {
         Command::Review(a) => cli::review::run(a),
         Command::Check(a) => cli::check::run(a),
         Command::Crd(a) => cli::crd::run(a),
+        Command::Rules => {
+            print!("{}", hcp_etcd_admission::catalog::markdown_table());
+            Ok(0)
+        }
     };
     match result {
         Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),

@@ -21,7 +21,10 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { allow_s3_restore_url: false, restore_url_expiry_warning_seconds: 900 }
+        Self {
+            allow_s3_restore_url: false,
+            restore_url_expiry_warning_seconds: 900,
+        }
     }
 }
 
@@ -47,8 +50,10 @@ impl Settings {
 
     /// Parses settings from JSON, with readable errors for unknown keys and bad values.
     pub fn from_json(v: &serde_json::Value) -> Result<Self, String> {
-        let s: Settings = serde_json::from_value(v.clone()).map_err(|e| format!("invalid settings: {e}"))?;
-        s.validate().map_err(|p| format!("invalid settings: {}", p.join("; ")))?;
+        let s: Settings =
+            serde_json::from_value(v.clone()).map_err(|e| format!("invalid settings: {e}"))?;
+        s.validate()
+            .map_err(|p| format!("invalid settings: {}", p.join("; ")))?;
         Ok(s)
     }
 }

@@ -13,7 +13,10 @@ mod wire;
 
 pub use response::{denial_message, Verdict};
 pub use validate::warm_up;
-pub use wire::{AdmissionRequest, AdmissionResponse, GroupVersionKind, GroupVersionResource, Status, StatusCause};
+pub use wire::{
+    AdmissionRequest, AdmissionResponse, GroupVersionKind, GroupVersionResource, Status,
+    StatusCause,
+};
 
 use serde_json::Value;
 

@@ -17,16 +17,26 @@ fn compiled(target: Target) -> &'static CompiledCrdSchema {
     static HC: OnceLock<CompiledCrdSchema> = OnceLock::new();
     static HCP: OnceLock<CompiledCrdSchema> = OnceLock::new();
     match target {
-        Target::HcpEtcdBackups => BACKUP.get_or_init(|| CompiledCrdSchema::compile(crd::hcpetcdbackup_schema())),
-        Target::HostedClusters => HC.get_or_init(|| CompiledCrdSchema::compile(crd::hostedcluster_schema())),
-        Target::HostedControlPlanes => HCP.get_or_init(|| CompiledCrdSchema::compile(crd::hostedcontrolplane_schema())),
+        Target::HcpEtcdBackups => {
+            BACKUP.get_or_init(|| CompiledCrdSchema::compile(crd::hcpetcdbackup_schema()))
+        }
+        Target::HostedClusters => {
+            HC.get_or_init(|| CompiledCrdSchema::compile(crd::hostedcluster_schema()))
+        }
+        Target::HostedControlPlanes => {
+            HCP.get_or_init(|| CompiledCrdSchema::compile(crd::hostedcontrolplane_schema()))
+        }
     }
 }
 
 /// Compiles every schema now (the server calls this before it reports ready,
 /// so the first request does not pay for compilation).
 pub fn warm_up() {
-    for t in [Target::HcpEtcdBackups, Target::HostedClusters, Target::HostedControlPlanes] {
+    for t in [
+        Target::HcpEtcdBackups,
+        Target::HostedClusters,
+        Target::HostedControlPlanes,
+    ] {
         compiled(t);
     }
 }
@@ -58,14 +68,25 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Verdict {
         _ => return Verdict::allow(Vec::new()),
     }
     let Some(object) = req.object.as_ref().filter(|o| o.is_object()) else {
-        return Verdict::bad_request(format!("request.object must be a {} object for {}", target.kind(), req.operation));
+        return Verdict::bad_request(format!(
+            "request.object must be a {} object for {}",
+            target.kind(),
+            req.operation
+        ));
     };
     if let Some(kind) = object.get("kind").and_then(Value::as_str) {
         if kind != target.kind() {
-            return Verdict::bad_request(format!("request.object is a {kind:?}, expected {:?}", target.kind()));
+            return Verdict::bad_request(format!(
+                "request.object is a {kind:?}, expected {:?}",
+                target.kind()
+            ));
         }
     }
-    let old = if req.operation == "UPDATE" { req.old_object.as_ref().filter(|o| o.is_object()) } else { None };
+    let old = if req.operation == "UPDATE" {
+        req.old_object.as_ref().filter(|o| o.is_object())
+    } else {
+        None
+    };
     if req.operation == "UPDATE" && old.is_none() {
         return Verdict::bad_request("request.oldObject must be an object for UPDATE");
     }
@@ -75,14 +96,23 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Verdict {
     }
     let prepared = prepare(object, old, subresource == "status");
     let outcome = compiled(target).validate(&prepared, old);
-    let ctx = RuleContext { settings: input.settings, now: input.now };
+    let ctx = RuleContext {
+        settings: input.settings,
+        now: input.now,
+    };
     let findings = match target {
         Target::HcpEtcdBackups => rules::check_hcpetcdbackup(&prepared, old, &ctx),
-        Target::HostedClusters | Target::HostedControlPlanes => rules::check_hosted(&prepared, old, &ctx),
+        Target::HostedClusters | Target::HostedControlPlanes => {
+            rules::check_hosted(&prepared, old, &ctx)
+        }
     };
     let mut errors = outcome.errors;
     errors.extend(findings.errors);
-    let mut warnings: Vec<String> = outcome.unknown_fields.iter().map(|f| format!("unknown field {f:?}")).collect();
+    let mut warnings: Vec<String> = outcome
+        .unknown_fields
+        .iter()
+        .map(|f| format!("unknown field {f:?}"))
+        .collect();
     warnings.extend(findings.warnings);
     if errors.is_empty() {
         Verdict::allow(warnings)
@@ -110,7 +140,9 @@ fn resource_name(req: &AdmissionRequest) -> String {
 /// object; on a status UPDATE, spec comes from the old object.
 fn prepare(object: &Value, old: Option<&Value>, status_update: bool) -> Value {
     let mut obj = object.clone();
-    let Some(map) = obj.as_object_mut() else { return obj };
+    let Some(map) = obj.as_object_mut() else {
+        return obj;
+    };
     let from_old = if status_update { "spec" } else { "status" };
     match old.and_then(|o| o.get(from_old)) {
         Some(v) => {

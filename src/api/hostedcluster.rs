@@ -122,7 +122,11 @@ pub struct ManagedEtcdStorageSpec {
     /// restoreSnapshotURL is a pre-signed URL (or similar) from which an etcd
     /// snapshot is downloaded. It is restored on initial startup, only when the
     /// etcd PV is empty. One URL shared by every member.
-    #[serde(rename = "restoreSnapshotURL", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "restoreSnapshotURL",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(length(max = 1), inner(length(max = 1024)))]
     #[x_kube(merge_strategy = ListMerge::Set)]
     #[x_kube(validation = Rule::new("self.size() <= 1").message("RestoreSnapshotURL shouldn't contain more than 1 entry"))]

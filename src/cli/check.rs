@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use hcp_etcd_admission::admission::{self, AdmissionRequest, DecisionInput, GroupVersionKind, GroupVersionResource, Target};
+use hcp_etcd_admission::admission::{
+    self, AdmissionRequest, DecisionInput, GroupVersionKind, GroupVersionResource, Target,
+};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -17,7 +19,9 @@ pub enum Output {
 }
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Example:\n  hcp-etcd-admission check examples/*.yaml\n  hcp-etcd-admission check --output json --now 2026-11-29T15:00:00Z hostedcluster.yaml")]
+#[command(
+    after_help = "Example:\n  hcp-etcd-admission check examples/*.yaml\n  hcp-etcd-admission check --output json --now 2026-11-29T15:00:00Z hostedcluster.yaml"
+)]
 pub struct CheckArgs {
     #[command(flatten)]
     pub decision: DecisionArgs,
@@ -54,7 +58,11 @@ fn str_at<'a>(v: &'a Value, p: &str) -> &'a str {
 pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
     let settings = args.decision.settings()?;
     let now = args.decision.now()?;
-    let decision = DecisionInput { settings: &settings, now, expect: None };
+    let decision = DecisionInput {
+        settings: &settings,
+        now,
+        expect: None,
+    };
     let mut reports = Vec::new();
     for file in &args.files {
         for (i, doc) in input::read_documents(file)?.into_iter().enumerate() {
@@ -75,14 +83,25 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
                 reports.push(report);
                 continue;
             };
-            let (group, version) = str_at(&doc, "/apiVersion").split_once('/').unwrap_or(("", ""));
+            let (group, version) = str_at(&doc, "/apiVersion")
+                .split_once('/')
+                .unwrap_or(("", ""));
             let req = AdmissionRequest {
                 uid: format!("check-{}-{}", report.file, i + 1),
-                kind: GroupVersionKind { group: group.to_string(), version: version.to_string(), kind: kind.clone() },
+                kind: GroupVersionKind {
+                    group: group.to_string(),
+                    version: version.to_string(),
+                    kind: kind.clone(),
+                },
                 resource: GroupVersionResource {
                     group: group.to_string(),
                     version: version.to_string(),
-                    resource: target.resource().split('.').next().unwrap_or_default().to_string(),
+                    resource: target
+                        .resource()
+                        .split('.')
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
                 },
                 sub_resource: None,
                 name: Some(report.name.clone()),
@@ -93,7 +112,11 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
                 dry_run: Some(true),
             };
             let response = admission::respond(&req, &decision);
-            report.result = if response.allowed { "allowed" } else { "denied" };
+            report.result = if response.allowed {
+                "allowed"
+            } else {
+                "denied"
+            };
             report.warnings = response.warnings;
             if let Some(status) = response.status {
                 report.message = status.message;
@@ -124,7 +147,12 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
                 }
             }
             let count = |s: &str| reports.iter().filter(|r| r.result == s).count();
-            println!("{} allowed, {} denied, {} skipped", count("allowed"), count("denied"), count("skipped"));
+            println!(
+                "{} allowed, {} denied, {} skipped",
+                count("allowed"),
+                count("denied"),
+                count("skipped")
+            );
         }
     }
     Ok(i32::from(denied))

@@ -8,7 +8,9 @@ use hcp_etcd_admission::admission::{self, DecisionInput};
 use super::{input, DecisionArgs};
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Example:\n  hcp-etcd-admission review --now 2026-11-29T15:00:00Z tests/reviews/hcpetcdbackup-create-s3.json\n  kubectl create -f backup.yaml --dry-run=server  # sends the same review in a cluster")]
+#[command(
+    after_help = "Example:\n  hcp-etcd-admission review --now 2026-11-29T15:00:00Z tests/reviews/hcpetcdbackup-create-s3.json\n  kubectl create -f backup.yaml --dry-run=server  # sends the same review in a cluster"
+)]
 pub struct ReviewArgs {
     #[command(flatten)]
     pub decision: DecisionArgs,
@@ -23,9 +25,17 @@ pub fn run(args: &ReviewArgs) -> anyhow::Result<i32> {
     let now = args.decision.now()?;
     let docs = input::read_documents(&args.file)?;
     let [doc] = docs.as_slice() else {
-        anyhow::bail!("{}: expected exactly one AdmissionReview, found {} documents", args.file.display(), docs.len());
+        anyhow::bail!(
+            "{}: expected exactly one AdmissionReview, found {} documents",
+            args.file.display(),
+            docs.len()
+        );
     };
-    let decision = DecisionInput { settings: &settings, now, expect: None };
+    let decision = DecisionInput {
+        settings: &settings,
+        now,
+        expect: None,
+    };
     match admission::review(doc, &decision) {
         Ok(response) => {
             println!("{}", serde_json::to_string_pretty(&response)?);

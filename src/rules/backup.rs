@@ -74,11 +74,17 @@ pub fn check(obj: &Value, old: Option<&Value>, _ctx: &RuleContext<'_>, f: &mut F
     }
     for block in ["s3", "azureBlob"] {
         let pointer = format!("/spec/storage/{block}/keyPrefix");
-        let Some(prefix) = changed_str(obj, old, &pointer) else { continue };
+        let Some(prefix) = changed_str(obj, old, &pointer) else {
+            continue;
+        };
         let field = format!("spec.storage.{block}.keyPrefix");
         let effective = prefix.strip_suffix('/').unwrap_or(prefix);
         if effective.len() > MAX_KEY_PREFIX {
-            let limit = if block == "s3" { "S3 object key" } else { "Azure blob name" };
+            let limit = if block == "s3" {
+                "S3 object key"
+            } else {
+                "Azure blob name"
+            };
             f.deny(
                 &KEY_PREFIX_LENGTH,
                 FieldError::too_long(&field, MAX_KEY_PREFIX as u64).with_detail(format!(
@@ -89,9 +95,23 @@ pub fn check(obj: &Value, old: Option<&Value>, _ctx: &RuleContext<'_>, f: &mut F
         }
         let segments: Vec<&str> = effective.split('/').collect();
         if prefix.starts_with('/') {
-            f.warn(&KEY_PREFIX_SEGMENTS, &field, format!("{} starts with \"/\": the object key will begin with an empty segment", go_quote(prefix)));
+            f.warn(
+                &KEY_PREFIX_SEGMENTS,
+                &field,
+                format!(
+                    "{} starts with \"/\": the object key will begin with an empty segment",
+                    go_quote(prefix)
+                ),
+            );
         } else if prefix.contains("//") {
-            f.warn(&KEY_PREFIX_SEGMENTS, &field, format!("{} contains \"//\": the object key will contain an empty segment", go_quote(prefix)));
+            f.warn(
+                &KEY_PREFIX_SEGMENTS,
+                &field,
+                format!(
+                    "{} contains \"//\": the object key will contain an empty segment",
+                    go_quote(prefix)
+                ),
+            );
         }
         if segments.iter().any(|s| *s == "." || *s == "..") {
             f.warn(
@@ -102,7 +122,10 @@ pub fn check(obj: &Value, old: Option<&Value>, _ctx: &RuleContext<'_>, f: &mut F
         }
     }
     if let Some(url) = changed_str(obj, old, "/spec/storage/azureBlob/encryptionKeyURL") {
-        let host = url.strip_prefix("https://").and_then(|r| r.split('/').next()).unwrap_or("");
+        let host = url
+            .strip_prefix("https://")
+            .and_then(|r| r.split('/').next())
+            .unwrap_or("");
         let sovereign = SOVEREIGN_SUFFIXES.iter().any(|s| host.ends_with(s));
         if sovereign {
             f.warn(
@@ -124,7 +147,15 @@ mod tests {
     fn run(obj: Value, old: Option<Value>) -> Findings {
         let s = Settings::default();
         let mut f = Findings::default();
-        check(&obj, old.as_ref(), &RuleContext { settings: &s, now: 0 }, &mut f);
+        check(
+            &obj,
+            old.as_ref(),
+            &RuleContext {
+                settings: &s,
+                now: 0,
+            },
+            &mut f,
+        );
         f
     }
 
@@ -134,17 +165,34 @@ mod tests {
         let obj = json!({"metadata":{"name": long}});
         assert_eq!(run(obj.clone(), None).errors.len(), 1);
         assert!(run(obj.clone(), Some(obj)).errors.is_empty());
-        assert!(run(json!({"metadata":{"name": "a".repeat(63)}}), None).errors.is_empty());
+        assert!(run(json!({"metadata":{"name": "a".repeat(63)}}), None)
+            .errors
+            .is_empty());
     }
 
     #[test]
     fn key_prefix_limits_and_warnings() {
         let ok = "p".repeat(1010);
-        assert!(run(json!({"spec":{"storage":{"s3":{"keyPrefix": format!("{ok}/")}}}}), None).errors.is_empty());
-        let f = run(json!({"spec":{"storage":{"azureBlob":{"keyPrefix": format!("{ok}x")}}}}), None);
+        assert!(run(
+            json!({"spec":{"storage":{"s3":{"keyPrefix": format!("{ok}/")}}}}),
+            None
+        )
+        .errors
+        .is_empty());
+        let f = run(
+            json!({"spec":{"storage":{"azureBlob":{"keyPrefix": format!("{ok}x")}}}}),
+            None,
+        );
         assert_eq!(f.errors.len(), 1);
-        assert!(f.errors[0].to_string().contains("Azure blob name"), "{}", f.errors[0]);
-        let f = run(json!({"spec":{"storage":{"s3":{"keyPrefix": "/a//./b"}}}}), None);
+        assert!(
+            f.errors[0].to_string().contains("Azure blob name"),
+            "{}",
+            f.errors[0]
+        );
+        let f = run(
+            json!({"spec":{"storage":{"s3":{"keyPrefix": "/a//./b"}}}}),
+            None,
+        );
         assert_eq!(f.warnings.len(), 2, "{:?}", f.warnings);
     }
 }

@@ -18,7 +18,10 @@ const RESERVED_SUFFIXES: &[&str] = &["-s3alias", "--ol-s3", ".mrap", "--x-s3", "
 
 fn is_ipv4(s: &str) -> bool {
     let parts: Vec<&str> = s.split('.').collect();
-    parts.len() == 4 && parts.iter().all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
+    parts.len() == 4
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Every naming problem of `bucket`, as sentences.
@@ -44,7 +47,9 @@ pub fn problems(bucket: &str) -> Vec<String> {
 }
 
 pub fn check(obj: &Value, old: Option<&Value>, f: &mut Findings) {
-    let Some(bucket) = changed_str(obj, old, "/spec/storage/s3/bucket") else { return };
+    let Some(bucket) = changed_str(obj, old, "/spec/storage/s3/bucket") else {
+        return;
+    };
     for p in problems(bucket) {
         f.deny(
             &BUCKET_NAMING,
@@ -63,10 +68,29 @@ mod tests {
 
     #[test]
     fn aws_rules() {
-        for ok in ["my-bucket", "a.b.c", "xn-a", "bucket-s3", "1.2.3", "192.168.5.4a"] {
+        for ok in [
+            "my-bucket",
+            "a.b.c",
+            "xn-a",
+            "bucket-s3",
+            "1.2.3",
+            "192.168.5.4a",
+        ] {
             assert!(problems(ok).is_empty(), "{ok}");
         }
-        for bad in ["192.168.5.4", "xn--abc", "sthree-x", "amzn-s3-demo-x", "x-s3alias", "x--ol-s3", "x.mrap", "x--x-s3", "a.-b", "a-.b", "t--table-s3"] {
+        for bad in [
+            "192.168.5.4",
+            "xn--abc",
+            "sthree-x",
+            "amzn-s3-demo-x",
+            "x-s3alias",
+            "x--ol-s3",
+            "x.mrap",
+            "x--x-s3",
+            "a.-b",
+            "a-.b",
+            "t--table-s3",
+        ] {
             assert_eq!(problems(bad).len(), 1, "{bad}");
         }
     }

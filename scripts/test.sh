@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, CRD drift, the Wasm build of the
+# decision core, and every test. CI runs exactly this (after .ci/run installs
+# what it needs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hcp-etcd-admission/target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (all targets, -D warnings)"
+cargo clippy --locked --all-targets -- -D warnings
+
+step "CRD drift check (crds/ must match src/api)"
+cargo run --locked --quiet -- crd --check
+
+step "decision core builds for wasm32-wasip1 (no I/O below the shells)"
+cargo build --locked --lib --target wasm32-wasip1 --no-default-features
+
+step "cargo test"
+cargo test --locked --all-targets

@@ -11,8 +11,12 @@
 pub mod admission;
 pub mod api;
 pub mod catalog;
+#[cfg(feature = "cli")]
+pub mod certs;
 pub mod crd;
 pub mod rules;
 pub mod schema;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod settings;
 pub mod time;

@@ -18,6 +18,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Serve the admission webhooks over HTTPS.
+    Serve(Box<cli::serve::ServeArgs>),
+    /// Generate a CA and serving certificate for the webhook Service.
+    Certs(cli::certs::CertsArgs),
     /// Answer one AdmissionReview (JSON or YAML) exactly as the webhook would.
     Review(cli::review::ReviewArgs),
     /// Check every object in YAML/JSON files as a CREATE; exit 1 if any is denied.
@@ -31,6 +35,8 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Serve(a) => cli::serve::run(a),
+        Command::Certs(a) => cli::certs::run(a),
         Command::Review(a) => cli::review::run(a),
         Command::Check(a) => cli::check::run(a),
         Command::Crd(a) => cli::crd::run(a),

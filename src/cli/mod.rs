@@ -1,10 +1,12 @@
 //! The command-line shell: reads files, calls the decision core, writes
 //! output. Nothing here decides anything.
 
+pub mod certs;
 pub mod check;
 pub mod crd;
 pub mod input;
 pub mod review;
+pub mod serve;
 
 use anyhow::Context as _;
 use hcp_etcd_admission::settings::Settings;

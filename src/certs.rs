@@ -1,0 +1,128 @@
+//! Certificate generation (rcgen): a CA and a serving certificate signed by
+//! it. Used by `certs` (Service DNS names for a cluster) and by `serve`
+//! without TLS files (a development pair for localhost/127.0.0.1).
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+/// Errors while generating or writing certificates.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error("generating a certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// PEM files of a generated set.
+#[derive(Debug, Clone)]
+pub struct GeneratedCerts {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// Paths of a set written to a directory.
+#[derive(Debug, Clone)]
+pub struct CertPaths {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl CertPaths {
+    pub fn in_dir(dir: &Path) -> Self {
+        Self {
+            ca: dir.join("ca.crt"),
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+        }
+    }
+}
+
+/// A CA (`<ca_name>`) and a serving certificate for `names` (DNS names or IPs).
+pub fn generate(ca_name: &str, names: &[String], days: i64) -> Result<GeneratedCerts, CertError> {
+    // Backdated a day so a skewed clock does not reject a fresh certificate.
+    let start = time::OffsetDateTime::now_utc() - time::Duration::days(1);
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.distinguished_name.push(DnType::CommonName, ca_name);
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    ca.not_before = start;
+    ca.not_after = start + days_duration(days + 365);
+    let ca_key = KeyPair::generate()?;
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+
+    let mut leaf = CertificateParams::new(names.to_vec())?;
+    leaf.distinguished_name.push(
+        DnType::CommonName,
+        names
+            .first()
+            .map(String::as_str)
+            .unwrap_or("hcp-etcd-admission"),
+    );
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    leaf.not_before = start;
+    leaf.not_after = start + days_duration(days);
+    let leaf_key = KeyPair::generate()?;
+    let leaf_cert = leaf.signed_by(&leaf_key, &issuer)?;
+    Ok(GeneratedCerts {
+        ca_pem: ca_cert.pem(),
+        cert_pem: leaf_cert.pem(),
+        key_pem: leaf_key.serialize_pem(),
+    })
+}
+
+fn days_duration(days: i64) -> time::Duration {
+    time::Duration::days(days)
+}
+
+/// Writes a set as `ca.crt`, `tls.crt`, `tls.key` (key mode 0600).
+pub fn write(dir: &Path, certs: &GeneratedCerts) -> Result<CertPaths, CertError> {
+    let paths = CertPaths::in_dir(dir);
+    let w = |path: &Path, data: &str| {
+        std::fs::write(path, data).map_err(|source| CertError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    std::fs::create_dir_all(dir).map_err(|source| CertError::Write {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    w(&paths.ca, &certs.ca_pem)?;
+    w(&paths.cert, &certs.cert_pem)?;
+    w(&paths.key, &certs.key_pem)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&paths.key, std::fs::Permissions::from_mode(0o600));
+    }
+    Ok(paths)
+}
+
+/// The DNS names a Service answers to.
+pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
+    vec![
+        service.to_string(),
+        format!("{service}.{namespace}"),
+        format!("{service}.{namespace}.svc"),
+        format!("{service}.{namespace}.svc.cluster.local"),
+    ]
+}

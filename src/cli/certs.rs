@@ -1,0 +1,73 @@
+//! `certs`: a CA and a serving certificate for the webhook Service, and the
+//! caBundle for the webhook configurations.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use hcp_etcd_admission::certs;
+
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Example:\n  hcp-etcd-admission certs --service hcp-etcd-admission --namespace hcp-etcd-admission --out certs --inject webhooks/base"
+)]
+pub struct CertsArgs {
+    /// Service name.
+    #[arg(long, default_value = "hcp-etcd-admission")]
+    pub service: String,
+    /// Service namespace.
+    #[arg(long, default_value = "hcp-etcd-admission")]
+    pub namespace: String,
+    /// Output directory (ca.crt, tls.crt, tls.key).
+    #[arg(long, value_name = "DIR", default_value = "certs")]
+    pub out: PathBuf,
+    /// Serving certificate lifetime in days.
+    #[arg(long, default_value_t = 365)]
+    pub days: i64,
+    /// Write the caBundle into every webhook configuration YAML in this directory.
+    #[arg(long, value_name = "DIR")]
+    pub inject: Option<PathBuf>,
+}
+
+pub fn run(args: &CertsArgs) -> anyhow::Result<i32> {
+    let names = certs::service_names(&args.service, &args.namespace);
+    let generated = certs::generate(&format!("{} CA", args.service), &names, args.days)?;
+    let paths = certs::write(&args.out, &generated)?;
+    let bundle = base64::engine::general_purpose::STANDARD.encode(generated.ca_pem.as_bytes());
+    eprintln!(
+        "wrote {}, {}, {}",
+        paths.ca.display(),
+        paths.cert.display(),
+        paths.key.display()
+    );
+    if let Some(dir) = &args.inject {
+        let mut n = 0;
+        for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+            let path = entry?.path();
+            if path.extension().is_none_or(|e| e != "yaml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path)?;
+            if !text.contains("WebhookConfiguration") || !text.contains("caBundle:") {
+                continue;
+            }
+            let replaced: Vec<String> = text
+                .lines()
+                .map(|l| match l.find("caBundle:") {
+                    Some(i) => format!("{}caBundle: {bundle}", &l[..i]),
+                    None => l.to_string(),
+                })
+                .collect();
+            std::fs::write(&path, replaced.join("\n") + "\n")?;
+            eprintln!("injected caBundle into {}", path.display());
+            n += 1;
+        }
+        anyhow::ensure!(
+            n > 0,
+            "no webhook configuration with a caBundle field in {}",
+            dir.display()
+        );
+    }
+    println!("{bundle}");
+    Ok(0)
+}

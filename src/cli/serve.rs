@@ -1,0 +1,116 @@
+//! `serve`: the HTTPS webhook. Without TLS files it makes a development CA
+//! and serving certificate under `certs/dev/` so it works out of the box.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use anyhow::Context as _;
+use hcp_etcd_admission::{
+    certs,
+    server::{shutdown_signal, ServeOptions, Server},
+};
+
+use super::DecisionArgs;
+
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Example:\n  hcp-etcd-admission serve\n  curl --cacert certs/dev/ca.crt -H 'Content-Type: application/json' \\\n       --data @tests/reviews/hcpetcdbackup-create-s3.json https://127.0.0.1:8443/validate/hcpetcdbackups"
+)]
+pub struct ServeArgs {
+    /// Address to listen on (in a cluster the manifests pass 0.0.0.0:8443).
+    #[arg(long, default_value = "127.0.0.1:8443", env = "HCP_ADMISSION_LISTEN")]
+    pub listen: SocketAddr,
+    /// Serving certificate (PEM). Reloaded without restart when it changes.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Serving key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub client_ca: Option<PathBuf>,
+    /// Where the development certificate goes when no TLS files are given.
+    #[arg(long, value_name = "DIR", default_value = "certs/dev")]
+    pub dev_cert_dir: PathBuf,
+    /// Seconds between certificate file checks.
+    #[arg(long, default_value_t = 2)]
+    pub reload_interval_seconds: u64,
+    /// Admission reviews decided at once.
+    #[arg(long, default_value_t = 256)]
+    pub max_concurrent: usize,
+    /// Seconds in-flight requests get after SIGTERM.
+    #[arg(long, default_value_t = 20)]
+    pub shutdown_grace_seconds: u64,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Json)]
+    pub log_format: LogFormat,
+    #[command(flatten)]
+    pub decision: DecisionArgs,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
+    init_logging(args.log_format);
+    let settings = args.decision.settings()?;
+    let (cert, key) = match (&args.tls_cert, &args.tls_key) {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        _ => {
+            let names = vec![
+                "localhost".to_string(),
+                "127.0.0.1".to_string(),
+                "::1".to_string(),
+            ];
+            let generated = certs::generate("hcp-etcd-admission dev CA", &names, 30)?;
+            let paths = certs::write(&args.dev_cert_dir, &generated)?;
+            eprintln!(
+                "no --tls-cert/--tls-key given: made a development certificate for localhost/127.0.0.1\n  CA: {}\n  try: curl --cacert {} https://{}/healthz",
+                paths.ca.display(),
+                paths.ca.display(),
+                args.listen
+            );
+            (paths.cert, paths.key)
+        }
+    };
+    let opts = ServeOptions {
+        listen: args.listen,
+        tls_cert: cert,
+        tls_key: key,
+        client_ca: args.client_ca.clone(),
+        settings,
+        reload_interval: Duration::from_secs(args.reload_interval_seconds.max(1)),
+        max_concurrent: args.max_concurrent,
+        shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
+    runtime.block_on(async move {
+        let server = Server::bind(opts).await?;
+        let addr = server
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        tracing::info!(listen = %addr, "serving admission webhooks over HTTPS");
+        eprintln!("listening on https://{addr}");
+        server.serve(shutdown_signal()).await;
+        tracing::info!("stopped");
+        anyhow::Ok(0)
+    })
+}

@@ -49,6 +49,25 @@ impl CertPaths {
 
 /// A CA (`<ca_name>`) and a serving certificate for `names` (DNS names or IPs).
 pub fn generate(ca_name: &str, names: &[String], days: i64) -> Result<GeneratedCerts, CertError> {
+    generate_for(ca_name, names, days, ExtendedKeyUsagePurpose::ServerAuth)
+}
+
+/// A CA and a client certificate with common name `names[0]` (as kube-apiserver
+/// presents to webhooks that require client certificates).
+pub fn generate_client(
+    ca_name: &str,
+    names: &[String],
+    days: i64,
+) -> Result<GeneratedCerts, CertError> {
+    generate_for(ca_name, names, days, ExtendedKeyUsagePurpose::ClientAuth)
+}
+
+fn generate_for(
+    ca_name: &str,
+    names: &[String],
+    days: i64,
+    usage: ExtendedKeyUsagePurpose,
+) -> Result<GeneratedCerts, CertError> {
     // Backdated a day so a skewed clock does not reject a fresh certificate.
     let start = time::OffsetDateTime::now_utc() - time::Duration::days(1);
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
@@ -73,7 +92,7 @@ pub fn generate(ca_name: &str, names: &[String], days: i64) -> Result<GeneratedC
             .map(String::as_str)
             .unwrap_or("hcp-etcd-admission"),
     );
-    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.extended_key_usages = vec![usage];
     leaf.key_usages = vec![
         KeyUsagePurpose::DigitalSignature,
         KeyUsagePurpose::KeyEncipherment,

@@ -4,6 +4,8 @@
 //! are held to the same expectations.
 #![allow(dead_code)]
 
+pub mod https;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};

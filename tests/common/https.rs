@@ -1,0 +1,184 @@
+//! A real HTTPS client for the server tests: tokio-rustls + hyper 1, trusting
+//! only the CA it is given (and presenting a client certificate when asked).
+#![allow(dead_code)]
+
+use std::{net::SocketAddr, sync::Arc};
+
+use http_body_util::{BodyExt, Full};
+use hyper::{body::Bytes, Request};
+use hyper_util::rt::TokioIo;
+use rustls::{
+    pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer, ServerName},
+    ClientConfig, RootCertStore,
+};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+pub fn install_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+pub struct Client {
+    config: Arc<ClientConfig>,
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub body: Vec<u8>,
+    /// The leaf certificate the server presented (DER).
+    pub server_cert: Vec<u8>,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+impl Client {
+    /// Trusts every CA in `ca_pems`; presents `client` (cert, key) if given.
+    pub fn new(ca_pems: &[&str], client: Option<(&str, &str)>) -> Self {
+        install_provider();
+        let mut roots = RootCertStore::empty();
+        for pem in ca_pems {
+            for c in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                roots.add(c.expect("CA PEM")).expect("add CA");
+            }
+        }
+        let builder = ClientConfig::builder().with_root_certificates(roots);
+        let config = match client {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => {
+                let chain: Vec<CertificateDer<'static>> =
+                    CertificateDer::pem_slice_iter(cert.as_bytes())
+                        .collect::<Result<_, _>>()
+                        .expect("client cert");
+                let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("client key");
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .expect("client auth")
+            }
+        };
+        let mut config = config;
+        // Fresh handshakes only: a resumed session would hide a rotated certificate.
+        config.resumption = rustls::client::Resumption::disabled();
+        Self {
+            config: Arc::new(config),
+        }
+    }
+
+    /// Writes a POST by hand (ignoring write errors, as Go's client does when
+    /// the server answers early) and reads the status code and body.
+    pub async fn raw_post(
+        &self,
+        addr: SocketAddr,
+        path: &str,
+        body: &[u8],
+    ) -> Result<(u16, String), String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let tcp = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let mut tls = TlsConnector::from(self.config.clone())
+            .connect(
+                ServerName::try_from("localhost").map_err(|e| e.to_string())?,
+                tcp,
+            )
+            .await
+            .map_err(|e| format!("tls: {e}"))?;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = tls.write_all(head.as_bytes()).await;
+        let _ = tls.write_all(body).await;
+        let _ = tls.flush().await;
+        let mut out = Vec::new();
+        let _ = tls.read_to_end(&mut out).await;
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let status = text
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("no status line in {text:?}"))?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Ok((status, body))
+    }
+
+    /// One request on a fresh connection.
+    pub async fn request(
+        &self,
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<Reply, String> {
+        let tcp = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let tls = TlsConnector::from(self.config.clone())
+            .connect(
+                ServerName::try_from("localhost").map_err(|e| e.to_string())?,
+                tcp,
+            )
+            .await
+            .map_err(|e| format!("tls: {e}"))?;
+        let server_cert = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| c.as_ref().to_vec())
+            .unwrap_or_default();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+        tokio::spawn(conn);
+        sender.ready().await.map_err(|e| format!("ready: {e}"))?;
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| e.to_string())?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| format!("send: {e}"))?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("body: {e}"))?
+            .to_bytes()
+            .to_vec();
+        Ok(Reply {
+            status,
+            body,
+            server_cert,
+        })
+    }
+
+    pub async fn post_json(
+        &self,
+        addr: SocketAddr,
+        path: &str,
+        v: &serde_json::Value,
+    ) -> Result<Reply, String> {
+        self.request(
+            addr,
+            "POST",
+            path,
+            serde_json::to_vec(v).unwrap_or_default(),
+        )
+        .await
+    }
+}

@@ -18,25 +18,14 @@ pub struct Entry {
 }
 
 fn collect(schema: &Value, path: &str, objects: &str, prefix: &str, out: &mut Vec<Entry>) {
-    if let Some(rules) = schema
-        .get("x-kubernetes-validations")
-        .and_then(Value::as_array)
-    {
+    if let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
         for (i, r) in rules.iter().enumerate() {
-            let field = if path.is_empty() {
-                "(root)".to_string()
-            } else {
-                path.to_string()
-            };
+            let field = if path.is_empty() { "(root)".to_string() } else { path.to_string() };
             out.push(Entry {
                 id: format!("{prefix}.{field}#{}", i + 1),
                 objects: objects.to_string(),
                 field,
-                message: r
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
+                message: r.get("message").and_then(Value::as_str).unwrap_or_default().to_string(),
                 origin: "upstream (CEL)",
                 severity: "deny",
             });
@@ -44,11 +33,7 @@ fn collect(schema: &Value, path: &str, objects: &str, prefix: &str, out: &mut Ve
     }
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
         for (k, v) in props {
-            let p = if path.is_empty() {
-                k.clone()
-            } else {
-                format!("{path}.{k}")
-            };
+            let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
             collect(v, &p, objects, prefix, out);
         }
     }
@@ -60,20 +45,8 @@ fn collect(schema: &Value, path: &str, objects: &str, prefix: &str, out: &mut Ve
 /// Every rule, upstream first.
 pub fn entries() -> Vec<Entry> {
     let mut out = Vec::new();
-    collect(
-        &crd::hcpetcdbackup_schema(),
-        "",
-        "HCPEtcdBackup",
-        "upstream.hcpetcdbackup",
-        &mut out,
-    );
-    collect(
-        &crd::hostedcluster_schema(),
-        "",
-        "HostedCluster, HostedControlPlane",
-        "upstream.hostedcluster",
-        &mut out,
-    );
+    collect(&crd::hcpetcdbackup_schema(), "", "HCPEtcdBackup", "upstream.hcpetcdbackup", &mut out);
+    collect(&crd::hostedcluster_schema(), "", "HostedCluster, HostedControlPlane", "upstream.hostedcluster", &mut out);
     for r in BEYOND_RULES {
         out.push(Entry {
             id: r.id.to_string(),
@@ -89,7 +62,9 @@ pub fn entries() -> Vec<Entry> {
 
 /// The README table (Markdown).
 pub fn markdown_table() -> String {
-    let mut s = String::from("| id | object | field | message / what is accepted | origin | action |\n|---|---|---|---|---|---|\n");
+    let mut s = String::from(
+        "| id | object | field | message / what is accepted | origin | action |\n|---|---|---|---|---|---|\n",
+    );
     for e in entries() {
         let esc = |t: &str| t.replace('|', "\\|");
         s.push_str(&format!(

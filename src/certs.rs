@@ -5,8 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
 
 /// Errors while generating or writing certificates.
@@ -15,10 +14,7 @@ pub enum CertError {
     #[error("generating a certificate: {0}")]
     Generate(#[from] rcgen::Error),
     #[error("writing {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Write { path: PathBuf, source: std::io::Error },
 }
 
 /// PEM files of a generated set.
@@ -39,11 +35,7 @@ pub struct CertPaths {
 
 impl CertPaths {
     pub fn in_dir(dir: &Path) -> Self {
-        Self {
-            ca: dir.join("ca.crt"),
-            cert: dir.join("tls.crt"),
-            key: dir.join("tls.key"),
-        }
+        Self { ca: dir.join("ca.crt"), cert: dir.join("tls.crt"), key: dir.join("tls.key") }
     }
 }
 
@@ -54,11 +46,7 @@ pub fn generate(ca_name: &str, names: &[String], days: i64) -> Result<GeneratedC
 
 /// A CA and a client certificate with common name `names[0]` (as kube-apiserver
 /// presents to webhooks that require client certificates).
-pub fn generate_client(
-    ca_name: &str,
-    names: &[String],
-    days: i64,
-) -> Result<GeneratedCerts, CertError> {
+pub fn generate_client(ca_name: &str, names: &[String], days: i64) -> Result<GeneratedCerts, CertError> {
     generate_for(ca_name, names, days, ExtendedKeyUsagePurpose::ClientAuth)
 }
 
@@ -73,11 +61,7 @@ fn generate_for(
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.distinguished_name.push(DnType::CommonName, ca_name);
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     ca.not_before = start;
     ca.not_after = start + days_duration(days + 365);
     let ca_key = KeyPair::generate()?;
@@ -85,27 +69,14 @@ fn generate_for(
     let issuer = Issuer::new(ca, ca_key);
 
     let mut leaf = CertificateParams::new(names.to_vec())?;
-    leaf.distinguished_name.push(
-        DnType::CommonName,
-        names
-            .first()
-            .map(String::as_str)
-            .unwrap_or("hcp-etcd-admission"),
-    );
+    leaf.distinguished_name.push(DnType::CommonName, names.first().map(String::as_str).unwrap_or("hcp-etcd-admission"));
     leaf.extended_key_usages = vec![usage];
-    leaf.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
     leaf.not_before = start;
     leaf.not_after = start + days_duration(days);
     let leaf_key = KeyPair::generate()?;
     let leaf_cert = leaf.signed_by(&leaf_key, &issuer)?;
-    Ok(GeneratedCerts {
-        ca_pem: ca_cert.pem(),
-        cert_pem: leaf_cert.pem(),
-        key_pem: leaf_key.serialize_pem(),
-    })
+    Ok(GeneratedCerts { ca_pem: ca_cert.pem(), cert_pem: leaf_cert.pem(), key_pem: leaf_key.serialize_pem() })
 }
 
 fn days_duration(days: i64) -> time::Duration {
@@ -116,15 +87,9 @@ fn days_duration(days: i64) -> time::Duration {
 pub fn write(dir: &Path, certs: &GeneratedCerts) -> Result<CertPaths, CertError> {
     let paths = CertPaths::in_dir(dir);
     let w = |path: &Path, data: &str| {
-        std::fs::write(path, data).map_err(|source| CertError::Write {
-            path: path.to_path_buf(),
-            source,
-        })
+        std::fs::write(path, data).map_err(|source| CertError::Write { path: path.to_path_buf(), source })
     };
-    std::fs::create_dir_all(dir).map_err(|source| CertError::Write {
-        path: dir.to_path_buf(),
-        source,
-    })?;
+    std::fs::create_dir_all(dir).map_err(|source| CertError::Write { path: dir.to_path_buf(), source })?;
     w(&paths.ca, &certs.ca_pem)?;
     w(&paths.cert, &certs.cert_pem)?;
     w(&paths.key, &certs.key_pem)?;

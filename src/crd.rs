@@ -42,9 +42,7 @@ fn normalize(v: &mut Value) {
 }
 
 fn schema_of(crd: Value) -> Value {
-    crd.pointer("/spec/versions/0/schema/openAPIV3Schema")
-        .cloned()
-        .unwrap_or(Value::Null)
+    crd.pointer("/spec/versions/0/schema/openAPIV3Schema").cloned().unwrap_or(Value::Null)
 }
 
 /// The openAPIV3Schema of HCPEtcdBackup.

@@ -14,6 +14,8 @@ pub mod catalog;
 #[cfg(feature = "cli")]
 pub mod certs;
 pub mod crd;
+pub mod lookup;
+pub mod mutate;
 pub mod rules;
 pub mod schema;
 #[cfg(feature = "server")]

@@ -17,6 +17,21 @@ pub struct Settings {
     /// A presigned restore URL that expires within this many seconds gets a
     /// warning. Default: 900 (15 minutes).
     pub restore_url_expiry_warning_seconds: u64,
+    /// Image of the injected `etcd-init` container. Default: the etcd
+    /// container's own image (it must carry `sh`, `curl` and `etcdutl` or
+    /// `etcdctl`; the OpenShift etcd image does, upstream's distroless one does not).
+    pub etcd_init_image: Option<String>,
+    /// Largest snapshot etcd-init downloads, bytes. Default 16 GiB.
+    pub restore_max_bytes: u64,
+    /// Longest a snapshot download may take, seconds. Default 1800.
+    pub restore_max_time_seconds: u64,
+    /// etcd-init CPU request. Default `100m`.
+    pub restore_cpu_request: String,
+    /// etcd-init memory request. Default `512Mi`.
+    pub restore_memory_request: String,
+    /// etcd-init memory limit: a restore needs about 1.3 × the database size;
+    /// the default `10Gi` covers etcd's 8 GiB quota.
+    pub restore_memory_limit: String,
 }
 
 impl Default for Settings {
@@ -24,8 +39,22 @@ impl Default for Settings {
         Self {
             allow_s3_restore_url: false,
             restore_url_expiry_warning_seconds: 900,
+            etcd_init_image: None,
+            restore_max_bytes: 16 * 1024 * 1024 * 1024,
+            restore_max_time_seconds: 1800,
+            restore_cpu_request: "100m".to_string(),
+            restore_memory_request: "512Mi".to_string(),
+            restore_memory_limit: "10Gi".to_string(),
         }
     }
+}
+
+fn is_quantity(s: &str) -> bool {
+    let digits = s.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let suffix = &s[digits.len()..];
+    !digits.is_empty()
+        && digits.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && ["", "m", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti"].contains(&suffix)
 }
 
 /// Upper bound for the expiry warning window: a week (longer is a typo).
@@ -41,6 +70,42 @@ impl Settings {
                 self.restore_url_expiry_warning_seconds
             ));
         }
+        if self.etcd_init_image.as_deref().is_some_and(|i| i.trim().is_empty() || i.chars().any(char::is_whitespace)) {
+            problems.push("etcdInitImage: must be an image reference without whitespace".to_string());
+        }
+        if self.restore_max_bytes == 0 {
+            problems.push("restoreMaxBytes: must be positive".to_string());
+        }
+        if self.restore_max_time_seconds == 0 {
+            problems.push("restoreMaxTimeSeconds: must be positive".to_string());
+        }
+        for (key, v) in [
+            ("restoreCpuRequest", &self.restore_cpu_request),
+            ("restoreMemoryRequest", &self.restore_memory_request),
+            ("restoreMemoryLimit", &self.restore_memory_limit),
+        ] {
+            if !is_quantity(v) {
+                problems.push(format!("{key}: {v:?} is not a Kubernetes quantity (e.g. 100m, 512Mi, 10Gi)"));
+            }
+        }
+        if self.etcd_init_image.as_deref().is_some_and(|i| i.trim().is_empty() || i.chars().any(char::is_whitespace)) {
+            problems.push("etcdInitImage: must be an image reference without whitespace".to_string());
+        }
+        if self.restore_max_bytes == 0 {
+            problems.push("restoreMaxBytes: must be positive".to_string());
+        }
+        if self.restore_max_time_seconds == 0 {
+            problems.push("restoreMaxTimeSeconds: must be positive".to_string());
+        }
+        for (key, v) in [
+            ("restoreCpuRequest", &self.restore_cpu_request),
+            ("restoreMemoryRequest", &self.restore_memory_request),
+            ("restoreMemoryLimit", &self.restore_memory_limit),
+        ] {
+            if !is_quantity(v) {
+                problems.push(format!("{key}: {v:?} is not a Kubernetes quantity (e.g. 100m, 512Mi, 10Gi)"));
+            }
+        }
         if problems.is_empty() {
             Ok(())
         } else {
@@ -50,10 +115,8 @@ impl Settings {
 
     /// Parses settings from JSON, with readable errors for unknown keys and bad values.
     pub fn from_json(v: &serde_json::Value) -> Result<Self, String> {
-        let s: Settings =
-            serde_json::from_value(v.clone()).map_err(|e| format!("invalid settings: {e}"))?;
-        s.validate()
-            .map_err(|p| format!("invalid settings: {}", p.join("; ")))?;
+        let s: Settings = serde_json::from_value(v.clone()).map_err(|e| format!("invalid settings: {e}"))?;
+        s.validate().map_err(|p| format!("invalid settings: {}", p.join("; ")))?;
         Ok(s)
     }
 }

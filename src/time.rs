@@ -32,11 +32,7 @@ fn civil(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64) -> Option<i64> {
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
     let s = s.trim();
     let date = s.get(0..10)?;
-    let (y, mo, d) = (
-        num(date.get(0..4)?)?,
-        num(date.get(5..7)?)?,
-        num(date.get(8..10)?)?,
-    );
+    let (y, mo, d) = (num(date.get(0..4)?)?, num(date.get(5..7)?)?, num(date.get(8..10)?)?);
     if date.as_bytes().get(4) != Some(&b'-') || date.as_bytes().get(7) != Some(&b'-') {
         return None;
     }
@@ -49,11 +45,7 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
         return None;
     }
     let clock = rest.get(1..9)?;
-    let (h, mi, sec) = (
-        num(clock.get(0..2)?)?,
-        num(clock.get(3..5)?)?,
-        num(clock.get(6..8)?)?,
-    );
+    let (h, mi, sec) = (num(clock.get(0..2)?)?, num(clock.get(3..5)?)?, num(clock.get(6..8)?)?);
     let mut tz = rest.get(9..)?;
     if let Some(frac) = tz.strip_prefix('.') {
         let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
@@ -108,12 +100,7 @@ pub fn format_rfc3339(t: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
-    )
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60)
 }
 
 #[cfg(test)]
@@ -123,29 +110,11 @@ mod tests {
     #[test]
     fn parses_and_formats() {
         assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(
-            parse_rfc3339("2026-11-29T15:00:00Z"),
-            parse_amz_date("20261129T150000Z")
-        );
-        assert_eq!(
-            parse_rfc3339("2026-11-29T16:00:00+01:00"),
-            parse_rfc3339("2026-11-29T15:00:00.123Z")
-        );
-        assert_eq!(
-            parse_rfc3339("2026-11-29"),
-            parse_rfc3339("2026-11-29T00:00:00Z")
-        );
-        assert_eq!(
-            format_rfc3339(parse_rfc3339("2024-02-29T23:59:59Z").unwrap_or(0)),
-            "2024-02-29T23:59:59Z"
-        );
-        for bad in [
-            "",
-            "2026-13-01T00:00:00Z",
-            "2026-11-29T15:00:00",
-            "yesterday",
-            "2026-11-29T15:00:00+0100",
-        ] {
+        assert_eq!(parse_rfc3339("2026-11-29T15:00:00Z"), parse_amz_date("20261129T150000Z"));
+        assert_eq!(parse_rfc3339("2026-11-29T16:00:00+01:00"), parse_rfc3339("2026-11-29T15:00:00.123Z"));
+        assert_eq!(parse_rfc3339("2026-11-29"), parse_rfc3339("2026-11-29T00:00:00Z"));
+        assert_eq!(format_rfc3339(parse_rfc3339("2024-02-29T23:59:59Z").unwrap_or(0)), "2024-02-29T23:59:59Z");
+        for bad in ["", "2026-13-01T00:00:00Z", "2026-11-29T15:00:00", "yesterday", "2026-11-29T15:00:00+0100"] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }
         assert_eq!(parse_amz_date("20261129T150000"), None);

@@ -15,15 +15,7 @@ use hcp_etcd_admission::{
 fn library_review(case: &common::Case) -> serde_json::Value {
     let settings = Settings::from_json(&case.settings).expect("case settings");
     let now = parse_rfc3339(&case.now).expect("case now");
-    review(
-        &case.review,
-        &DecisionInput {
-            settings: &settings,
-            now,
-            expect: None,
-        },
-    )
-    .expect("a response")
+    review(&case.review, &DecisionInput { settings: &settings, lookup: None, now, expect: None }).expect("a response")
 }
 
 #[test]
@@ -34,21 +26,10 @@ fn conformance_suite_through_the_library() {
     for case in &cases {
         let problems = common::check_response(case, &library_review(case));
         if !problems.is_empty() {
-            failures.push(format!(
-                "{}: {}\n    {}",
-                case.file,
-                case.name,
-                problems.join("\n    ")
-            ));
+            failures.push(format!("{}: {}\n    {}", case.file, case.name, problems.join("\n    ")));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases failed:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
     eprintln!("{} conformance cases passed", cases.len());
 }
 
@@ -77,8 +58,7 @@ fn conformance_suite_through_the_review_binary() {
             ));
             continue;
         }
-        let got: serde_json::Value =
-            serde_json::from_slice(&out.stdout).expect("review prints JSON");
+        let got: serde_json::Value = serde_json::from_slice(&out.stdout).expect("review prints JSON");
         if got != library_review(case) {
             failures.push(format!("{}: binary and library disagree", case.name));
         }

@@ -25,10 +25,7 @@ fn spawn_serve(dir: &std::path::Path) -> (Child, SocketAddr) {
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
     let addr = loop {
-        let line = lines
-            .next()
-            .expect("serve printed its address")
-            .expect("line");
+        let line = lines.next().expect("serve printed its address").expect("line");
         if let Some(a) = line.strip_prefix("listening on https://") {
             break a.parse().expect("addr");
         }
@@ -44,32 +41,17 @@ async fn serve_makes_a_dev_certificate_and_drains_on_sigterm() {
     let (mut child, addr) = spawn_serve(&dir);
     let ca = std::fs::read_to_string(dir.join("ca.crt")).expect("dev CA written");
     let client = Client::new(&[&ca], None);
-    assert_eq!(
-        client
-            .request(addr, "GET", "/readyz", vec![])
-            .await
-            .expect("readyz")
-            .status,
-        200
-    );
+    assert_eq!(client.request(addr, "GET", "/readyz", vec![]).await.expect("readyz").status, 200);
 
     // Same answer as `review` for a sample from tests/.
-    let sample = std::fs::read(common::root().join("tests/reviews/hcpetcdbackup-create-s3.json"))
-        .expect("sample");
-    let wire = client
-        .request(addr, "POST", "/validate/hcpetcdbackups", sample.clone())
-        .await
-        .expect("post")
-        .json();
+    let sample = std::fs::read(common::root().join("tests/reviews/hcpetcdbackup-create-s3.json")).expect("sample");
+    let wire = client.request(addr, "POST", "/validate/hcpetcdbackups", sample.clone()).await.expect("post").json();
     let cli = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
         .args(["review", "tests/reviews/hcpetcdbackup-create-s3.json"])
         .current_dir(common::root())
         .output()
         .expect("review");
-    assert_eq!(
-        wire,
-        serde_json::from_slice::<serde_json::Value>(&cli.stdout).expect("json")
-    );
+    assert_eq!(wire, serde_json::from_slice::<serde_json::Value>(&cli.stdout).expect("json"));
 
     // Start a request, send half of its body, then SIGTERM.
     let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
@@ -79,15 +61,10 @@ async fn serve_makes_a_dev_certificate_and_drains_on_sigterm() {
         for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
             roots.add(c.expect("pem")).expect("root");
         }
-        rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth()
+        rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth()
     };
     let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-        .connect(
-            rustls::pki_types::ServerName::try_from("localhost").expect("name"),
-            tcp,
-        )
+        .connect(rustls::pki_types::ServerName::try_from("localhost").expect("name"), tcp)
         .await
         .expect("tls");
     let head = format!(
@@ -100,17 +77,10 @@ async fn serve_makes_a_dev_certificate_and_drains_on_sigterm() {
     tls.flush().await.expect("flush");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let pid = child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill")
-        .success());
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
-        client
-            .request(addr, "GET", "/healthz", vec![])
-            .await
-            .is_err(),
+        client.request(addr, "GET", "/healthz", vec![]).await.is_err(),
         "new connections must be refused after SIGTERM"
     );
     tls.write_all(&sample[half..]).await.expect("second half");
@@ -118,15 +88,9 @@ async fn serve_makes_a_dev_certificate_and_drains_on_sigterm() {
     let mut out = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut out)).await;
     let text = String::from_utf8_lossy(&out);
-    assert!(
-        text.starts_with("HTTP/1.1 200"),
-        "in-flight request was not completed: {text:?}"
-    );
+    assert!(text.starts_with("HTTP/1.1 200"), "in-flight request was not completed: {text:?}");
     assert!(text.contains("\"allowed\":true"), "{text}");
-    let status = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .expect("join")
-        .expect("wait");
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.expect("join").expect("wait");
     assert!(status.success(), "serve exited with {status:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -33,11 +33,8 @@ impl Running {
 }
 
 fn tempdir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "hcp-srv-{tag}-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
+    let d =
+        std::env::temp_dir().join(format!("hcp-srv-{tag}-{}-{:?}", std::process::id(), std::thread::current().id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("tmp");
     d
@@ -58,6 +55,7 @@ async fn start(dir: &Path, client_ca: Option<&Path>, reload: Duration) -> Runnin
         reload_interval: reload,
         max_concurrent: 64,
         shutdown_grace: Duration::from_secs(5),
+        context: None,
     };
     let server = Server::bind(opts).await.expect("bind");
     let addr = server.local_addr().expect("addr");
@@ -65,16 +63,11 @@ async fn start(dir: &Path, client_ca: Option<&Path>, reload: Duration) -> Runnin
     let task = tokio::spawn(server.serve(async {
         let _ = rx.await;
     }));
-    Running {
-        addr,
-        stop: Some(tx),
-        task,
-    }
+    Running { addr, stop: Some(tx), task }
 }
 
 fn review_file(name: &str) -> Value {
-    let text = std::fs::read_to_string(common::root().join("tests/reviews").join(name))
-        .expect("review file");
+    let text = std::fs::read_to_string(common::root().join("tests/reviews").join(name)).expect("review file");
     serde_json::from_str(&text).expect("json")
 }
 
@@ -89,54 +82,31 @@ async fn every_path_answers_like_review_on_the_wire() {
     // Every validating path, every case of the conformance suite for its resource:
     // the wire answer equals what the library (and so `review`) answers.
     let settings = Settings::default();
-    for case in common::load_cases()
-        .iter()
-        .filter(|c| c.settings.as_object().is_none_or(|o| o.is_empty()))
-    {
-        let resource = case.review["request"]["resource"]["resource"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+    for case in common::load_cases().iter().filter(|c| c.settings.as_object().is_none_or(|o| o.is_empty())) {
+        let resource = case.review["request"]["resource"]["resource"].as_str().unwrap_or_default().to_string();
         let now = hcp_etcd_admission::time::parse_rfc3339(&case.now).expect("now");
         // The server reads the real clock; only clock-independent cases compare exactly.
         if case.now != "2026-11-29T15:00:00Z" && case.now != "2026-11-29T15:10:00Z" {
             continue;
         }
-        let reply = client
-            .post_json(srv.addr, &format!("/validate/{resource}"), &case.review)
-            .await
-            .expect("request");
+        let reply = client.post_json(srv.addr, &format!("/validate/{resource}"), &case.review).await.expect("request");
         assert_eq!(reply.status, 200, "{}: {}", case.name, reply.text());
         let got = reply.json();
         let want = hcp_etcd_admission::admission::review(
             &case.review,
-            &hcp_etcd_admission::admission::DecisionInput {
-                settings: &settings,
-                now,
-                expect: None,
-            },
+            &hcp_etcd_admission::admission::DecisionInput { settings: &settings, lookup: None, now, expect: None },
         )
         .expect("library");
         if case.name.contains("URL") || case.name.contains("expir") {
-            assert_eq!(
-                got["response"]["allowed"], want["response"]["allowed"],
-                "{}",
-                case.name
-            );
+            assert_eq!(got["response"]["allowed"], want["response"]["allowed"], "{}", case.name);
         } else {
             assert_eq!(got, want, "{}", case.name);
         }
         assert_eq!(got["response"]["uid"], case.review["request"]["uid"]);
-        assert!(
-            got["response"].get("patchType").is_none(),
-            "no patchType without a patch"
-        );
+        assert!(got["response"].get("patchType").is_none(), "no patchType without a patch");
     }
     for path in ["/healthz", "/readyz"] {
-        let r = client
-            .request(srv.addr, "GET", path, vec![])
-            .await
-            .expect(path);
+        let r = client.request(srv.addr, "GET", path, vec![]).await.expect(path);
         assert_eq!((r.status, r.text().as_str()), (200, "ok"), "{path}");
     }
     srv.stop().await;
@@ -153,32 +123,32 @@ async fn bad_bodies_get_json_errors_never_a_crash() {
     let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
         ("garbage", b"\x00\xffnot json".to_vec(), 400, "not JSON"),
         ("empty", vec![], 400, "not JSON"),
-        ("wrong apiVersion", br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"a"}}"#.to_vec(), 400, "admission.k8s.io/v1 only"),
-        ("missing request", br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(), 400, "no request"),
+        (
+            "wrong apiVersion",
+            br#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"a"}}"#.to_vec(),
+            400,
+            "admission.k8s.io/v1 only",
+        ),
+        (
+            "missing request",
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
+            400,
+            "no request",
+        ),
         ("array", b"[1,2]".to_vec(), 400, "not an AdmissionReview"),
     ];
     for (name, body, code, needle) in cases {
-        let r = client
-            .request(srv.addr, "POST", path, body)
-            .await
-            .expect(name);
+        let r = client.request(srv.addr, "POST", path, body).await.expect(name);
         assert_eq!(r.status, code, "{name}: {}", r.text());
         let v = r.json();
         assert_eq!(v["kind"], "Status", "{name}: JSON error body");
-        assert!(
-            v["message"].as_str().unwrap_or_default().contains(needle),
-            "{name}: {}",
-            v["message"]
-        );
+        assert!(v["message"].as_str().unwrap_or_default().contains(needle), "{name}: {}", v["message"]);
     }
     // Over 3 MiB: 413 with a JSON body, even while the client is still writing.
     let huge = vec![b' '; 3 * 1024 * 1024 + 1];
     let (status, body) = client.raw_post(srv.addr, path, &huge).await.expect("huge");
     assert_eq!(status, 413, "{body}");
-    assert!(
-        body.contains("\"kind\":\"Status\"") && body.contains("limit"),
-        "{body}"
-    );
+    assert!(body.contains("\"kind\":\"Status\"") && body.contains("limit"), "{body}");
     // A request with a uid but an unparseable request is answered with a denial.
     let r = client
         .post_json(srv.addr, path, &json!({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u1","operation":["x"]}}))
@@ -189,11 +159,7 @@ async fn bad_bodies_get_json_errors_never_a_crash() {
     assert_eq!(r.json()["response"]["status"]["code"], 400);
     // Wrong resource on a validating path: a clear denial.
     let r = client
-        .post_json(
-            srv.addr,
-            "/validate/hostedclusters",
-            &review_file("hcpetcdbackup-create-s3.json"),
-        )
+        .post_json(srv.addr, "/validate/hostedclusters", &review_file("hcpetcdbackup-create-s3.json"))
         .await
         .expect("wrong");
     assert_eq!(r.json()["response"]["allowed"], false);
@@ -202,23 +168,9 @@ async fn bad_bodies_get_json_errors_never_a_crash() {
         .unwrap_or_default()
         .contains("this endpoint validates hostedclusters"));
     // Unknown path.
-    assert_eq!(
-        client
-            .request(srv.addr, "POST", "/validate/pods", vec![])
-            .await
-            .expect("404")
-            .status,
-        404
-    );
+    assert_eq!(client.request(srv.addr, "POST", "/validate/pods", vec![]).await.expect("404").status, 404);
     // Still alive.
-    assert_eq!(
-        client
-            .request(srv.addr, "GET", "/healthz", vec![])
-            .await
-            .expect("alive")
-            .status,
-        200
-    );
+    assert_eq!(client.request(srv.addr, "GET", "/healthz", vec![]).await.expect("alive").status, 200);
     srv.stop().await;
 }
 
@@ -240,49 +192,23 @@ async fn metrics_count_requests_by_decision() {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
     };
-    let before = client
-        .request(srv.addr, "GET", "/metrics", vec![])
-        .await
-        .expect("metrics")
-        .text();
+    let before = client.request(srv.addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
     for _ in 0..3 {
         client
-            .post_json(
-                srv.addr,
-                "/validate/hcpetcdbackups",
-                &review_file("hcpetcdbackup-create-s3.json"),
-            )
+            .post_json(srv.addr, "/validate/hcpetcdbackups", &review_file("hcpetcdbackup-create-s3.json"))
             .await
             .expect("ok");
     }
     client
-        .post_json(
-            srv.addr,
-            "/validate/hcpetcdbackups",
-            &review_file("hcpetcdbackup-create-invalid.json"),
-        )
+        .post_json(srv.addr, "/validate/hcpetcdbackups", &review_file("hcpetcdbackup-create-invalid.json"))
         .await
         .expect("bad");
-    let after = client
-        .request(srv.addr, "GET", "/metrics", vec![])
-        .await
-        .expect("metrics")
-        .text();
-    assert_eq!(
-        count(&after, "allowed") - count(&before, "allowed"),
-        3,
-        "{after}"
-    );
+    let after = client.request(srv.addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
+    assert_eq!(count(&after, "allowed") - count(&before, "allowed"), 3, "{after}");
     assert_eq!(count(&after, "denied") - count(&before, "denied"), 1);
-    assert!(
-        after.contains("hcp_etcd_admission_admission_duration_seconds_bucket{le=\"0.0001\""),
-        "100 µs bucket"
-    );
+    assert!(after.contains("hcp_etcd_admission_admission_duration_seconds_bucket{le=\"0.0001\""), "100 µs bucket");
     assert!(after.contains("hcp_etcd_admission_certificate_expiry_timestamp_seconds"));
-    assert!(
-        !after.contains("oadp-nightly"),
-        "no object names in metrics"
-    );
+    assert!(!after.contains("oadp-nightly"), "no object names in metrics");
     srv.stop().await;
 }
 
@@ -310,10 +236,7 @@ async fn certificate_rotation_under_load_fails_no_request() {
             let (mut ok, mut failed, mut certs_seen) = (0u32, Vec::new(), Vec::<Vec<u8>>::new());
             let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
             while tokio::time::Instant::now() < deadline {
-                match client
-                    .post_json(addr, "/validate/hcpetcdbackups", &review)
-                    .await
-                {
+                match client.post_json(addr, "/validate/hcpetcdbackups", &review).await {
                     Ok(r) if r.status == 200 && r.json()["response"]["allowed"] == true => {
                         ok += 1;
                         if !certs_seen.contains(&r.server_cert) {
@@ -344,27 +267,13 @@ async fn certificate_rotation_under_load_fails_no_request() {
     std::fs::write(gen2.join("tls.crt"), "not a certificate").expect("break");
     tokio::time::sleep(Duration::from_millis(600)).await;
     let r = client
-        .post_json(
-            addr,
-            "/validate/hcpetcdbackups",
-            &review_file("hcpetcdbackup-create-s3.json"),
-        )
+        .post_json(addr, "/validate/hcpetcdbackups", &review_file("hcpetcdbackup-create-s3.json"))
         .await
         .expect("still serving");
     assert_eq!(r.status, 200);
-    let metrics = client
-        .request(addr, "GET", "/metrics", vec![])
-        .await
-        .expect("metrics")
-        .text();
-    assert!(
-        metrics.contains("hcp_etcd_admission_certificate_reloads_total{result=\"success\"} 1"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("hcp_etcd_admission_certificate_reloads_total{result=\"failure\"}"),
-        "{metrics}"
-    );
+    let metrics = client.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
+    assert!(metrics.contains("hcp_etcd_admission_certificate_reloads_total{result=\"success\"} 1"), "{metrics}");
+    assert!(metrics.contains("hcp_etcd_admission_certificate_reloads_total{result=\"failure\"}"), "{metrics}");
     srv.stop().await;
 }
 
@@ -374,65 +283,32 @@ async fn client_certificates_are_enforced_with_client_ca() {
     let serving = localhost_certs("serving CA");
     certs::write(&dir, &serving).expect("write");
     // A client CA and a client certificate signed by it (rcgen, like kube-apiserver's).
-    let client_set =
-        certs::generate("apiserver client CA", &["kube-apiserver".into()], 30).expect("client");
+    let client_set = certs::generate("apiserver client CA", &["kube-apiserver".into()], 30).expect("client");
     std::fs::write(dir.join("client-ca.crt"), &client_set.ca_pem).expect("client ca");
-    let srv = start(
-        &dir,
-        Some(&dir.join("client-ca.crt")),
-        Duration::from_secs(60),
-    )
-    .await;
+    let srv = start(&dir, Some(&dir.join("client-ca.crt")), Duration::from_secs(60)).await;
     let anonymous = Client::new(&[&serving.ca_pem], None);
     let review = review_file("hcpetcdbackup-create-s3.json");
     assert!(
-        anonymous
-            .post_json(srv.addr, "/validate/hcpetcdbackups", &review)
-            .await
-            .is_err(),
+        anonymous.post_json(srv.addr, "/validate/hcpetcdbackups", &review).await.is_err(),
         "no client cert must be refused"
     );
-    let stranger_set =
-        certs::generate("stranger CA", &["kube-apiserver".into()], 30).expect("stranger");
-    let stranger = Client::new(
-        &[&serving.ca_pem],
-        Some((&stranger_set.cert_pem, &stranger_set.key_pem)),
-    );
+    let stranger_set = certs::generate("stranger CA", &["kube-apiserver".into()], 30).expect("stranger");
+    let stranger = Client::new(&[&serving.ca_pem], Some((&stranger_set.cert_pem, &stranger_set.key_pem)));
     assert!(
-        stranger
-            .post_json(srv.addr, "/validate/hcpetcdbackups", &review)
-            .await
-            .is_err(),
+        stranger.post_json(srv.addr, "/validate/hcpetcdbackups", &review).await.is_err(),
         "foreign client cert must be refused"
     );
-    let ok = Client::new(
-        &[&serving.ca_pem],
-        Some((&client_set.cert_pem, &client_set.key_pem)),
-    );
+    let ok = Client::new(&[&serving.ca_pem], Some((&client_set.cert_pem, &client_set.key_pem)));
     assert!(
-        ok.post_json(srv.addr, "/validate/hcpetcdbackups", &review)
-            .await
-            .is_err(),
+        ok.post_json(srv.addr, "/validate/hcpetcdbackups", &review).await.is_err(),
         "a serverAuth-only certificate must not authenticate a client"
     );
-    let apiserver = certs::generate_client("apiserver client CA 2", &["kube-apiserver".into()], 30)
-        .expect("client");
+    let apiserver = certs::generate_client("apiserver client CA 2", &["kube-apiserver".into()], 30).expect("client");
     std::fs::write(dir.join("client-ca.crt"), &apiserver.ca_pem).expect("client ca");
     srv.stop().await;
-    let srv = start(
-        &dir,
-        Some(&dir.join("client-ca.crt")),
-        Duration::from_secs(60),
-    )
-    .await;
-    let ok = Client::new(
-        &[&serving.ca_pem],
-        Some((&apiserver.cert_pem, &apiserver.key_pem)),
-    );
-    let r = ok
-        .post_json(srv.addr, "/validate/hcpetcdbackups", &review)
-        .await
-        .expect("trusted client");
+    let srv = start(&dir, Some(&dir.join("client-ca.crt")), Duration::from_secs(60)).await;
+    let ok = Client::new(&[&serving.ca_pem], Some((&apiserver.cert_pem, &apiserver.key_pem)));
+    let r = ok.post_json(srv.addr, "/validate/hcpetcdbackups", &review).await.expect("trusted client");
     assert_eq!(r.json()["response"]["allowed"], true);
     srv.stop().await;
 }

@@ -7,16 +7,14 @@
 //! project rules, and builds the response. The server, the CLI and the Wasm
 //! policy all call [`review`]; none of them decides anything itself.
 
+mod mutating;
 mod response;
 mod validate;
 mod wire;
 
 pub use response::{denial_message, Verdict};
 pub use validate::warm_up;
-pub use wire::{
-    AdmissionRequest, AdmissionResponse, GroupVersionKind, GroupVersionResource, Status,
-    StatusCause,
-};
+pub use wire::{AdmissionRequest, AdmissionResponse, GroupVersionKind, GroupVersionResource, Status, StatusCause};
 
 use serde_json::Value;
 
@@ -28,11 +26,16 @@ pub enum Target {
     HcpEtcdBackups,
     HostedClusters,
     HostedControlPlanes,
+    /// The etcd StatefulSet of a hosted control plane (mutating).
+    EtcdStatefulSets,
 }
 
 impl Target {
     /// The target a request's resource maps to, if any.
     pub fn of(resource: &GroupVersionResource) -> Option<Self> {
+        if resource.group == "apps" && resource.resource == "statefulsets" {
+            return Some(Target::EtcdStatefulSets);
+        }
         if resource.group != crate::api::GROUP {
             return None;
         }
@@ -50,6 +53,7 @@ impl Target {
             Target::HcpEtcdBackups => "hcpetcdbackups.hypershift.openshift.io",
             Target::HostedClusters => "hostedclusters.hypershift.openshift.io",
             Target::HostedControlPlanes => "hostedcontrolplanes.hypershift.openshift.io",
+            Target::EtcdStatefulSets => "statefulsets.apps",
         }
     }
 
@@ -59,6 +63,7 @@ impl Target {
             Target::HcpEtcdBackups => "HCPEtcdBackup",
             Target::HostedClusters => "HostedCluster",
             Target::HostedControlPlanes => "HostedControlPlane",
+            Target::EtcdStatefulSets => "StatefulSet",
         }
     }
 
@@ -68,15 +73,18 @@ impl Target {
             "HCPEtcdBackup" => Some(Target::HcpEtcdBackups),
             "HostedCluster" => Some(Target::HostedClusters),
             "HostedControlPlane" => Some(Target::HostedControlPlanes),
+            "StatefulSet" => Some(Target::EtcdStatefulSets),
             _ => None,
         }
     }
 }
 
 /// Inputs of a decision besides the review itself.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct DecisionInput<'a> {
     pub settings: &'a Settings,
+    /// Where the mutation finds the HostedControlPlane; `None`: no lookup.
+    pub lookup: Option<&'a dyn crate::lookup::Lookup>,
     /// Current time, Unix seconds.
     pub now: i64,
     /// The endpoint's expected target; `None` routes by the request's resource.
@@ -109,6 +117,18 @@ pub fn review(input: &Value, decision: &DecisionInput<'_>) -> Result<Value, Revi
 
 /// Decides one parsed request.
 pub fn respond(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> AdmissionResponse {
+    let target = Target::of(&req.resource);
+    if decision.expect == Some(Target::EtcdStatefulSets) && target != Some(Target::EtcdStatefulSets) {
+        // A mutating endpoint never blocks a request it was not meant to see.
+        let warning = format!(
+            "hcp-etcd-admission: the etcd StatefulSet mutation was called for {}; nothing changed (check the MutatingWebhookConfiguration rules)",
+            target.map_or("an unknown resource", Target::resource)
+        );
+        return AdmissionResponse::from_verdict(req.uid.clone(), Verdict::allow(vec![warning]));
+    }
+    if target == Some(Target::EtcdStatefulSets) && decision.expect.is_none_or(|e| e == Target::EtcdStatefulSets) {
+        return mutating::decide(req, decision);
+    }
     let verdict = validate::decide(req, decision);
     AdmissionResponse::from_verdict(req.uid.clone(), verdict)
 }

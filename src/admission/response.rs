@@ -17,37 +17,19 @@ pub struct Verdict {
 
 /// `<Kind>.<group> "<name>" is invalid: <err>` or `... is invalid: [<err>, <err>]`.
 pub fn denial_message(kind: &str, group: &str, name: &str, errors: &[FieldError]) -> String {
-    let qualified = if group.is_empty() {
-        kind.to_string()
-    } else {
-        format!("{kind}.{group}")
-    };
+    let qualified = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
     let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    let body = if list.len() == 1 {
-        list.concat()
-    } else {
-        format!("[{}]", list.join(", "))
-    };
+    let body = if list.len() == 1 { list.concat() } else { format!("[{}]", list.join(", ")) };
     format!("{qualified} {name:?} is invalid: {body}")
 }
 
 impl Verdict {
     pub fn allow(warnings: Vec<String>) -> Self {
-        Self {
-            allowed: true,
-            status: None,
-            warnings,
-        }
+        Self { allowed: true, status: None, warnings }
     }
 
     /// A 422 Invalid denial listing every field error.
-    pub fn invalid(
-        kind: &str,
-        group: &str,
-        name: &str,
-        errors: &[FieldError],
-        warnings: Vec<String>,
-    ) -> Self {
+    pub fn invalid(kind: &str, group: &str, name: &str, errors: &[FieldError], warnings: Vec<String>) -> Self {
         let causes = errors
             .iter()
             .map(|e| StatusCause {
@@ -69,11 +51,7 @@ impl Verdict {
             }),
             code: 422,
         };
-        Self {
-            allowed: false,
-            status: Some(status),
-            warnings,
-        }
+        Self { allowed: false, status: Some(status), warnings }
     }
 
     /// A 400 denial for a request that cannot be judged (wrong kind, bad object).
@@ -86,10 +64,6 @@ impl Verdict {
             details: None,
             code: 400,
         };
-        Self {
-            allowed: false,
-            status: Some(status),
-            warnings: Vec::new(),
-        }
+        Self { allowed: false, status: Some(status), warnings: Vec::new() }
     }
 }

@@ -12,31 +12,22 @@ use crate::{
     schema::CompiledCrdSchema,
 };
 
-fn compiled(target: Target) -> &'static CompiledCrdSchema {
+fn compiled(target: Target) -> Option<&'static CompiledCrdSchema> {
     static BACKUP: OnceLock<CompiledCrdSchema> = OnceLock::new();
     static HC: OnceLock<CompiledCrdSchema> = OnceLock::new();
     static HCP: OnceLock<CompiledCrdSchema> = OnceLock::new();
-    match target {
-        Target::HcpEtcdBackups => {
-            BACKUP.get_or_init(|| CompiledCrdSchema::compile(crd::hcpetcdbackup_schema()))
-        }
-        Target::HostedClusters => {
-            HC.get_or_init(|| CompiledCrdSchema::compile(crd::hostedcluster_schema()))
-        }
-        Target::HostedControlPlanes => {
-            HCP.get_or_init(|| CompiledCrdSchema::compile(crd::hostedcontrolplane_schema()))
-        }
-    }
+    Some(match target {
+        Target::HcpEtcdBackups => BACKUP.get_or_init(|| CompiledCrdSchema::compile(crd::hcpetcdbackup_schema())),
+        Target::HostedClusters => HC.get_or_init(|| CompiledCrdSchema::compile(crd::hostedcluster_schema())),
+        Target::HostedControlPlanes => HCP.get_or_init(|| CompiledCrdSchema::compile(crd::hostedcontrolplane_schema())),
+        Target::EtcdStatefulSets => return None,
+    })
 }
 
 /// Compiles every schema now (the server calls this before it reports ready,
 /// so the first request does not pay for compilation).
 pub fn warm_up() {
-    for t in [
-        Target::HcpEtcdBackups,
-        Target::HostedClusters,
-        Target::HostedControlPlanes,
-    ] {
+    for t in [Target::HcpEtcdBackups, Target::HostedClusters, Target::HostedControlPlanes] {
         compiled(t);
     }
 }
@@ -76,17 +67,10 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Verdict {
     };
     if let Some(kind) = object.get("kind").and_then(Value::as_str) {
         if kind != target.kind() {
-            return Verdict::bad_request(format!(
-                "request.object is a {kind:?}, expected {:?}",
-                target.kind()
-            ));
+            return Verdict::bad_request(format!("request.object is a {kind:?}, expected {:?}", target.kind()));
         }
     }
-    let old = if req.operation == "UPDATE" {
-        req.old_object.as_ref().filter(|o| o.is_object())
-    } else {
-        None
-    };
+    let old = if req.operation == "UPDATE" { req.old_object.as_ref().filter(|o| o.is_object()) } else { None };
     if req.operation == "UPDATE" && old.is_none() {
         return Verdict::bad_request("request.oldObject must be an object for UPDATE");
     }
@@ -94,34 +78,25 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Verdict {
     if !subresource.is_empty() && subresource != "status" {
         return Verdict::allow(Vec::new());
     }
-    let prepared = prepare(object, old, subresource == "status");
-    let outcome = compiled(target).validate(&prepared, old);
-    let ctx = RuleContext {
-        settings: input.settings,
-        now: input.now,
+    let Some(schema) = compiled(target) else {
+        return Verdict::bad_request(format!("{} is not validated by hcp-etcd-admission", target.resource()));
     };
+    let prepared = prepare(object, old, subresource == "status");
+    let outcome = schema.validate(&prepared, old);
+    let ctx = RuleContext { settings: input.settings, now: input.now };
     let findings = match target {
         Target::HcpEtcdBackups => rules::check_hcpetcdbackup(&prepared, old, &ctx),
-        Target::HostedClusters | Target::HostedControlPlanes => {
-            rules::check_hosted(&prepared, old, &ctx)
-        }
+        Target::HostedClusters | Target::HostedControlPlanes => rules::check_hosted(&prepared, old, &ctx),
+        Target::EtcdStatefulSets => rules::Findings::default(),
     };
     let mut errors = outcome.errors;
     errors.extend(findings.errors);
-    let mut warnings: Vec<String> = outcome
-        .unknown_fields
-        .iter()
-        .map(|f| format!("unknown field {f:?}"))
-        .collect();
+    let mut warnings: Vec<String> = outcome.unknown_fields.iter().map(|f| format!("unknown field {f:?}")).collect();
     warnings.extend(findings.warnings);
     if errors.is_empty() {
         Verdict::allow(warnings)
     } else {
-        let name = object
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .or(req.name.as_deref())
-            .unwrap_or_default();
+        let name = object.pointer("/metadata/name").and_then(Value::as_str).or(req.name.as_deref()).unwrap_or_default();
         Verdict::invalid(target.kind(), GROUP, name, &errors, warnings)
     }
 }

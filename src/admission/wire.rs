@@ -102,14 +102,16 @@ pub struct AdmissionResponse {
 
 impl AdmissionResponse {
     pub fn from_verdict(uid: String, v: Verdict) -> Self {
-        Self {
-            uid,
-            allowed: v.allowed,
-            status: v.status,
-            patch: None,
-            patch_type: None,
-            warnings: v.warnings,
-        }
+        Self { uid, allowed: v.allowed, status: v.status, patch: None, patch_type: None, warnings: v.warnings }
+    }
+
+    /// Sets the JSON patch (base64 on the wire, with `patchType: JSONPatch`).
+    pub fn with_patch(mut self, patch: &json_patch::Patch) -> Self {
+        use base64::Engine as _;
+        let bytes = serde_json::to_vec(patch).unwrap_or_default();
+        self.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
+        self.patch_type = Some("JSONPatch".to_string());
+        self
     }
 
     /// Wraps the response in an AdmissionReview v1.
@@ -125,27 +127,14 @@ impl AdmissionResponse {
 /// Parses an AdmissionReview. `Ok(Err((uid, problem)))` is a request that has
 /// a uid (so it can be answered) but does not parse.
 #[allow(clippy::type_complexity)]
-pub fn parse_review(
-    input: &Value,
-) -> Result<Result<AdmissionRequest, (String, String)>, ReviewError> {
+pub fn parse_review(input: &Value) -> Result<Result<AdmissionRequest, (String, String)>, ReviewError> {
     let Some(obj) = input.as_object() else {
-        return Err(ReviewError::NotAReview(format!(
-            "expected a JSON object, got {}",
-            type_name(input)
-        )));
+        return Err(ReviewError::NotAReview(format!("expected a JSON object, got {}", type_name(input))));
     };
     match obj.get("kind").and_then(Value::as_str) {
         Some("AdmissionReview") => {}
-        Some(other) => {
-            return Err(ReviewError::NotAReview(format!(
-                "kind is {other:?}, expected \"AdmissionReview\""
-            )))
-        }
-        None => {
-            return Err(ReviewError::NotAReview(
-                "missing \"kind\": \"AdmissionReview\"".to_string(),
-            ))
-        }
+        Some(other) => return Err(ReviewError::NotAReview(format!("kind is {other:?}, expected \"AdmissionReview\""))),
+        None => return Err(ReviewError::NotAReview("missing \"kind\": \"AdmissionReview\"".to_string())),
     }
     match obj.get("apiVersion").and_then(Value::as_str) {
         Some(API_VERSION) => {}
@@ -155,19 +144,13 @@ pub fn parse_review(
     let Some(request) = obj.get("request").filter(|r| !r.is_null()) else {
         return Err(ReviewError::MissingRequest);
     };
-    let uid = request
-        .get("uid")
-        .and_then(Value::as_str)
-        .filter(|u| !u.is_empty());
+    let uid = request.get("uid").and_then(Value::as_str).filter(|u| !u.is_empty());
     let Some(uid) = uid else {
         return Err(ReviewError::MissingUid);
     };
     match serde_json::from_value::<AdmissionRequest>(request.clone()) {
         Ok(req) => Ok(Ok(req)),
-        Err(e) => Ok(Err((
-            uid.to_string(),
-            format!("the AdmissionReview request does not parse: {e}"),
-        ))),
+        Err(e) => Ok(Err((uid.to_string(), format!("the AdmissionReview request does not parse: {e}")))),
     }
 }
 

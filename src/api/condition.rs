@@ -22,10 +22,7 @@ pub struct Condition {
     #[schemars(range(min = 0))]
     pub observed_generation: Option<i64>,
     /// reason contains a programmatic identifier indicating the reason for the condition's last transition.
-    #[schemars(
-        length(min = 1, max = 1024),
-        regex(pattern = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
-    )]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"))]
     pub reason: String,
     /// status of the condition, one of True, False, Unknown.
     pub status: ConditionStatus,
@@ -41,9 +38,7 @@ pub struct Condition {
 }
 
 /// The status of a condition.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum ConditionStatus {
     True,
     False,

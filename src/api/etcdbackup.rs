@@ -11,9 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     condition::Condition,
-    patterns::{
-        KEY_VAULT_URL_MESSAGE, KEY_VAULT_URL_RULE, KMS_ARN_MESSAGE, KMS_ARN_RULE, SNAPSHOT_URL_RULE,
-    },
+    patterns::{KEY_VAULT_URL_MESSAGE, KEY_VAULT_URL_RULE, KMS_ARN_MESSAGE, KMS_ARN_RULE, SNAPSHOT_URL_RULE},
     secret_ref::SecretReference,
 };
 
@@ -126,11 +124,7 @@ pub struct HCPEtcdBackupAzureBlob {
     /// credentials references the Secret with the Azure credentials.
     pub credentials: SecretReference,
     /// encryptionKeyURL is the Key Vault or Managed HSM key URL. Immutable once set.
-    #[serde(
-        rename = "encryptionKeyURL",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "encryptionKeyURL", default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 210))]
     #[x_kube(validation = Rule::new(KEY_VAULT_URL_RULE).message(KEY_VAULT_URL_MESSAGE))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("encryptionKeyURL is immutable"))]
@@ -149,11 +143,7 @@ pub struct HCPEtcdBackupStatus {
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
     /// snapshotURL is the URL of the uploaded snapshot.
-    #[serde(
-        rename = "snapshotURL",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "snapshotURL", default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 2048))]
     #[x_kube(validation = Rule::new(SNAPSHOT_URL_RULE).message("snapshotURL must be a valid URL with scheme https or s3"))]
     pub snapshot_url: Option<String>,

@@ -122,11 +122,7 @@ pub struct ManagedEtcdStorageSpec {
     /// restoreSnapshotURL is a pre-signed URL (or similar) from which an etcd
     /// snapshot is downloaded. It is restored on initial startup, only when the
     /// etcd PV is empty. One URL shared by every member.
-    #[serde(
-        rename = "restoreSnapshotURL",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "restoreSnapshotURL", default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1), inner(length(max = 1024)))]
     #[x_kube(merge_strategy = ListMerge::Set)]
     #[x_kube(validation = Rule::new("self.size() <= 1").message("RestoreSnapshotURL shouldn't contain more than 1 entry"))]
@@ -183,28 +179,4 @@ pub struct AzureBackupConfig {
     #[schemars(length(min = 1, max = 210))]
     #[x_kube(validation = Rule::new(KEY_VAULT_URL_RULE).message(KEY_VAULT_URL_MESSAGE))]
     pub encryption_key_url: String,
-}
-
-impl HostedControlPlane {
-    /// The snapshot URL to restore from, when one is set and managed etcd is used.
-    pub fn restore_snapshot_url(&self) -> Option<&str> {
-        self.spec
-            .etcd
-            .as_ref()?
-            .managed
-            .as_ref()?
-            .storage
-            .restore_snapshot_url
-            .as_ref()?
-            .first()
-            .map(String::as_str)
-    }
-
-    /// Whether the `EtcdSnapshotRestored` condition is True.
-    pub fn snapshot_restored(&self) -> bool {
-        self.status
-            .as_ref()
-            .and_then(|s| super::condition::find(&s.conditions, ETCD_SNAPSHOT_RESTORED))
-            .is_some_and(|c| c.status == super::condition::ConditionStatus::True)
-    }
 }

@@ -14,8 +14,7 @@ pub const KMS_ARN_MESSAGE: &str =
 /// CEL rule on `encryptionKeyURL` fields (upstream, verbatim as it appears in the CRD YAML).
 pub const KEY_VAULT_URL_RULE: &str = "self.matches('^https://[a-zA-Z0-9-]+\\\\.(vault\\\\.(azure\\\\.net|usgovcloudapi\\\\.net|azure\\\\.cn|microsoftazure\\\\.de|sovcloud-api\\\\.fr)|managedhsm\\\\.(azure\\\\.net|usgovcloudapi\\\\.net|azure\\\\.cn|microsoftazure\\\\.de|sovcloud-api\\\\.fr))/keys/[a-zA-Z0-9-]+(/[a-zA-Z0-9]+)?$')";
 /// Message of [`KEY_VAULT_URL_RULE`] (upstream, verbatim).
-pub const KEY_VAULT_URL_MESSAGE: &str =
-    "encryptionKeyURL must be a valid Azure Key Vault or Managed HSM HTTPS URL";
+pub const KEY_VAULT_URL_MESSAGE: &str = "encryptionKeyURL must be a valid Azure Key Vault or Managed HSM HTTPS URL";
 
 /// CEL rule for URLs written to status by the backup controller.
 pub const SNAPSHOT_URL_RULE: &str = "self.matches('^(https|s3)://.*')";

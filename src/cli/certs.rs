@@ -34,12 +34,7 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<i32> {
     let generated = certs::generate(&format!("{} CA", args.service), &names, args.days)?;
     let paths = certs::write(&args.out, &generated)?;
     let bundle = base64::engine::general_purpose::STANDARD.encode(generated.ca_pem.as_bytes());
-    eprintln!(
-        "wrote {}, {}, {}",
-        paths.ca.display(),
-        paths.cert.display(),
-        paths.key.display()
-    );
+    eprintln!("wrote {}, {}, {}", paths.ca.display(), paths.cert.display(), paths.key.display());
     if let Some(dir) = &args.inject {
         let mut n = 0;
         for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
@@ -62,11 +57,7 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<i32> {
             eprintln!("injected caBundle into {}", path.display());
             n += 1;
         }
-        anyhow::ensure!(
-            n > 0,
-            "no webhook configuration with a caBundle field in {}",
-            dir.display()
-        );
+        anyhow::ensure!(n > 0, "no webhook configuration with a caBundle field in {}", dir.display());
     }
     println!("{bundle}");
     Ok(0)

@@ -58,11 +58,8 @@ fn str_at<'a>(v: &'a Value, p: &str) -> &'a str {
 pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
     let settings = args.decision.settings()?;
     let now = args.decision.now()?;
-    let decision = DecisionInput {
-        settings: &settings,
-        now,
-        expect: None,
-    };
+    let context = args.decision.context()?;
+    let decision = DecisionInput { settings: &settings, lookup: Some(&context), now, expect: None };
     let mut reports = Vec::new();
     for file in &args.files {
         for (i, doc) in input::read_documents(file)?.into_iter().enumerate() {
@@ -83,25 +80,14 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
                 reports.push(report);
                 continue;
             };
-            let (group, version) = str_at(&doc, "/apiVersion")
-                .split_once('/')
-                .unwrap_or(("", ""));
+            let (group, version) = str_at(&doc, "/apiVersion").split_once('/').unwrap_or(("", ""));
             let req = AdmissionRequest {
                 uid: format!("check-{}-{}", report.file, i + 1),
-                kind: GroupVersionKind {
-                    group: group.to_string(),
-                    version: version.to_string(),
-                    kind: kind.clone(),
-                },
+                kind: GroupVersionKind { group: group.to_string(), version: version.to_string(), kind: kind.clone() },
                 resource: GroupVersionResource {
                     group: group.to_string(),
                     version: version.to_string(),
-                    resource: target
-                        .resource()
-                        .split('.')
-                        .next()
-                        .unwrap_or_default()
-                        .to_string(),
+                    resource: target.resource().split('.').next().unwrap_or_default().to_string(),
                 },
                 sub_resource: None,
                 name: Some(report.name.clone()),
@@ -112,11 +98,7 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
                 dry_run: Some(true),
             };
             let response = admission::respond(&req, &decision);
-            report.result = if response.allowed {
-                "allowed"
-            } else {
-                "denied"
-            };
+            report.result = if response.allowed { "allowed" } else { "denied" };
             report.warnings = response.warnings;
             if let Some(status) = response.status {
                 report.message = status.message;
@@ -147,12 +129,7 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
                 }
             }
             let count = |s: &str| reports.iter().filter(|r| r.result == s).count();
-            println!(
-                "{} allowed, {} denied, {} skipped",
-                count("allowed"),
-                count("denied"),
-                count("skipped")
-            );
+            println!("{} allowed, {} denied, {} skipped", count("allowed"), count("denied"), count("skipped"));
         }
     }
     Ok(i32::from(denied))

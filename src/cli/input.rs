@@ -9,9 +9,7 @@ use serde_json::Value;
 pub fn read_text(path: &Path) -> anyhow::Result<String> {
     if path.as_os_str() == "-" {
         let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("reading stdin")?;
+        std::io::stdin().read_to_string(&mut s).context("reading stdin")?;
         Ok(s)
     } else {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))

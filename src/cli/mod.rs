@@ -29,14 +29,22 @@ pub struct DecisionArgs {
 impl DecisionArgs {
     pub fn now(&self) -> anyhow::Result<i64> {
         match &self.now {
-            Some(s) => hcp_etcd_admission::time::parse_rfc3339(s).with_context(|| {
-                format!("--now {s:?} is not an RFC 3339 time (e.g. 2026-11-29T15:00:00Z)")
-            }),
+            Some(s) => hcp_etcd_admission::time::parse_rfc3339(s)
+                .with_context(|| format!("--now {s:?} is not an RFC 3339 time (e.g. 2026-11-29T15:00:00Z)")),
             None => Ok(std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs() as i64)
                 .unwrap_or(0)),
         }
+    }
+
+    /// The objects of the `--context` files.
+    pub fn context(&self) -> anyhow::Result<hcp_etcd_admission::lookup::ContextObjects> {
+        let mut all = Vec::new();
+        for path in &self.context {
+            all.extend(input::read_documents(path)?);
+        }
+        Ok(hcp_etcd_admission::lookup::ContextObjects::from_values(all))
     }
 
     pub fn settings(&self) -> anyhow::Result<Settings> {
@@ -45,11 +53,7 @@ impl DecisionArgs {
         };
         let docs = input::read_documents(path)?;
         let doc = docs.into_iter().next().unwrap_or(serde_json::Value::Null);
-        let doc = if doc.is_null() {
-            serde_json::json!({})
-        } else {
-            doc
-        };
+        let doc = if doc.is_null() { serde_json::json!({}) } else { doc };
         Settings::from_json(&doc).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
     }
 }

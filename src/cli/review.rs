@@ -25,17 +25,10 @@ pub fn run(args: &ReviewArgs) -> anyhow::Result<i32> {
     let now = args.decision.now()?;
     let docs = input::read_documents(&args.file)?;
     let [doc] = docs.as_slice() else {
-        anyhow::bail!(
-            "{}: expected exactly one AdmissionReview, found {} documents",
-            args.file.display(),
-            docs.len()
-        );
+        anyhow::bail!("{}: expected exactly one AdmissionReview, found {} documents", args.file.display(), docs.len());
     };
-    let decision = DecisionInput {
-        settings: &settings,
-        now,
-        expect: None,
-    };
+    let context = args.decision.context()?;
+    let decision = DecisionInput { settings: &settings, lookup: Some(&context), now, expect: None };
     match admission::review(doc, &decision) {
         Ok(response) => {
             println!("{}", serde_json::to_string_pretty(&response)?);

@@ -56,9 +56,7 @@ pub enum LogFormat {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
@@ -71,11 +69,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     let (cert, key) = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => (c.clone(), k.clone()),
         _ => {
-            let names = vec![
-                "localhost".to_string(),
-                "127.0.0.1".to_string(),
-                "::1".to_string(),
-            ];
+            let names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
             let generated = certs::generate("hcp-etcd-admission dev CA", &names, 30)?;
             let paths = certs::write(&args.dev_cert_dir, &generated)?;
             eprintln!(
@@ -96,17 +90,12 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
         reload_interval: Duration::from_secs(args.reload_interval_seconds.max(1)),
         max_concurrent: args.max_concurrent,
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
+        context: Some(args.decision.context()?),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting tokio")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     runtime.block_on(async move {
         let server = Server::bind(opts).await?;
-        let addr = server
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default();
+        let addr = server.local_addr().map(|a| a.to_string()).unwrap_or_default();
         tracing::info!(listen = %addr, "serving admission webhooks over HTTPS");
         eprintln!("listening on https://{addr}");
         server.serve(shutdown_signal()).await;

@@ -32,7 +32,8 @@ pub const KEY_PREFIX_SEGMENTS: RuleInfo = RuleInfo {
     objects: "HCPEtcdBackup",
     field: "spec.storage.{s3,azureBlob}.keyPrefix",
     severity: Severity::Warn,
-    summary: "warns on a leading `/`, an empty segment (`//`) or a `.`/`..` segment: the object lands at a surprising key",
+    summary:
+        "warns on a leading `/`, an empty segment (`//`) or a `.`/`..` segment: the object lands at a surprising key",
 };
 
 pub const SOVEREIGN_KEY_URL: RuleInfo = RuleInfo {
@@ -80,11 +81,7 @@ pub fn check(obj: &Value, old: Option<&Value>, _ctx: &RuleContext<'_>, f: &mut F
         let field = format!("spec.storage.{block}.keyPrefix");
         let effective = prefix.strip_suffix('/').unwrap_or(prefix);
         if effective.len() > MAX_KEY_PREFIX {
-            let limit = if block == "s3" {
-                "S3 object key"
-            } else {
-                "Azure blob name"
-            };
+            let limit = if block == "s3" { "S3 object key" } else { "Azure blob name" };
             f.deny(
                 &KEY_PREFIX_LENGTH,
                 FieldError::too_long(&field, MAX_KEY_PREFIX as u64).with_detail(format!(
@@ -98,19 +95,13 @@ pub fn check(obj: &Value, old: Option<&Value>, _ctx: &RuleContext<'_>, f: &mut F
             f.warn(
                 &KEY_PREFIX_SEGMENTS,
                 &field,
-                format!(
-                    "{} starts with \"/\": the object key will begin with an empty segment",
-                    go_quote(prefix)
-                ),
+                format!("{} starts with \"/\": the object key will begin with an empty segment", go_quote(prefix)),
             );
         } else if prefix.contains("//") {
             f.warn(
                 &KEY_PREFIX_SEGMENTS,
                 &field,
-                format!(
-                    "{} contains \"//\": the object key will contain an empty segment",
-                    go_quote(prefix)
-                ),
+                format!("{} contains \"//\": the object key will contain an empty segment", go_quote(prefix)),
             );
         }
         if segments.iter().any(|s| *s == "." || *s == "..") {
@@ -122,10 +113,7 @@ pub fn check(obj: &Value, old: Option<&Value>, _ctx: &RuleContext<'_>, f: &mut F
         }
     }
     if let Some(url) = changed_str(obj, old, "/spec/storage/azureBlob/encryptionKeyURL") {
-        let host = url
-            .strip_prefix("https://")
-            .and_then(|r| r.split('/').next())
-            .unwrap_or("");
+        let host = url.strip_prefix("https://").and_then(|r| r.split('/').next()).unwrap_or("");
         let sovereign = SOVEREIGN_SUFFIXES.iter().any(|s| host.ends_with(s));
         if sovereign {
             f.warn(
@@ -147,15 +135,7 @@ mod tests {
     fn run(obj: Value, old: Option<Value>) -> Findings {
         let s = Settings::default();
         let mut f = Findings::default();
-        check(
-            &obj,
-            old.as_ref(),
-            &RuleContext {
-                settings: &s,
-                now: 0,
-            },
-            &mut f,
-        );
+        check(&obj, old.as_ref(), &RuleContext { settings: &s, now: 0 }, &mut f);
         f
     }
 
@@ -165,34 +145,17 @@ mod tests {
         let obj = json!({"metadata":{"name": long}});
         assert_eq!(run(obj.clone(), None).errors.len(), 1);
         assert!(run(obj.clone(), Some(obj)).errors.is_empty());
-        assert!(run(json!({"metadata":{"name": "a".repeat(63)}}), None)
-            .errors
-            .is_empty());
+        assert!(run(json!({"metadata":{"name": "a".repeat(63)}}), None).errors.is_empty());
     }
 
     #[test]
     fn key_prefix_limits_and_warnings() {
         let ok = "p".repeat(1010);
-        assert!(run(
-            json!({"spec":{"storage":{"s3":{"keyPrefix": format!("{ok}/")}}}}),
-            None
-        )
-        .errors
-        .is_empty());
-        let f = run(
-            json!({"spec":{"storage":{"azureBlob":{"keyPrefix": format!("{ok}x")}}}}),
-            None,
-        );
+        assert!(run(json!({"spec":{"storage":{"s3":{"keyPrefix": format!("{ok}/")}}}}), None).errors.is_empty());
+        let f = run(json!({"spec":{"storage":{"azureBlob":{"keyPrefix": format!("{ok}x")}}}}), None);
         assert_eq!(f.errors.len(), 1);
-        assert!(
-            f.errors[0].to_string().contains("Azure blob name"),
-            "{}",
-            f.errors[0]
-        );
-        let f = run(
-            json!({"spec":{"storage":{"s3":{"keyPrefix": "/a//./b"}}}}),
-            None,
-        );
+        assert!(f.errors[0].to_string().contains("Azure blob name"), "{}", f.errors[0]);
+        let f = run(json!({"spec":{"storage":{"s3":{"keyPrefix": "/a//./b"}}}}), None);
         assert_eq!(f.warnings.len(), 2, "{:?}", f.warnings);
     }
 }

@@ -18,10 +18,7 @@ const RESERVED_SUFFIXES: &[&str] = &["-s3alias", "--ol-s3", ".mrap", "--x-s3", "
 
 fn is_ipv4(s: &str) -> bool {
     let parts: Vec<&str> = s.split('.').collect();
-    parts.len() == 4
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
+    parts.len() == 4 && parts.iter().all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Every naming problem of `bucket`, as sentences.
@@ -68,14 +65,7 @@ mod tests {
 
     #[test]
     fn aws_rules() {
-        for ok in [
-            "my-bucket",
-            "a.b.c",
-            "xn-a",
-            "bucket-s3",
-            "1.2.3",
-            "192.168.5.4a",
-        ] {
+        for ok in ["my-bucket", "a.b.c", "xn-a", "bucket-s3", "1.2.3", "192.168.5.4a"] {
             assert!(problems(ok).is_empty(), "{ok}");
         }
         for bad in [

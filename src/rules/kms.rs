@@ -78,11 +78,9 @@ pub fn check_backup(obj: &Value, old: Option<&Value>, f: &mut Findings) {
     let arn_changed = changed_str(obj, old, ARN);
     let region_changed = changed_str(obj, old, "/spec/storage/s3/region");
     if arn_changed.is_some() || region_changed.is_some() {
-        if let (Some(arn), Some(region)) = (
-            obj.pointer(ARN).and_then(Value::as_str),
-            obj.pointer("/spec/storage/s3/region")
-                .and_then(Value::as_str),
-        ) {
+        if let (Some(arn), Some(region)) =
+            (obj.pointer(ARN).and_then(Value::as_str), obj.pointer("/spec/storage/s3/region").and_then(Value::as_str))
+        {
             if let Some(parsed) = parse(arn) {
                 if parsed.region != region {
                     f.deny(
@@ -129,38 +127,12 @@ mod tests {
         let run = |o: Value| {
             let mut f = Findings::default();
             check_backup(&o, None, &mut f);
-            f.errors
-                .iter()
-                .map(|e| e.rule_id.unwrap_or(""))
-                .collect::<Vec<_>>()
+            f.errors.iter().map(|e| e.rule_id.unwrap_or("")).collect::<Vec<_>>()
         };
-        assert!(run(s3(
-            "arn:aws:kms:us-east-1:123456789012:key/mrk-1",
-            "us-east-1"
-        ))
-        .is_empty());
-        assert_eq!(
-            run(s3("arn:aws:kms:us-west-2:123456789012:key/k", "us-east-1")),
-            vec!["hcpetcdbackup-kms-region"]
-        );
-        assert_eq!(
-            run(s3(
-                "arn:aws:kms:cn-north-1:123456789012:key/k",
-                "cn-north-1"
-            )),
-            vec!["kms-key-partition"]
-        );
-        assert!(run(s3(
-            "arn:aws-us-gov:kms:us-gov-west-1:123456789012:key/k",
-            "us-gov-west-1"
-        ))
-        .is_empty());
-        assert_eq!(
-            run(s3(
-                "arn:aws-cn:kms:eu-west-1:123456789012:key/k",
-                "eu-west-1"
-            )),
-            vec!["kms-key-partition"]
-        );
+        assert!(run(s3("arn:aws:kms:us-east-1:123456789012:key/mrk-1", "us-east-1")).is_empty());
+        assert_eq!(run(s3("arn:aws:kms:us-west-2:123456789012:key/k", "us-east-1")), vec!["hcpetcdbackup-kms-region"]);
+        assert_eq!(run(s3("arn:aws:kms:cn-north-1:123456789012:key/k", "cn-north-1")), vec!["kms-key-partition"]);
+        assert!(run(s3("arn:aws-us-gov:kms:us-gov-west-1:123456789012:key/k", "us-gov-west-1")).is_empty());
+        assert_eq!(run(s3("arn:aws-cn:kms:eu-west-1:123456789012:key/k", "eu-west-1")), vec!["kms-key-partition"]);
     }
 }

@@ -76,8 +76,7 @@ impl Findings {
         self.errors.push(err);
     }
     fn warn(&mut self, rule: &RuleInfo, field: &str, text: String) {
-        self.warnings
-            .push(format!("{field}: {text} (rule {})", rule.id));
+        self.warnings.push(format!("{field}: {text} (rule {})", rule.id));
     }
 }
 

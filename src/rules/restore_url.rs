@@ -68,9 +68,7 @@ pub fn parse_expiry(url: &url::Url) -> Option<i64> {
     }
     [
         amz_date.zip(amz_expires).map(|(d, e)| d.saturating_add(e)),
-        goog_date
-            .zip(goog_expires)
-            .map(|(d, e)| d.saturating_add(e)),
+        goog_date.zip(goog_expires).map(|(d, e)| d.saturating_add(e)),
         sas_expiry,
         v2_expires,
     ]
@@ -81,17 +79,11 @@ pub fn parse_expiry(url: &url::Url) -> Option<i64> {
 
 fn format_problem(raw: &str) -> Option<String> {
     if let Some(c) = raw.chars().find(|c| c.is_whitespace() || c.is_control()) {
-        let what = if c.is_control() {
-            "a control character"
-        } else {
-            "whitespace"
-        };
+        let what = if c.is_control() { "a control character" } else { "whitespace" };
         return Some(format!("contains {what} ({c:?}); percent-encode it"));
     }
     // The WHATWG parser turns "https:///x" into host "x"; curl does not.
-    let authority = raw.split_once("://").map_or("", |(_, rest)| {
-        rest.split(['/', '?', '#']).next().unwrap_or("")
-    });
+    let authority = raw.split_once("://").map_or("", |(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or(""));
     if authority.is_empty() {
         return Some("has no host".to_string());
     }
@@ -103,9 +95,7 @@ fn format_problem(raw: &str) -> Option<String> {
         return Some("has no host".to_string());
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Some(
-            "carries user information (user:password@); use a presigned URL instead".to_string(),
-        );
+        return Some("carries user information (user:password@); use a presigned URL instead".to_string());
     }
     None
 }
@@ -115,9 +105,7 @@ pub fn check(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>, f: &mut Fi
     let Some(urls) = obj.pointer(POINTER).and_then(Value::as_array) else {
         return;
     };
-    let old_urls = old
-        .and_then(|o| o.pointer(POINTER))
-        .and_then(Value::as_array);
+    let old_urls = old.and_then(|o| o.pointer(POINTER)).and_then(Value::as_array);
     for (i, item) in urls.iter().enumerate() {
         let Some(raw) = item.as_str() else { continue };
         if old_urls.is_some_and(|o| o.contains(item)) {
@@ -138,10 +126,7 @@ pub fn check(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>, f: &mut Fi
             if ctx.settings.allow_s3_restore_url {
                 f.warn(&URL_S3_SCHEME, &field, text.to_string());
             } else {
-                f.deny(
-                    &URL_S3_SCHEME,
-                    FieldError::invalid(&field, shown.clone(), text),
-                );
+                f.deny(&URL_S3_SCHEME, FieldError::invalid(&field, shown.clone(), text));
             }
             continue;
         }
@@ -186,15 +171,7 @@ mod tests {
         let obj = json!({"spec":{"etcd":{"managed":{"storage":{"restoreSnapshotURL":[url]}}}}});
         let mut f = Findings::default();
         let now = parse_rfc3339(now).unwrap_or(0);
-        check(
-            &obj,
-            None,
-            &RuleContext {
-                settings: &settings,
-                now,
-            },
-            &mut f,
-        );
+        check(&obj, None, &RuleContext { settings: &settings, now }, &mut f);
         f
     }
 
@@ -210,10 +187,7 @@ mod tests {
         let f = run(SIGV4, "2026-11-29T16:00:00Z", d());
         assert_eq!(f.errors.len(), 1);
         let msg = f.errors[0].to_string();
-        assert!(
-            !msg.contains("Signature") && !msg.contains("deadbeef"),
-            "{msg}"
-        );
+        assert!(!msg.contains("Signature") && !msg.contains("deadbeef"), "{msg}");
         let sas = "https://a.blob.core.windows.net/c/b.db?sv=2024-11-04&se=2026-11-29T15%3A00%3A00Z&sig=x";
         assert_eq!(run(sas, "2026-11-29T15:00:01Z", d()).errors.len(), 1);
         assert!(run(sas, "2026-11-29T14:00:00Z", d()).errors.is_empty());
@@ -222,35 +196,13 @@ mod tests {
     #[test]
     fn format_and_s3() {
         let d = Settings::default;
-        for bad in [
-            "https://x y/z",
-            "https://user:pw@host/x",
-            "https:///path",
-            "https://h/\u{7}",
-        ] {
-            assert_eq!(
-                run(bad, "2026-01-01T00:00:00Z", d()).errors.len(),
-                1,
-                "{bad:?}"
-            );
+        for bad in ["https://x y/z", "https://user:pw@host/x", "https:///path", "https://h/\u{7}"] {
+            assert_eq!(run(bad, "2026-01-01T00:00:00Z", d()).errors.len(), 1, "{bad:?}");
         }
-        assert_eq!(
-            run("s3://bucket/key", "2026-01-01T00:00:00Z", d())
-                .errors
-                .len(),
-            1
-        );
-        let allow = Settings {
-            allow_s3_restore_url: true,
-            ..Settings::default()
-        };
+        assert_eq!(run("s3://bucket/key", "2026-01-01T00:00:00Z", d()).errors.len(), 1);
+        let allow = Settings { allow_s3_restore_url: true, ..Settings::default() };
         let f = run("s3://bucket/key", "2026-01-01T00:00:00Z", allow);
         assert_eq!((f.errors.len(), f.warnings.len()), (0, 1));
-        assert!(
-            run("http://h/x", "2026-01-01T00:00:00Z", d())
-                .errors
-                .is_empty(),
-            "left to the CEL rule"
-        );
+        assert!(run("http://h/x", "2026-01-01T00:00:00Z", d()).errors.is_empty(), "left to the CEL rule");
     }
 }

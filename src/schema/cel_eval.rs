@@ -42,21 +42,11 @@ thread_local! {
 }
 
 /// Runs every compiled rule in `compiled` against `value` (and `old`).
-pub fn validate(
-    compiled: &CompiledSchema,
-    value: &Value,
-    old: Option<&Value>,
-    errors: &mut Vec<FieldError>,
-) {
+pub fn validate(compiled: &CompiledSchema, value: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) {
     let cel_value = to_cel(value);
     let cel_old = old.map(to_cel);
     BASE.with(|base| {
-        let node = Node {
-            json: value,
-            cel: &cel_value,
-            old_json: old,
-            old_cel: cel_old.as_ref(),
-        };
+        let node = Node { json: value, cel: &cel_value, old_json: old, old_cel: cel_old.as_ref() };
         walk(base, compiled, node, "", errors);
     });
 }
@@ -89,13 +79,7 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
-fn walk(
-    base: &Context<'static>,
-    compiled: &CompiledSchema,
-    node: Node<'_>,
-    path: &str,
-    errors: &mut Vec<FieldError>,
-) {
+fn walk(base: &Context<'static>, compiled: &CompiledSchema, node: Node<'_>, path: &str, errors: &mut Vec<FieldError>) {
     if node.old_json == Some(node.json) {
         return; // ratcheting: an unchanged value is not re-validated
     }
@@ -105,28 +89,17 @@ fn walk(
     match node.json {
         Value::Object(obj) => {
             for (key, child_json) in obj {
-                let child_schema =
-                    compiled
-                        .properties
-                        .get(key)
-                        .or(if compiled.preserve_unknown_fields {
-                            None
-                        } else {
-                            compiled.additional_properties.as_deref()
-                        });
-                let (Some(child_schema), Some(child_cel)) =
-                    (child_schema, child_by_key(node.cel, key))
-                else {
+                let child_schema = compiled.properties.get(key).or(if compiled.preserve_unknown_fields {
+                    None
+                } else {
+                    compiled.additional_properties.as_deref()
+                });
+                let (Some(child_schema), Some(child_cel)) = (child_schema, child_by_key(node.cel, key)) else {
                     continue;
                 };
                 let old_json = node.old_json.and_then(|o| o.get(key));
                 let old_cel = node.old_cel.and_then(|o| child_by_key(o, key));
-                let child = Node {
-                    json: child_json,
-                    cel: &child_cel,
-                    old_json,
-                    old_cel: old_cel.as_ref(),
-                };
+                let child = Node { json: child_json, cel: &child_cel, old_json, old_cel: old_cel.as_ref() };
                 walk(base, child_schema, child, &join(path, key), errors);
             }
         }
@@ -140,18 +113,11 @@ fn walk(
                 };
                 // Items correlate with the old list only by equal value (sets);
                 // our schemas have no transition rules on list items.
-                let old_pos = node
-                    .old_json
-                    .and_then(Value::as_array)
-                    .and_then(|o| o.iter().position(|x| x == item_json));
+                let old_pos =
+                    node.old_json.and_then(Value::as_array).and_then(|o| o.iter().position(|x| x == item_json));
                 let old_json = old_pos.and_then(|p| node.old_json.and_then(|o| o.get(p)));
                 let old_cel = old_pos.and_then(|p| node.old_cel.and_then(|o| child_by_index(o, p)));
-                let child = Node {
-                    json: item_json,
-                    cel: &item_cel,
-                    old_json,
-                    old_cel: old_cel.as_ref(),
-                };
+                let child = Node { json: item_json, cel: &item_cel, old_json, old_cel: old_cel.as_ref() };
                 walk(base, item_schema, child, &format!("{path}[{i}]"), errors);
             }
         }
@@ -177,22 +143,14 @@ fn evaluate_rules(
         let cr = match rule {
             Ok(cr) => cr,
             Err(e) => {
-                errors.push(FieldError::invalid(
-                    shown,
-                    type_value.clone(),
-                    format!("rule compile error: {e:?}"),
-                ));
+                errors.push(FieldError::invalid(shown, type_value.clone(), format!("rule compile error: {e:?}")));
                 continue;
             }
         };
         if cr.is_transition_rule && node.old_cel.is_none() {
             continue; // transition rules run only on UPDATE with an old value
         }
-        let message = cr
-            .rule
-            .message
-            .clone()
-            .unwrap_or_else(|| format!("failed rule: {}", cr.rule.rule));
+        let message = cr.rule.message.clone().unwrap_or_else(|| format!("failed rule: {}", cr.rule.rule));
         let field = match cr.rule.field_path.as_deref() {
             Some(fp) if fp.starts_with('.') => format!("{path}{fp}"),
             Some(fp) => join(path, fp),
@@ -200,19 +158,11 @@ fn evaluate_rules(
         };
         match cr.program.execute(&ctx) {
             Ok(Cel::Bool(true)) => {}
-            Ok(Cel::Bool(false)) => errors.push(rule_error(
-                &field,
-                &type_value,
-                cr.rule.reason.as_deref(),
-                message,
-            )),
+            Ok(Cel::Bool(false)) => errors.push(rule_error(&field, &type_value, cr.rule.reason.as_deref(), message)),
             Ok(other) => errors.push(FieldError::invalid(
                 field,
                 type_value.clone(),
-                format!(
-                    "rule did not evaluate to bool: {other:?} evaluating rule: {}",
-                    cr.rule.rule
-                ),
+                format!("rule did not evaluate to bool: {other:?} evaluating rule: {}", cr.rule.rule),
             )),
             Err(e) => errors.push(FieldError::invalid(
                 field,

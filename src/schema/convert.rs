@@ -27,10 +27,7 @@ pub fn to_cel(v: &Value) -> Cel {
         Value::String(s) => Cel::String(Arc::new(s.clone())),
         Value::Array(items) => Cel::List(Arc::new(items.iter().map(to_cel).collect())),
         Value::Object(obj) => {
-            let map: HashMap<Key, Cel> = obj
-                .iter()
-                .map(|(k, v)| (Key::from(k.as_str()), to_cel(v)))
-                .collect();
+            let map: HashMap<Key, Cel> = obj.iter().map(|(k, v)| (Key::from(k.as_str()), to_cel(v))).collect();
             Cel::Map(Map { map: Arc::new(map) })
         }
     }

@@ -55,37 +55,18 @@ impl FieldError {
     pub fn invalid(field: impl Into<String>, value: String, detail: impl Into<String>) -> Self {
         Self::new(field, ErrorType::Invalid, value, detail)
     }
-    pub fn type_invalid(
-        field: impl Into<String>,
-        value: String,
-        detail: impl Into<String>,
-    ) -> Self {
+    pub fn type_invalid(field: impl Into<String>, value: String, detail: impl Into<String>) -> Self {
         Self::new(field, ErrorType::TypeInvalid, value, detail)
     }
     pub fn not_supported(field: impl Into<String>, value: String, supported: &[Value]) -> Self {
         let list: Vec<String> = supported.iter().map(render_value).collect();
-        Self::new(
-            field,
-            ErrorType::NotSupported,
-            value,
-            format!("supported values: {}", list.join(", ")),
-        )
+        Self::new(field, ErrorType::NotSupported, value, format!("supported values: {}", list.join(", ")))
     }
     pub fn too_long(field: impl Into<String>, max: u64) -> Self {
-        Self::new(
-            field,
-            ErrorType::TooLong,
-            String::new(),
-            format!("may not be more than {max} bytes"),
-        )
+        Self::new(field, ErrorType::TooLong, String::new(), format!("may not be more than {max} bytes"))
     }
     pub fn too_many(field: impl Into<String>, actual: usize, max: u64) -> Self {
-        Self::new(
-            field,
-            ErrorType::TooMany,
-            actual.to_string(),
-            format!("must have at most {max} items"),
-        )
+        Self::new(field, ErrorType::TooMany, actual.to_string(), format!("must have at most {max} items"))
     }
     pub fn duplicate(field: impl Into<String>, value: String) -> Self {
         Self::new(field, ErrorType::Duplicate, value, String::new())
@@ -94,19 +75,8 @@ impl FieldError {
         Self::new(field, ErrorType::Forbidden, String::new(), detail)
     }
 
-    fn new(
-        field: impl Into<String>,
-        kind: ErrorType,
-        value: String,
-        detail: impl Into<String>,
-    ) -> Self {
-        Self {
-            field: field.into(),
-            kind,
-            value,
-            detail: detail.into(),
-            rule_id: None,
-        }
+    fn new(field: impl Into<String>, kind: ErrorType, value: String, detail: impl Into<String>) -> Self {
+        Self { field: field.into(), kind, value, detail: detail.into(), rule_id: None }
     }
 
     /// Replaces the detail text.
@@ -179,9 +149,7 @@ pub fn go_quote(s: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
             c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
             c => out.push(c),
         }
@@ -198,11 +166,7 @@ pub fn redact_url(s: &str) -> String {
         return s.to_string();
     };
     let scheme = &s[..scheme_end];
-    if scheme.is_empty()
-        || !scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
-    {
+    if scheme.is_empty() || !scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) {
         return s.to_string();
     }
     let rest = &s[scheme_end + 3..];
@@ -255,10 +219,7 @@ mod tests {
             redact_url("https://b.s3.amazonaws.com/k/1.db?X-Amz-Signature=abc"),
             "https://b.s3.amazonaws.com/k/1.db?<redacted>"
         );
-        assert_eq!(
-            redact_url("https://u:p@host/x#sha256=00"),
-            "https://host/x?<redacted>"
-        );
+        assert_eq!(redact_url("https://u:p@host/x#sha256=00"), "https://host/x?<redacted>");
         assert_eq!(redact_url("plain text"), "plain text");
         assert_eq!(go_quote("a\"b\n\u{1}"), "\"a\\\"b\\n\\x01\"");
     }

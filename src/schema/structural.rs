@@ -21,18 +21,12 @@ pub fn prune_nulls(schema: &Value, value: &Value) -> Value {
             for (k, v) in obj {
                 let child = props.and_then(|p| p.get(k)).or(additional);
                 if v.is_null() {
-                    let nullable = child
-                        .and_then(|c| c.get("nullable"))
-                        .and_then(Value::as_bool)
-                        == Some(true);
+                    let nullable = child.and_then(|c| c.get("nullable")).and_then(Value::as_bool) == Some(true);
                     if child.is_some() && !nullable {
                         continue;
                     }
                 }
-                out.insert(
-                    k.clone(),
-                    child.map_or_else(|| v.clone(), |c| prune_nulls(c, v)),
-                );
+                out.insert(k.clone(), child.map_or_else(|| v.clone(), |c| prune_nulls(c, v)));
             }
             Value::Object(out)
         }
@@ -113,37 +107,25 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
             out.errors.push(FieldError::type_invalid(
                 shown,
                 render_value(value),
-                format!(
-                    "{shown} in body must be of type {t}: \"{}\"",
-                    json_type(value)
-                ),
+                format!("{shown} in body must be of type {t}: \"{}\"", json_type(value)),
             ));
             return;
         }
     }
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
         if !allowed.contains(value) {
-            out.errors.push(FieldError::not_supported(
-                shown,
-                render_value(value),
-                allowed,
-            ));
+            out.errors.push(FieldError::not_supported(shown, render_value(value), allowed));
         }
     }
     match value {
         Value::String(s) => check_string(schema, s, value, shown, out),
         Value::Number(n) => {
-            if let (Some(min), Some(v)) =
-                (schema.get("minimum").and_then(Value::as_f64), n.as_f64())
-            {
+            if let (Some(min), Some(v)) = (schema.get("minimum").and_then(Value::as_f64), n.as_f64()) {
                 if v < min {
                     out.errors.push(FieldError::invalid(
                         shown,
                         render_value(value),
-                        format!(
-                            "{shown} in body should be greater than or equal to {}",
-                            schema["minimum"]
-                        ),
+                        format!("{shown} in body should be greater than or equal to {}", schema["minimum"]),
                     ));
                 }
             }
@@ -185,10 +167,7 @@ fn check_string(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut S
         out.errors.push(FieldError::invalid(
             shown,
             render_value(value),
-            format!(
-                "{shown} in body must be of type date-time: {}",
-                render_value(value)
-            ),
+            format!("{shown} in body must be of type date-time: {}", render_value(value)),
         ));
     }
 }
@@ -199,13 +178,7 @@ fn is_rfc3339(s: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn check_array(
-    schema: &Value,
-    items: &[Value],
-    old: Option<&Value>,
-    path: &str,
-    out: &mut SchemaOutcome,
-) {
+fn check_array(schema: &Value, items: &[Value], old: Option<&Value>, path: &str, out: &mut SchemaOutcome) {
     let shown = display_path(path);
     if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
         if (items.len() as u64) < min {
@@ -218,8 +191,7 @@ fn check_array(
     }
     if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
         if items.len() as u64 > max {
-            out.errors
-                .push(FieldError::too_many(shown, items.len(), max));
+            out.errors.push(FieldError::too_many(shown, items.len(), max));
         }
     }
     let Some(item_schema) = schema.get("items") else {
@@ -241,16 +213,14 @@ fn check_array(
             Some("map") => {
                 let key = map_key(item, &map_keys);
                 if list_type == Some("map") && seen.contains(&key) {
-                    out.errors
-                        .push(FieldError::duplicate(&item_path, key.to_string()));
+                    out.errors.push(FieldError::duplicate(&item_path, key.to_string()));
                 }
                 seen.push(key.clone());
                 old_items.and_then(|o| o.iter().find(|oi| map_key(oi, &map_keys) == key))
             }
             Some("set") => {
                 if seen.contains(item) {
-                    out.errors
-                        .push(FieldError::duplicate(&item_path, render_value(item)));
+                    out.errors.push(FieldError::duplicate(&item_path, render_value(item)));
                 }
                 seen.push(item.clone());
                 old_items.and_then(|o| o.iter().find(|oi| *oi == item))
@@ -271,13 +241,7 @@ fn map_key(item: &Value, keys: &[&str]) -> Value {
     Value::Object(m)
 }
 
-fn check_object(
-    schema: &Value,
-    obj: &Map<String, Value>,
-    old: Option<&Value>,
-    path: &str,
-    out: &mut SchemaOutcome,
-) {
+fn check_object(schema: &Value, obj: &Map<String, Value>, old: Option<&Value>, path: &str, out: &mut SchemaOutcome) {
     let shown = display_path(path);
     if let Some(min) = schema.get("minProperties").and_then(Value::as_u64) {
         if (obj.len() as u64) < min {
@@ -306,14 +270,8 @@ fn check_object(
     }
     let props = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties").filter(|a| a.is_object());
-    let preserve = schema
-        .get("x-kubernetes-preserve-unknown-fields")
-        .and_then(Value::as_bool)
-        == Some(true);
-    let embedded = schema
-        .get("x-kubernetes-embedded-resource")
-        .and_then(Value::as_bool)
-        == Some(true);
+    let preserve = schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true);
+    let embedded = schema.get("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true);
     for (k, v) in obj {
         let child_path = join(path, k);
         let child_old = old.and_then(|o| o.get(k));
@@ -321,8 +279,7 @@ fn check_object(
             Some(child) => walk(child, v, child_old, &child_path, out),
             None => {
                 // apiVersion/kind/metadata are always known at the root of a resource.
-                let root_meta =
-                    path.is_empty() && matches!(k.as_str(), "apiVersion" | "kind" | "metadata");
+                let root_meta = path.is_empty() && matches!(k.as_str(), "apiVersion" | "kind" | "metadata");
                 if !preserve
                     && !embedded
                     && !root_meta
@@ -352,12 +309,7 @@ mod tests {
     fn ratcheting_skips_unchanged_invalid_values_on_update() {
         let s = json!({"type":"object","properties":{"a":{"type":"string","maxLength":2},"b":{"type":"string","maxLength":2}}});
         let old = json!({"a":"toolong","b":"ok"});
-        assert!(run(
-            s.clone(),
-            json!({"a":"toolong","b":"ok"}),
-            Some(old.clone())
-        )
-        .is_empty());
+        assert!(run(s.clone(), json!({"a":"toolong","b":"ok"}), Some(old.clone())).is_empty());
         assert_eq!(
             run(s, json!({"a":"toolong","b":"changed"}), Some(old)),
             vec!["b: Too long: may not be more than 2 bytes"]
@@ -367,10 +319,7 @@ mod tests {
     #[test]
     fn nulls_are_pruned_unless_nullable() {
         let s = json!({"type":"object","required":["a"],"properties":{"a":{"type":"string"},"b":{"type":"object"}}});
-        assert_eq!(
-            run(s, json!({"a":null,"b":null}), None),
-            vec!["a: Required value"]
-        );
+        assert_eq!(run(s, json!({"a":null,"b":null}), None), vec!["a: Required value"]);
     }
 
     #[test]

@@ -37,17 +37,14 @@ pub struct Metrics {
 }
 
 /// Latency buckets from 100 µs to 10 s (seconds).
-const BUCKETS: [f64; 16] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-    5.0, 10.0,
-];
+const BUCKETS: [f64; 16] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("hcp_etcd_admission");
         let requests = Family::<RequestLabels, Counter>::default();
-        let latency =
-            Family::<WebhookLabels, Histogram>::new_with_constructor(|| Histogram::new(BUCKETS));
+        let latency = Family::<WebhookLabels, Histogram>::new_with_constructor(|| Histogram::new(BUCKETS));
         let reloads = Family::<ResultLabels, Counter>::default();
         let cert_expiry = Gauge::<i64, AtomicI64>::default();
         registry.register(
@@ -55,28 +52,14 @@ impl Metrics {
             "Admission reviews answered, by webhook, operation and decision",
             requests.clone(),
         );
-        registry.register(
-            "admission_duration_seconds",
-            "Time to decide one admission review",
-            latency.clone(),
-        );
-        registry.register(
-            "certificate_reloads",
-            "Serving certificate reload attempts by result",
-            reloads.clone(),
-        );
+        registry.register("admission_duration_seconds", "Time to decide one admission review", latency.clone());
+        registry.register("certificate_reloads", "Serving certificate reload attempts by result", reloads.clone());
         registry.register(
             "certificate_expiry_timestamp_seconds",
             "NotAfter of the serving certificate, Unix seconds",
             cert_expiry.clone(),
         );
-        Self {
-            registry,
-            requests,
-            latency,
-            reloads,
-            cert_expiry,
-        }
+        Self { registry, requests, latency, reloads, cert_expiry }
     }
 
     pub fn observe(&self, webhook: &str, operation: &str, decision: &str, seconds: f64) {
@@ -87,19 +70,11 @@ impl Metrics {
                 decision: decision.into(),
             })
             .inc();
-        self.latency
-            .get_or_create(&WebhookLabels {
-                webhook: webhook.into(),
-            })
-            .observe(seconds);
+        self.latency.get_or_create(&WebhookLabels { webhook: webhook.into() }).observe(seconds);
     }
 
     pub fn cert_reloaded(&self, ok: bool, not_after: i64) {
-        self.reloads
-            .get_or_create(&ResultLabels {
-                result: if ok { "success" } else { "failure" }.into(),
-            })
-            .inc();
+        self.reloads.get_or_create(&ResultLabels { result: if ok { "success" } else { "failure" }.into() }).inc();
         if ok {
             self.cert_expiry.set(not_after);
         }

@@ -36,10 +36,7 @@ pub enum ServerError {
     #[error("TLS: {0}")]
     Tls(String),
     #[error("listening on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
 }
 
 /// Options of `serve`.
@@ -56,11 +53,15 @@ pub struct ServeOptions {
     pub max_concurrent: usize,
     /// How long in-flight requests get after SIGTERM.
     pub shutdown_grace: Duration,
+    /// Objects for lookups when no cluster is configured (`--context` files).
+    pub context: Option<crate::lookup::ContextObjects>,
 }
 
 /// Shared state of the handlers.
 pub struct App {
     pub settings: Settings,
+    /// Where the mutation finds HostedControlPlanes (context files or a reflector).
+    pub lookup: Option<Arc<dyn crate::lookup::Lookup + Send + Sync>>,
     pub metrics: Arc<metrics::Metrics>,
     pub ready: AtomicBool,
     pub limit: Arc<Semaphore>,
@@ -85,14 +86,10 @@ impl Server {
         let metrics = Arc::new(metrics::Metrics::new());
         metrics.set_cert_expiry(loaded.not_after);
         let listener =
-            TcpListener::bind(opts.listen)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    addr: opts.listen,
-                    source,
-                })?;
+            TcpListener::bind(opts.listen).await.map_err(|source| ServerError::Bind { addr: opts.listen, source })?;
         let app = Arc::new(App {
             settings: opts.settings.clone(),
+            lookup: opts.context.clone().map(|c| Arc::new(c) as Arc<dyn crate::lookup::Lookup + Send + Sync>),
             metrics,
             ready: AtomicBool::new(false),
             limit: Arc::new(Semaphore::new(opts.max_concurrent.max(1))),
@@ -116,14 +113,7 @@ impl Server {
 
     /// Serves until `shutdown` resolves, then drains in-flight requests.
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) {
-        let Server {
-            listener,
-            acceptor,
-            app,
-            opts,
-            resolver,
-            last_source,
-        } = self;
+        let Server { listener, acceptor, app, opts, resolver, last_source } = self;
         let reloader = tokio::spawn(tls::reload_loop(
             opts.tls_cert.clone(),
             opts.tls_key.clone(),
@@ -152,9 +142,7 @@ impl Server {
             let service = TowerToHyperService::new(router.clone());
             let watcher = graceful.watcher();
             tokio::spawn(async move {
-                let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
-                    .await
-                {
+                let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
                     Ok(Ok(s)) => s,
                     Ok(Err(e)) => {
                         tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -166,18 +154,9 @@ impl Server {
                     }
                 };
                 let mut builder = Builder::new(TokioExecutor::new());
-                builder
-                    .http1()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(Duration::from_secs(10))
-                    .keep_alive(true);
-                builder
-                    .http2()
-                    .timer(TokioTimer::new())
-                    .max_concurrent_streams(250);
-                let conn = builder
-                    .serve_connection(TokioIo::new(tls), service)
-                    .into_owned();
+                builder.http1().timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(10)).keep_alive(true);
+                builder.http2().timer(TokioTimer::new()).max_concurrent_streams(250);
+                let conn = builder.serve_connection(TokioIo::new(tls), service).into_owned();
                 if let Err(e) = watcher.watch(conn).await {
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
@@ -186,10 +165,7 @@ impl Server {
         drop(listener);
         app.ready.store(false, std::sync::atomic::Ordering::Release);
         tracing::info!("shutting down: draining in-flight requests");
-        if tokio::time::timeout(opts.shutdown_grace, graceful.shutdown())
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(opts.shutdown_grace, graceful.shutdown()).await.is_err() {
             tracing::warn!(
                 grace_s = opts.shutdown_grace.as_secs(),
                 "in-flight requests did not finish before the deadline"

@@ -15,20 +15,15 @@ use serde_json::{json, Value};
 
 use super::App;
 use crate::admission::{self, DecisionInput, Target};
+use crate::lookup as hcp_lookup;
 
 /// Largest AdmissionReview body accepted (kube-apiserver's own request limit is 3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
-        .route(
-            "/validate/hcpetcdbackups",
-            post(|s, r| admit(s, r, Target::HcpEtcdBackups, "hcpetcdbackups")),
-        )
-        .route(
-            "/validate/hostedclusters",
-            post(|s, r| admit(s, r, Target::HostedClusters, "hostedclusters")),
-        )
+        .route("/validate/hcpetcdbackups", post(|s, r| admit(s, r, Target::HcpEtcdBackups, "hcpetcdbackups")))
+        .route("/validate/hostedclusters", post(|s, r| admit(s, r, Target::HostedClusters, "hostedclusters")))
         .route(
             "/validate/hostedcontrolplanes",
             post(|s, r| admit(s, r, Target::HostedControlPlanes, "hostedcontrolplanes")),
@@ -36,12 +31,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .fallback(|| async {
-            error(
-                StatusCode::NOT_FOUND,
-                "no such path; see the README for the webhook paths",
-            )
-        })
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such path; see the README for the webhook paths") })
         .with_state(app)
 }
 
@@ -54,43 +44,22 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
     if app.ready.load(std::sync::atomic::Ordering::Acquire) {
         "ok".into_response()
     } else {
-        error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: rules not compiled or certificate not loaded",
-        )
+        error(StatusCode::SERVICE_UNAVAILABLE, "not ready: rules not compiled or certificate not loaded")
     }
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        app.metrics.render(),
-    )
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.render())
         .into_response()
 }
 
-async fn admit(
-    State(app): State<Arc<App>>,
-    req: Request<Body>,
-    target: Target,
-    webhook: &'static str,
-) -> Response {
+async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, webhook: &'static str) -> Response {
     let started = Instant::now();
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
+    let declared =
+        req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > MAX_BODY) {
-        app.metrics
-            .observe(webhook, "", "error", started.elapsed().as_secs_f64());
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("request body over the {MAX_BODY}-byte limit"),
-        );
+        app.metrics.observe(webhook, "", "error", started.elapsed().as_secs_f64());
+        return error(StatusCode::PAYLOAD_TOO_LARGE, format!("request body over the {MAX_BODY}-byte limit"));
     }
     let Ok(_permit) = app.limit.clone().acquire_owned().await else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
@@ -98,42 +67,33 @@ async fn admit(
     let bytes = match to_bytes(req.into_body(), MAX_BODY).await {
         Ok(b) => b,
         Err(e) => {
-            app.metrics
-                .observe(webhook, "", "error", started.elapsed().as_secs_f64());
-            let too_big = std::error::Error::source(&e)
-                .is_some_and(|s| s.to_string().contains("length limit"))
+            app.metrics.observe(webhook, "", "error", started.elapsed().as_secs_f64());
+            let too_big = std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"))
                 || e.to_string().contains("length limit");
             return if too_big {
-                error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("request body over the {MAX_BODY}-byte limit"),
-                )
+                error(StatusCode::PAYLOAD_TOO_LARGE, format!("request body over the {MAX_BODY}-byte limit"))
             } else {
-                error(
-                    StatusCode::BAD_REQUEST,
-                    format!("reading the request body: {e}"),
-                )
+                error(StatusCode::BAD_REQUEST, format!("reading the request body: {e}"))
             };
         }
     };
     let parsed: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
         Err(e) => {
-            app.metrics
-                .observe(webhook, "", "error", started.elapsed().as_secs_f64());
+            app.metrics.observe(webhook, "", "error", started.elapsed().as_secs_f64());
             return error(StatusCode::BAD_REQUEST, format!("body is not JSON: {e}"));
         }
     };
     let decision = DecisionInput {
         settings: &app.settings,
+        lookup: app.lookup.as_deref().map(|l| l as &dyn hcp_lookup::Lookup),
         now: now_unix(),
         expect: Some(target),
     };
     let review = match admission::review(&parsed, &decision) {
         Ok(r) => r,
         Err(e) => {
-            app.metrics
-                .observe(webhook, "", "error", started.elapsed().as_secs_f64());
+            app.metrics.observe(webhook, "", "error", started.elapsed().as_secs_f64());
             return error(StatusCode::BAD_REQUEST, e.to_string());
         }
     };
@@ -141,13 +101,8 @@ async fn admit(
     let req = &parsed["request"];
     let resp = &review["response"];
     let operation = req["operation"].as_str().unwrap_or_default();
-    let decision = if resp["allowed"] == true {
-        "allowed"
-    } else {
-        "denied"
-    };
-    app.metrics
-        .observe(webhook, operation, decision, elapsed.as_secs_f64());
+    let decision = if resp["allowed"] == true { "allowed" } else { "denied" };
+    app.metrics.observe(webhook, operation, decision, elapsed.as_secs_f64());
     tracing::info!(
         uid = req["uid"].as_str().unwrap_or_default(),
         kind = req["kind"]["kind"].as_str().unwrap_or_default(),
@@ -163,8 +118,5 @@ async fn admit(
 }
 
 fn now_unix() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }

@@ -47,9 +47,7 @@ impl ResolvesServerCert for ReloadingResolver {
 
 impl ReloadingResolver {
     pub fn new(key: Arc<CertifiedKey>) -> Arc<Self> {
-        Arc::new(Self {
-            current: ArcSwap::new(key),
-        })
+        Arc::new(Self { current: ArcSwap::new(key) })
     }
     pub fn store(&self, key: Arc<CertifiedKey>) {
         self.current.store(key);
@@ -62,54 +60,39 @@ fn provider() -> Arc<CryptoProvider> {
 
 /// Loads a certificate chain and key from PEM files.
 pub fn load_pair(cert: &Path, key: &Path) -> Result<LoadedCert, ServerError> {
-    let cert_pem = std::fs::read(cert)
-        .map_err(|e| ServerError::Tls(format!("reading {}: {e}", cert.display())))?;
-    let key_pem = std::fs::read(key)
-        .map_err(|e| ServerError::Tls(format!("reading {}: {e}", key.display())))?;
+    let cert_pem = std::fs::read(cert).map_err(|e| ServerError::Tls(format!("reading {}: {e}", cert.display())))?;
+    let key_pem = std::fs::read(key).map_err(|e| ServerError::Tls(format!("reading {}: {e}", key.display())))?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<_, _>>()
         .map_err(|e| ServerError::Tls(format!("{}: {e}", cert.display())))?;
     let Some(leaf) = chain.first() else {
-        return Err(ServerError::Tls(format!(
-            "{}: no certificate in the file",
-            cert.display()
-        )));
+        return Err(ServerError::Tls(format!("{}: no certificate in the file", cert.display())));
     };
     let not_after = x509_parser::parse_x509_certificate(leaf.as_ref())
         .map(|(_, c)| c.validity().not_after.timestamp())
         .map_err(|e| ServerError::Tls(format!("{}: {e}", cert.display())))?;
-    let private = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|e| ServerError::Tls(format!("{}: {e}", key.display())))?;
+    let private =
+        PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| ServerError::Tls(format!("{}: {e}", key.display())))?;
     let certified = CertifiedKey::from_der(chain, private, &provider())
         .map_err(|e| ServerError::Tls(format!("{} / {}: {e}", cert.display(), key.display())))?;
     let mut source = cert_pem;
     source.extend_from_slice(&key_pem);
-    Ok(LoadedCert {
-        key: Arc::new(certified),
-        not_after,
-        source,
-    })
+    Ok(LoadedCert { key: Arc::new(certified), not_after, source })
 }
 
 /// The rustls config: TLS 1.2 + 1.3, h2 and http/1.1, optional client CA.
-pub fn server_config(
-    resolver: Arc<ReloadingResolver>,
-    client_ca: Option<&Path>,
-) -> Result<ServerConfig, ServerError> {
+pub fn server_config(resolver: Arc<ReloadingResolver>, client_ca: Option<&Path>) -> Result<ServerConfig, ServerError> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| ServerError::Tls(e.to_string()))?;
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
         Some(path) => {
-            let pem = std::fs::read(path)
-                .map_err(|e| ServerError::Tls(format!("reading {}: {e}", path.display())))?;
+            let pem = std::fs::read(path).map_err(|e| ServerError::Tls(format!("reading {}: {e}", path.display())))?;
             let mut roots = RootCertStore::empty();
             for c in CertificateDer::pem_slice_iter(&pem) {
                 let c = c.map_err(|e| ServerError::Tls(format!("{}: {e}", path.display())))?;
-                roots
-                    .add(c)
-                    .map_err(|e| ServerError::Tls(format!("{}: {e}", path.display())))?;
+                roots.add(c).map_err(|e| ServerError::Tls(format!("{}: {e}", path.display())))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
                 .build()
@@ -148,10 +131,7 @@ pub async fn reload_loop(
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
                 // Mid-rotation (cert written, key not yet) or broken: keep the old pair.
-                if std::fs::read(&cert)
-                    .map(|c| !last.starts_with(&c))
-                    .unwrap_or(true)
-                {
+                if std::fs::read(&cert).map(|c| !last.starts_with(&c)).unwrap_or(true) {
                     metrics.cert_reloaded(false, 0);
                     tracing::warn!(error = %e, "new certificate pair does not load; still serving the previous one");
                 }

@@ -53,40 +53,24 @@ impl Client {
             None => builder.with_no_client_auth(),
             Some((cert, key)) => {
                 let chain: Vec<CertificateDer<'static>> =
-                    CertificateDer::pem_slice_iter(cert.as_bytes())
-                        .collect::<Result<_, _>>()
-                        .expect("client cert");
+                    CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<_, _>>().expect("client cert");
                 let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("client key");
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .expect("client auth")
+                builder.with_client_auth_cert(chain, key).expect("client auth")
             }
         };
         let mut config = config;
         // Fresh handshakes only: a resumed session would hide a rotated certificate.
         config.resumption = rustls::client::Resumption::disabled();
-        Self {
-            config: Arc::new(config),
-        }
+        Self { config: Arc::new(config) }
     }
 
     /// Writes a POST by hand (ignoring write errors, as Go's client does when
     /// the server answers early) and reads the status code and body.
-    pub async fn raw_post(
-        &self,
-        addr: SocketAddr,
-        path: &str,
-        body: &[u8],
-    ) -> Result<(u16, String), String> {
+    pub async fn raw_post(&self, addr: SocketAddr, path: &str, body: &[u8]) -> Result<(u16, String), String> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let tcp = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
+        let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
         let mut tls = TlsConnector::from(self.config.clone())
-            .connect(
-                ServerName::try_from("localhost").map_err(|e| e.to_string())?,
-                tcp,
-            )
+            .connect(ServerName::try_from("localhost").map_err(|e| e.to_string())?, tcp)
             .await
             .map_err(|e| format!("tls: {e}"))?;
         let head = format!(
@@ -99,34 +83,17 @@ impl Client {
         let mut out = Vec::new();
         let _ = tls.read_to_end(&mut out).await;
         let text = String::from_utf8_lossy(&out).into_owned();
-        let status = text
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("no status line in {text:?}"))?;
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
+        let status =
+            text.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| format!("no status line in {text:?}"))?;
+        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
         Ok((status, body))
     }
 
     /// One request on a fresh connection.
-    pub async fn request(
-        &self,
-        addr: SocketAddr,
-        method: &str,
-        path: &str,
-        body: Vec<u8>,
-    ) -> Result<Reply, String> {
-        let tcp = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
+    pub async fn request(&self, addr: SocketAddr, method: &str, path: &str, body: Vec<u8>) -> Result<Reply, String> {
+        let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
         let tls = TlsConnector::from(self.config.clone())
-            .connect(
-                ServerName::try_from("localhost").map_err(|e| e.to_string())?,
-                tcp,
-            )
+            .connect(ServerName::try_from("localhost").map_err(|e| e.to_string())?, tcp)
             .await
             .map_err(|e| format!("tls: {e}"))?;
         let server_cert = tls
@@ -136,9 +103,8 @@ impl Client {
             .and_then(|c| c.first())
             .map(|c| c.as_ref().to_vec())
             .unwrap_or_default();
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| format!("handshake: {e}"))?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(|e| format!("handshake: {e}"))?;
         tokio::spawn(conn);
         sender.ready().await.map_err(|e| format!("ready: {e}"))?;
         let req = Request::builder()
@@ -148,37 +114,13 @@ impl Client {
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| e.to_string())?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| format!("send: {e}"))?;
+        let resp = sender.send_request(req).await.map_err(|e| format!("send: {e}"))?;
         let status = resp.status().as_u16();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("body: {e}"))?
-            .to_bytes()
-            .to_vec();
-        Ok(Reply {
-            status,
-            body,
-            server_cert,
-        })
+        let body = resp.into_body().collect().await.map_err(|e| format!("body: {e}"))?.to_bytes().to_vec();
+        Ok(Reply { status, body, server_cert })
     }
 
-    pub async fn post_json(
-        &self,
-        addr: SocketAddr,
-        path: &str,
-        v: &serde_json::Value,
-    ) -> Result<Reply, String> {
-        self.request(
-            addr,
-            "POST",
-            path,
-            serde_json::to_vec(v).unwrap_or_default(),
-        )
-        .await
+    pub async fn post_json(&self, addr: SocketAddr, path: &str, v: &serde_json::Value) -> Result<Reply, String> {
+        self.request(addr, "POST", path, serde_json::to_vec(v).unwrap_or_default()).await
     }
 }

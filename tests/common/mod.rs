@@ -29,11 +29,7 @@ pub fn root() -> PathBuf {
 
 fn strings(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
         .unwrap_or_default()
 }
 
@@ -56,10 +52,7 @@ fn expand(v: &mut Value) {
 
 fn build(fixtures: &Value, base: Option<&Value>, merge: Option<&Value>) -> Option<Value> {
     let name = base?.as_str()?;
-    let mut obj = fixtures
-        .get(name)
-        .unwrap_or_else(|| panic!("unknown fixture {name}"))
-        .clone();
+    let mut obj = fixtures.get(name).unwrap_or_else(|| panic!("unknown fixture {name}")).clone();
     if let Some(m) = merge {
         json_patch::merge(&mut obj, m);
     }
@@ -88,14 +81,8 @@ pub fn admission_review(
 ) -> Value {
     let (group, version, kind) = group_version(resource);
     let meta = obj.or(old);
-    let name = meta
-        .and_then(|o| o.pointer("/metadata/name"))
-        .cloned()
-        .unwrap_or(Value::Null);
-    let namespace = meta
-        .and_then(|o| o.pointer("/metadata/namespace"))
-        .cloned()
-        .unwrap_or(Value::Null);
+    let name = meta.and_then(|o| o.pointer("/metadata/name")).cloned().unwrap_or(Value::Null);
+    let namespace = meta.and_then(|o| o.pointer("/metadata/namespace")).cloned().unwrap_or(Value::Null);
     let options_kind = match op {
         "CREATE" => "CreateOptions",
         "UPDATE" => "UpdateOptions",
@@ -143,38 +130,18 @@ pub fn load_cases() -> Vec<Case> {
 fn load_file(path: &Path) -> Vec<Case> {
     let text = std::fs::read_to_string(path).expect("read conformance file");
     let doc: Value = serde_yaml_ng::from_str(&text).expect("conformance YAML");
-    let file = path
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
+    let file = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     let fixtures = doc.get("fixtures").cloned().unwrap_or(json!({}));
-    let file_now = doc
-        .get("now")
-        .and_then(Value::as_str)
-        .unwrap_or("2026-11-29T15:00:00Z")
-        .to_string();
+    let file_now = doc.get("now").and_then(Value::as_str).unwrap_or("2026-11-29T15:00:00Z").to_string();
     let mut out = Vec::new();
-    for (i, c) in doc
-        .get("cases")
-        .and_then(Value::as_array)
-        .expect("cases")
-        .iter()
-        .enumerate()
-    {
+    for (i, c) in doc.get("cases").and_then(Value::as_array).expect("cases").iter().enumerate() {
         let name = c["name"].as_str().expect("case name").to_string();
         let resource = c["resource"].as_str().expect("resource").to_string();
-        let op = c
-            .get("operation")
-            .and_then(Value::as_str)
-            .unwrap_or("CREATE");
+        let op = c.get("operation").and_then(Value::as_str).unwrap_or("CREATE");
         let sub = c.get("subResource").and_then(Value::as_str);
         let obj = build(&fixtures, c.get("base"), c.get("merge"));
         let old = build(&fixtures, c.get("oldBase"), c.get("oldMerge"));
-        let (obj, old) = if op == "DELETE" {
-            (None, obj)
-        } else {
-            (obj, old)
-        };
+        let (obj, old) = if op == "DELETE" { (None, obj) } else { (obj, old) };
         let variants: Vec<&str> = if resource == "hostedclusters" {
             vec!["hostedclusters", "hostedcontrolplanes"]
         } else {
@@ -184,9 +151,7 @@ fn load_file(path: &Path) -> Vec<Case> {
             let (_, _, kind) = group_version(res);
             let retag = |o: &Option<Value>| {
                 o.clone().map(|mut v| {
-                    if res == "hostedcontrolplanes"
-                        && v.get("kind").and_then(Value::as_str) == Some("HostedCluster")
-                    {
+                    if res == "hostedcontrolplanes" && v.get("kind").and_then(Value::as_str) == Some("HostedCluster") {
                         v["kind"] = json!(kind);
                     }
                     v
@@ -199,11 +164,7 @@ fn load_file(path: &Path) -> Vec<Case> {
                 name: format!("{name} [{res}]"),
                 review: admission_review(&uid, res, sub, op, o.as_ref(), ol.as_ref()),
                 settings: c.get("settings").cloned().unwrap_or(json!({})),
-                now: c
-                    .get("now")
-                    .and_then(Value::as_str)
-                    .unwrap_or(&file_now)
-                    .to_string(),
+                now: c.get("now").and_then(Value::as_str).unwrap_or(&file_now).to_string(),
                 allowed: c["allowed"].as_bool().expect("allowed"),
                 messages: strings(c.get("messages")),
                 warnings: strings(c.get("warnings")),
@@ -225,10 +186,8 @@ pub fn check_response(case: &Case, review: &Value) -> Vec<String> {
         problems.push(format!("uid not echoed: {}", resp["uid"]));
     }
     if resp["allowed"].as_bool() != Some(case.allowed) {
-        problems.push(format!(
-            "allowed = {}, expected {}: {}",
-            resp["allowed"], case.allowed, resp["status"]["message"]
-        ));
+        problems
+            .push(format!("allowed = {}, expected {}: {}", resp["allowed"], case.allowed, resp["status"]["message"]));
     }
     let message = resp["status"]["message"].as_str().unwrap_or_default();
     for m in &case.messages {
@@ -236,10 +195,8 @@ pub fn check_response(case: &Case, review: &Value) -> Vec<String> {
             problems.push(format!("message lacks {m:?}\n      got: {message}"));
         }
     }
-    let warnings: Vec<&str> = resp["warnings"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let warnings: Vec<&str> =
+        resp["warnings"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     for w in &case.warnings {
         if !warnings.iter().any(|x| x.contains(w.as_str())) {
             problems.push(format!("warnings lack {w:?}; got {warnings:?}"));

@@ -8,6 +8,7 @@ use std::process::Command;
 
 use hcp_etcd_admission::{
     admission::{review, DecisionInput},
+    lookup::ContextObjects,
     settings::Settings,
     time::parse_rfc3339,
 };
@@ -15,7 +16,9 @@ use hcp_etcd_admission::{
 fn library_review(case: &common::Case) -> serde_json::Value {
     let settings = Settings::from_json(&case.settings).expect("case settings");
     let now = parse_rfc3339(&case.now).expect("case now");
-    review(&case.review, &DecisionInput { settings: &settings, lookup: None, now, expect: None }).expect("a response")
+    let context = ContextObjects::from_values(case.context.clone());
+    review(&case.review, &DecisionInput { settings: &settings, lookup: Some(&context), now, expect: None })
+        .expect("a response")
 }
 
 #[test]
@@ -33,6 +36,23 @@ fn conformance_suite_through_the_library() {
     eprintln!("{} conformance cases passed", cases.len());
 }
 
+/// Admitting the patched object again yields no patch (reinvocationPolicy: IfNeeded).
+#[test]
+fn mutation_is_idempotent() {
+    let mut checked = 0;
+    for case in common::load_cases().iter().filter(|c| c.patched) {
+        let first = library_review(case);
+        let patched = common::patched_object(case, &first["response"]).expect("applies").expect("patched");
+        let mut again = case.clone();
+        again.review["request"]["object"] = patched;
+        let second = library_review(&again);
+        assert!(second["response"].get("patch").is_none(), "{}: second admission patched again: {}", case.name, second);
+        assert!(second["response"].get("patchType").is_none());
+        checked += 1;
+    }
+    assert!(checked >= 5, "only {checked} mutation cases");
+}
+
 #[test]
 fn conformance_suite_through_the_review_binary() {
     let dir = std::env::temp_dir().join(format!("hcp-conf-{}", std::process::id()));
@@ -43,6 +63,11 @@ fn conformance_suite_through_the_review_binary() {
         std::fs::write(&file, case.review.to_string()).expect("write review");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"));
         cmd.arg("review").arg("--now").arg(&case.now).arg(&file);
+        for (j, obj) in case.context.iter().enumerate() {
+            let ctx = dir.join(format!("context-{i}-{j}.json"));
+            std::fs::write(&ctx, obj.to_string()).expect("write context");
+            cmd.arg("--context").arg(ctx);
+        }
         if case.settings.as_object().is_some_and(|o| !o.is_empty()) {
             let cfg = dir.join(format!("settings-{i}.json"));
             std::fs::write(&cfg, case.settings.to_string()).expect("write settings");

@@ -21,6 +21,15 @@ pub struct Case {
     pub messages: Vec<String>,
     pub warnings: Vec<String>,
     pub absent: Vec<String>,
+    /// Objects the decision may look up (HostedControlPlanes).
+    pub context: Vec<Value>,
+    /// For mutations: whether a patch is expected, the resulting init
+    /// container order, env values etcd-init must carry (and must not), its image.
+    pub patched: bool,
+    pub init_containers: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub no_env: Vec<String>,
+    pub image: Option<String>,
 }
 
 pub fn root() -> PathBuf {
@@ -169,6 +178,19 @@ fn load_file(path: &Path) -> Vec<Case> {
                 messages: strings(c.get("messages")),
                 warnings: strings(c.get("warnings")),
                 absent: strings(c.get("absent")),
+                context: strings(c.get("context"))
+                    .iter()
+                    .map(|n| fixtures.get(n.as_str()).unwrap_or_else(|| panic!("unknown fixture {n}")).clone())
+                    .collect(),
+                patched: c.get("patched").and_then(Value::as_bool).unwrap_or(false),
+                init_containers: strings(c.get("initContainers")),
+                env: c
+                    .get("env")
+                    .and_then(Value::as_object)
+                    .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
+                    .unwrap_or_default(),
+                no_env: strings(c.get("noEnv")),
+                image: c.get("image").and_then(Value::as_str).map(str::to_string),
             });
         }
     }
@@ -216,6 +238,85 @@ pub fn check_response(case: &Case, review: &Value) -> Vec<String> {
     }
     if !case.allowed && resp["status"]["code"].as_u64().is_none() {
         problems.push("denial without status.code".to_string());
+    }
+    problems.extend(check_patch(case, resp));
+    problems
+}
+
+/// Decodes the base64 JSON patch of a response.
+pub fn decode_patch(resp: &Value) -> Option<Result<json_patch::Patch, String>> {
+    use base64::Engine as _;
+    let b64 = resp.get("patch")?;
+    let Some(b64) = b64.as_str() else { return Some(Err(format!("patch is not a base64 string: {b64}"))) };
+    Some(
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|e| format!("patch is not base64: {e}"))
+            .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| format!("patch is not a JSON patch: {e}"))),
+    )
+}
+
+/// Applies a response's patch to the request object.
+pub fn patched_object(case: &Case, resp: &Value) -> Result<Option<Value>, String> {
+    let Some(patch) = decode_patch(resp) else { return Ok(None) };
+    let patch = patch?;
+    let mut obj = case.review["request"]["object"].clone();
+    json_patch::patch(&mut obj, &patch).map_err(|e| format!("patch does not apply: {e}"))?;
+    Ok(Some(obj))
+}
+
+fn check_patch(case: &Case, resp: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let has_patch = resp.get("patch").is_some();
+    if has_patch != case.patched {
+        problems.push(format!("patch present = {has_patch}, expected {}", case.patched));
+    }
+    if has_patch && resp.get("patchType").and_then(Value::as_str) != Some("JSONPatch") {
+        problems.push("patch without patchType JSONPatch".to_string());
+    }
+    let obj = match patched_object(case, resp) {
+        Ok(Some(o)) => o,
+        Ok(None) => return problems,
+        Err(e) => {
+            problems.push(e);
+            return problems;
+        }
+    };
+    let inits: Vec<Value> =
+        obj.pointer("/spec/template/spec/initContainers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let names: Vec<&str> = inits.iter().filter_map(|c| c["name"].as_str()).collect();
+    if !case.init_containers.is_empty() && names != case.init_containers {
+        problems.push(format!("initContainers {names:?}, expected {:?}", case.init_containers));
+    }
+    let Some(init) = inits.iter().find(|c| c["name"] == "etcd-init") else {
+        problems.push("no etcd-init container after the patch".to_string());
+        return problems;
+    };
+    let env: Vec<(String, Value)> = init["env"]
+        .as_array()
+        .map(|a| a.iter().map(|e| (e["name"].as_str().unwrap_or_default().to_string(), e.clone())).collect())
+        .unwrap_or_default();
+    for (k, v) in &case.env {
+        match env.iter().find(|(n, _)| n == k) {
+            Some((_, e)) if e["value"].as_str() == Some(v.as_str()) => {}
+            other => problems.push(format!("etcd-init env {k} = {:?}, expected {v:?}", other.map(|o| &o.1))),
+        }
+    }
+    for k in &case.no_env {
+        if env.iter().any(|(n, _)| n == k) {
+            problems.push(format!("etcd-init must not carry env {k}"));
+        }
+    }
+    if let Some(image) = &case.image {
+        if init["image"].as_str() != Some(image.as_str()) {
+            problems.push(format!("etcd-init image {}, expected {image}", init["image"]));
+        }
+    }
+    // The script never embeds object data: the URL travels only in env.
+    let url =
+        env.iter().find(|(n, _)| n == "RESTORE_URL_ETCD").and_then(|(_, e)| e["value"].as_str()).unwrap_or("\u{0}");
+    if init["command"].to_string().contains(url) {
+        problems.push("the restore URL appears in the command".to_string());
     }
     problems
 }

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod https;
+pub mod snapshot_server;
 
 use std::path::{Path, PathBuf};
 

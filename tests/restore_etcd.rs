@@ -500,3 +500,184 @@ async fn restore_one_member_etcd34_etcdctl() {
 async fn restore_three_members_etcd34_etcdctl() {
     restore_cluster(etcd34(), 3, 44).await;
 }
+
+// ------------------------------------------------------- failure modes
+
+struct FailureRig {
+    root: PathBuf,
+    sts: Value,
+    ns: String,
+    bin: PathBuf,
+    hosts: PathBuf,
+    store: SnapshotServer,
+    snapshot_sha: String,
+}
+
+impl FailureRig {
+    async fn new(tag: &str) -> Self {
+        let e = etcd35();
+        let root = tmp(tag);
+        let snapshot = make_snapshot(&root, &e);
+        let sha = {
+            let out = Command::new("sha256sum").arg(root.join("snapshot.db")).output().expect("sha256sum");
+            String::from_utf8_lossy(&out.stdout).split(' ').next().unwrap_or_default().to_string()
+        };
+        let mut truncated = snapshot.clone();
+        truncated.truncate(snapshot.len() / 2);
+        let mut flipped = snapshot.clone();
+        let mid = flipped.len() / 2;
+        flipped[mid] ^= 0x40;
+        let files = HashMap::from([
+            ("snap.db".to_string(), snapshot),
+            ("trunc.db".to_string(), truncated),
+            ("flip.db".to_string(), flipped),
+        ]);
+        let store = SnapshotServer::start(&root, files).await;
+        let ns = "clusters-fail".to_string();
+        let sts = patched_statefulset(&root, &ns, 1, &store.url("/snapshots/snap.db"));
+        let hosts = root.join("hosts");
+        std::fs::write(&hosts, format!("127.0.0.1 localhost etcd-0.etcd-discovery.{ns}.svc\n")).expect("hosts");
+        let bin = tool_dir(&root, &e);
+        Self { root, sts, ns, bin, hosts, store, snapshot_sha: sha }
+    }
+
+    /// Runs etcd-init with `url` against a fresh, empty data dir.
+    fn run(&self, tag: &str, url: &str) -> (i32, String, PathBuf) {
+        self.run_with(tag, url, Some(&self.hosts), |_| {})
+    }
+
+    fn run_with(&self, tag: &str, url: &str, hosts: Option<&Path>, prepare: impl Fn(&Path)) -> (i32, String, PathBuf) {
+        let data = self.root.join(format!("pv-{tag}")).join("data");
+        let pv = data.parent().expect("pv").to_path_buf();
+        let _ = std::fs::remove_dir_all(&pv);
+        std::fs::create_dir_all(&pv).expect("pv");
+        prepare(&data);
+        let m = Member { name: "etcd-0".into(), ip: Ipv4Addr::LOCALHOST, data_dir: data.clone() };
+        let (code, log) =
+            run_init(&self.sts, &self.ns, &m, "/bin/dash", &self.bin, &self.store.ca_file, hosts, Some(url));
+        (code, log, data)
+    }
+}
+
+fn assert_untouched(tag: &str, code: i32, log: &str, data: &Path) {
+    assert_ne!(code, 0, "{tag}: etcd-init must fail:\n{log}");
+    let leftovers: Vec<String> = std::fs::read_dir(data)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned())).collect())
+        .unwrap_or_default();
+    assert!(leftovers.is_empty(), "{tag}: data dir not empty after a failure: {leftovers:?}");
+    let pv = data.parent().expect("pv");
+    assert!(!pv.join(".etcd-init-restore").exists(), "{tag}: staging dir left on the volume");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_downloads_and_bad_snapshots_leave_the_data_dir_empty() {
+    let rig = FailureRig::new("failures").await;
+    let wrong_sha = "0".repeat(64);
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("http-403", rig.store.url("/forbidden/snap.db?X-Amz-Signature=topsecret"), "HTTP 403"),
+        ("http-404", rig.store.url("/snapshots/missing.db?sig=topsecret"), "HTTP 404"),
+        ("cut-mid-transfer", rig.store.url("/cut/snap.db"), "cut short"),
+        ("truncated", rig.store.url("/snapshots/trunc.db"), "snapshot restore failed"),
+        ("bit-flipped", rig.store.url("/snapshots/flip.db"), "snapshot restore failed"),
+        (
+            "sha256-mismatch",
+            format!("{}#sha256={wrong_sha}", rig.store.url("/snapshots/snap.db")),
+            "sha256 of the download",
+        ),
+        ("bad-sha256-fragment", format!("{}#sha256=xyz", rig.store.url("/snapshots/snap.db")), "not hexadecimal"),
+        ("plain-http", format!("http://127.0.0.1:{}/snapshots/snap.db", rig.store.addr.port()), "only https"),
+        ("error-document-200", rig.store.url("/xml200/snap.db"), "not an etcd snapshot"),
+        ("unreachable", "https://127.0.0.1:1/snapshots/snap.db".to_string(), "download of"),
+    ];
+    for (tag, url, needle) in &cases {
+        let (code, log, data) = rig.run(tag, url);
+        assert_untouched(tag, code, &log, &data);
+        assert!(log.contains(needle), "{tag}: the log does not say {needle:?}:\n{log}");
+        assert!(!log.contains("topsecret"), "{tag}: the presign query was logged:\n{log}");
+    }
+    // Peer names that do not resolve: the explicit publishNotReadyAddresses hint (etcdutl resolves them).
+    let (code, log, data) = rig.run_with("no-dns", &rig.store.url("/snapshots/snap.db"), None, |_| {});
+    assert_untouched("no-dns", code, &log, &data);
+    assert!(log.contains("publishNotReadyAddresses"), "no DNS hint:\n{log}");
+    let _ = std::fs::remove_dir_all(&rig.root);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_integrity_and_what_counts_as_empty() {
+    let rig = FailureRig::new("retries").await;
+    // 503, 503, 200: retried.
+    let (code, log, data) = rig.run("flaky", &rig.store.url("/flaky/snap.db"));
+    assert_eq!(code, 0, "{log}");
+    assert!(data.join("member").is_dir());
+    // The right sha256 passes (upper-case hex too).
+    let url = format!("{}#sha256={}", rig.store.url("/snapshots/snap.db"), rig.snapshot_sha.to_uppercase());
+    let (code, log, data) = rig.run("sha-ok", &url);
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains("sha256 verified"), "{log}");
+    assert!(data.join("member").is_dir());
+    assert!(!rig.store.requests().iter().any(|r| r.contains("sha256")), "the fragment reached the server");
+    // lost+found alone is empty: restore, and keep lost+found.
+    let (code, log, data) = rig.run_with("lost-found", &rig.store.url("/snapshots/snap.db"), Some(&rig.hosts), |d| {
+        std::fs::create_dir_all(d.join("lost+found")).expect("lost+found");
+    });
+    assert_eq!(code, 0, "{log}");
+    assert!(data.join("member").is_dir() && data.join("lost+found").is_dir());
+    // Anything else is data: skip, touch nothing, download nothing.
+    let before = rig.store.requests().len();
+    let (code, log, data) = rig.run_with("non-empty", &rig.store.url("/snapshots/snap.db"), Some(&rig.hosts), |d| {
+        std::fs::create_dir_all(d.join("member/wal")).expect("member");
+        std::fs::write(d.join("member/wal/0.wal"), b"live data").expect("wal");
+    });
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains("not empty, not restoring snapshot"));
+    assert_eq!(std::fs::read(data.join("member/wal/0.wal")).expect("wal"), b"live data");
+    assert_eq!(rig.store.requests().len(), before, "a skipped restore must not download");
+    let _ = std::fs::remove_dir_all(&rig.root);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_urls_reach_the_server_literally_and_execute_nothing() {
+    let rig = FailureRig::new("hostile").await;
+    let marker = rig.root.join("pwned");
+    let m = marker.to_string_lossy();
+    let hostile =
+        format!("/snapshots/snap.db?a=$(touch%20{m}1)&b=`touch%20{m}2`&c=;touch%20{m}3;&d='\"&e=[1-3]{{x,y}}&f=$HOME");
+    let (code, log, data) = rig.run("hostile", &rig.store.url(&hostile));
+    assert_eq!(code, 0, "the object exists; the query is just data:\n{log}");
+    assert!(data.join("member").is_dir());
+    for i in 1..=3 {
+        assert!(!Path::new(&format!("{m}{i}")).exists(), "command substitution ran");
+    }
+    let seen = rig.store.requests();
+    let got = seen.last().expect("a request");
+    for literal in ["$(touch", "`touch", ";touch", "[1-3]{x,y}", "$HOME", "'\""] {
+        assert!(got.contains(literal), "{literal:?} did not reach the server literally: {got}");
+    }
+    assert_eq!(seen.iter().filter(|r| r.contains("[1-3]")).count(), 1, "curl globbed the URL");
+    // A leading '-' is a URL, not an option.
+    let (code, log, data) = rig.run("dash", &format!("-o{m}4 {}", rig.store.url("/snapshots/snap.db")));
+    assert_untouched("dash", code, &log, &data);
+    assert!(!Path::new(&format!("{m}4")).exists(), "a leading '-' became a curl option");
+    let _ = std::fs::remove_dir_all(&rig.root);
+}
+
+#[test]
+fn the_restore_script_is_shellcheck_clean() {
+    let script = common::root().join("src/mutate/etcd-init.sh");
+    let out = Command::new("shellcheck")
+        .args(["-s", "sh"])
+        .arg(&script)
+        .output()
+        .expect("shellcheck (apt-get install shellcheck)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    for shell in ["/bin/dash", "/bin/bash"] {
+        let out = Command::new(shell).arg("-n").arg(&script).output().expect("shell");
+        assert!(out.status.success(), "{shell}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = Command::new("/bin/busybox")
+        .args(["sh", "-n"])
+        .arg(&script)
+        .output()
+        .expect("busybox (apt-get install busybox)");
+    assert!(out.status.success(), "busybox: {}", String::from_utf8_lossy(&out.stderr));
+}

@@ -295,6 +295,7 @@ struct Member {
 
 /// Runs the patched etcd-init once for `member` with `shell` (`/bin/dash`,
 /// `busybox`, `/bin/bash`); returns the exit code and stderr.
+#[allow(clippy::too_many_arguments)]
 fn run_init(
     sts: &Value,
     ns: &str,

@@ -6,7 +6,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use anyhow::Context as _;
 use hcp_etcd_admission::{
     certs,
-    server::{shutdown_signal, ServeOptions, Server},
+    server::{shutdown_signal, LookupSource, ServeOptions, Server},
 };
 
 use super::DecisionArgs;
@@ -40,11 +40,23 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get after SIGTERM.
     #[arg(long, default_value_t = 20)]
     pub shutdown_grace_seconds: u64,
+    /// Watch HostedControlPlanes in the cluster (kubeconfig or in-cluster
+    /// config) for the mutating path. `auto`: when `--context` is not given
+    /// and a cluster configuration is found.
+    #[arg(long, value_enum, default_value_t = Watch::Auto)]
+    pub watch_hostedcontrolplanes: Watch,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
     #[command(flatten)]
     pub decision: DecisionArgs,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watch {
+    Auto,
+    Always,
+    Never,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,10 +102,29 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
         reload_interval: Duration::from_secs(args.reload_interval_seconds.max(1)),
         max_concurrent: args.max_concurrent,
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
-        context: Some(args.decision.context()?),
+        lookups: LookupSource::None,
     };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let context_given = !args.decision.context.is_empty();
+    let context = args.decision.context()?;
+    let watch = args.watch_hostedcontrolplanes;
+    let cluster_configured = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        || std::env::var_os("KUBECONFIG").is_some()
+        || std::env::var_os("HOME").is_some_and(|h| std::path::Path::new(&h).join(".kube/config").exists());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     runtime.block_on(async move {
+        let mut opts = opts;
+        opts.lookups = if watch == Watch::Always || (watch == Watch::Auto && !context_given && cluster_configured) {
+            let client =
+                kube::Client::try_default().await.context("connecting to the cluster to watch HostedControlPlanes")?;
+            tracing::info!("watching HostedControlPlanes for the etcd-init mutation");
+            LookupSource::Cluster(client)
+        } else if context_given {
+            LookupSource::Static(context)
+        } else {
+            tracing::warn!("no cluster and no --context: /mutate/etcd-statefulsets allows without injecting etcd-init");
+            LookupSource::None
+        };
         let server = Server::bind(opts).await?;
         let addr = server.local_addr().map(|a| a.to_string()).unwrap_or_default();
         tracing::info!(listen = %addr, "serving admission webhooks over HTTPS");

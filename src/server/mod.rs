@@ -9,6 +9,7 @@
 //! * Graceful shutdown: stop accepting, let in-flight requests finish within
 //!   a deadline.
 
+pub mod hcp_cache;
 pub mod metrics;
 pub mod routes;
 pub mod tls;
@@ -53,8 +54,30 @@ pub struct ServeOptions {
     pub max_concurrent: usize,
     /// How long in-flight requests get after SIGTERM.
     pub shutdown_grace: Duration,
-    /// Objects for lookups when no cluster is configured (`--context` files).
-    pub context: Option<crate::lookup::ContextObjects>,
+    /// Where the mutation finds HostedControlPlanes.
+    pub lookups: LookupSource,
+}
+
+/// Where the mutating path finds HostedControlPlanes.
+#[derive(Clone, Default)]
+pub enum LookupSource {
+    /// Nowhere: the mutation allows without a patch and says so in a warning.
+    #[default]
+    None,
+    /// Fixed objects (`--context` files).
+    Static(crate::lookup::ContextObjects),
+    /// A reflector over the cluster this client talks to.
+    Cluster(kube::Client),
+}
+
+impl std::fmt::Debug for LookupSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LookupSource::None => "None",
+            LookupSource::Static(_) => "Static",
+            LookupSource::Cluster(_) => "Cluster",
+        })
+    }
 }
 
 /// Shared state of the handlers.
@@ -62,6 +85,8 @@ pub struct App {
     pub settings: Settings,
     /// Where the mutation finds HostedControlPlanes (context files or a reflector).
     pub lookup: Option<Arc<dyn crate::lookup::Lookup + Send + Sync>>,
+    /// The HostedControlPlane reflector, when watching a cluster (readiness waits for its sync).
+    pub hcp_cache: Option<Arc<hcp_cache::HcpCache>>,
     pub metrics: Arc<metrics::Metrics>,
     pub ready: AtomicBool,
     pub limit: Arc<Semaphore>,
@@ -87,9 +112,18 @@ impl Server {
         metrics.set_cert_expiry(loaded.not_after);
         let listener =
             TcpListener::bind(opts.listen).await.map_err(|source| ServerError::Bind { addr: opts.listen, source })?;
+        let (lookup, hcp_cache): (Option<Arc<dyn crate::lookup::Lookup + Send + Sync>>, _) = match &opts.lookups {
+            LookupSource::None => (None, None),
+            LookupSource::Static(objects) => (Some(Arc::new(objects.clone())), None),
+            LookupSource::Cluster(client) => {
+                let cache = hcp_cache::HcpCache::start(client.clone());
+                (Some(cache.clone() as Arc<dyn crate::lookup::Lookup + Send + Sync>), Some(cache))
+            }
+        };
         let app = Arc::new(App {
             settings: opts.settings.clone(),
-            lookup: opts.context.clone().map(|c| Arc::new(c) as Arc<dyn crate::lookup::Lookup + Send + Sync>),
+            lookup,
+            hcp_cache,
             metrics,
             ready: AtomicBool::new(false),
             limit: Arc::new(Semaphore::new(opts.max_concurrent.max(1))),

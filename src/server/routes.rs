@@ -28,6 +28,7 @@ pub fn router(app: Arc<App>) -> Router {
             "/validate/hostedcontrolplanes",
             post(|s, r| admit(s, r, Target::HostedControlPlanes, "hostedcontrolplanes")),
         )
+        .route("/mutate/etcd-statefulsets", post(|s, r| admit(s, r, Target::EtcdStatefulSets, "etcd-statefulsets")))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -41,6 +42,9 @@ fn error(code: StatusCode, message: impl Into<String>) -> Response {
 }
 
 async fn readyz(State(app): State<Arc<App>>) -> Response {
+    if app.hcp_cache.as_ref().is_some_and(|c| !c.synced()) {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "not ready: HostedControlPlane cache not synced yet");
+    }
     if app.ready.load(std::sync::atomic::Ordering::Acquire) {
         "ok".into_response()
     } else {

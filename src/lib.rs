@@ -14,6 +14,7 @@ pub mod catalog;
 #[cfg(feature = "cli")]
 pub mod certs;
 pub mod crd;
+pub mod kubewarden;
 pub mod lookup;
 pub mod mutate;
 pub mod rules;
@@ -22,3 +23,5 @@ pub mod schema;
 pub mod server;
 pub mod settings;
 pub mod time;
+#[cfg(all(feature = "wasm", target_arch = "wasm32"))]
+pub mod wasm;

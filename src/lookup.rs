@@ -11,8 +11,9 @@ use serde_json::Value;
 
 /// Read-only access to cluster objects.
 pub trait Lookup {
-    /// The HostedControlPlane objects in `namespace`.
-    fn hosted_control_planes(&self, namespace: &str) -> Vec<Value>;
+    /// The HostedControlPlane objects in `namespace`, or why they cannot be
+    /// looked up (the caller warns and does not mutate).
+    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, String>;
 }
 
 /// Objects given up front (from `--context` files or test fixtures).
@@ -42,12 +43,13 @@ impl ContextObjects {
 }
 
 impl Lookup for ContextObjects {
-    fn hosted_control_planes(&self, namespace: &str) -> Vec<Value> {
-        self.hcps
+    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, String> {
+        Ok(self
+            .hcps
             .iter()
             .filter(|h| h.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace))
             .cloned()
-            .collect()
+            .collect())
     }
 }
 

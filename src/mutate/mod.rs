@@ -52,7 +52,12 @@ pub fn etcd_init(sts: &Value, namespace: &str, lookup: Option<&dyn Lookup>, sett
             "no HostedControlPlane lookup is available: etcd-init restore injection skipped for {namespace}/etcd"
         )));
     };
-    let hcps = lookup.hosted_control_planes(namespace);
+    let hcps = match lookup.hosted_control_planes(namespace) {
+        Ok(h) => h,
+        Err(why) => return Mutation::none(Some(format!(
+            "HostedControlPlanes in {namespace:?} could not be looked up ({why}): etcd-init restore injection skipped"
+        ))),
+    };
     let Some(hcp) = hcps.first() else {
         return Mutation::none(Some(format!(
             "no HostedControlPlane in namespace {namespace:?}: etcd-init restore injection skipped"

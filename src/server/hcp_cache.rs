@@ -59,12 +59,13 @@ impl HcpCache {
 }
 
 impl Lookup for HcpCache {
-    fn hosted_control_planes(&self, namespace: &str) -> Vec<Value> {
-        self.store
+    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, String> {
+        Ok(self
+            .store
             .state()
             .iter()
             .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
             .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
-            .collect()
+            .collect())
     }
 }

@@ -1,0 +1,130 @@
+//! The Kubewarden protocol around the decision core: ValidationRequest in,
+//! ValidationResponse out (snake_case keys, as the policy SDK serialises
+//! them), settings validation. Pure, so it is tested natively; the waPC
+//! exports in [`crate::wasm`] only move bytes and make host calls.
+//!
+//! The mapping adds no decision: `accepted` is the admission response's
+//! `allowed`, `message`/`code` its status, `warnings` its warnings, and for a
+//! mutation `mutated_object` is the request object with the core's JSON patch
+//! applied (Kubewarden computes the patch back from it).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::{
+    admission::{self, AdmissionRequest, DecisionInput},
+    lookup::Lookup,
+    settings::Settings,
+};
+
+/// Kubewarden's `ValidationResponse`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ValidationResponse {
+    pub accepted: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutated_object: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warnings: Option<Vec<String>>,
+}
+
+/// Kubewarden's `SettingsValidationResponse`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettingsValidationResponse {
+    pub valid: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The `ValidationRequest` envelope: settings plus the AdmissionRequest.
+#[derive(Debug, Deserialize)]
+struct ValidationRequest {
+    #[serde(default)]
+    settings: Value,
+    request: Value,
+}
+
+fn reject(message: String, code: u16) -> ValidationResponse {
+    ValidationResponse { accepted: false, message: Some(message), code: Some(code), ..Default::default() }
+}
+
+fn settings_of(v: &Value) -> Result<Settings, String> {
+    if v.is_null() {
+        return Ok(Settings::default());
+    }
+    Settings::from_json(v)
+}
+
+/// `validate_settings`: the same checks as the server's and the CLI's `--config`.
+pub fn validate_settings(payload: &[u8]) -> SettingsValidationResponse {
+    let parsed: Result<Value, String> =
+        serde_json::from_slice(payload).map_err(|e| format!("settings are not JSON: {e}"));
+    match parsed.and_then(|v| settings_of(&v)) {
+        Ok(_) => SettingsValidationResponse { valid: true, message: None },
+        Err(message) => SettingsValidationResponse { valid: false, message: Some(message) },
+    }
+}
+
+/// `validate`: one ValidationRequest, decided by the same core as the webhook.
+pub fn validate(payload: &[u8], lookup: Option<&dyn Lookup>, now: i64) -> ValidationResponse {
+    let envelope: ValidationRequest = match serde_json::from_slice(payload) {
+        Ok(e) => e,
+        Err(e) => return reject(format!("the ValidationRequest does not parse: {e}"), 400),
+    };
+    let settings = match settings_of(&envelope.settings) {
+        Ok(s) => s,
+        Err(e) => return reject(e, 400),
+    };
+    let request: AdmissionRequest = match serde_json::from_value(envelope.request.clone()) {
+        Ok(r) => r,
+        Err(e) => return reject(format!("the AdmissionRequest does not parse: {e}"), 400),
+    };
+    let decision = DecisionInput { settings: &settings, lookup, now, expect: None };
+    let response = admission::respond(&request, &decision);
+    let warnings = (!response.warnings.is_empty()).then(|| response.warnings.clone());
+    let mutated_object = match (&response.patch, &request.object) {
+        (Some(_), Some(object)) => match apply_response_patch(&response, object) {
+            Ok(m) => Some(m),
+            Err(e) => return reject(format!("internal error applying the mutation: {e}"), 500),
+        },
+        _ => None,
+    };
+    ValidationResponse {
+        accepted: response.allowed,
+        message: response.status.as_ref().map(|s| s.message.clone()),
+        code: response.status.as_ref().map(|s| s.code),
+        mutated_object,
+        warnings,
+    }
+}
+
+fn apply_response_patch(response: &admission::AdmissionResponse, object: &Value) -> Result<Value, String> {
+    use base64::Engine as _;
+    let b64 = response.patch.as_deref().unwrap_or_default();
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).map_err(|e| e.to_string())?;
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+    let mut mutated = object.clone();
+    json_patch::patch(&mut mutated, &patch).map_err(|e| e.to_string())?;
+    Ok(mutated)
+}
+
+/// The body of Kubewarden's `list_resources_by_namespace` host call for HostedControlPlanes.
+pub fn list_hcps_request(namespace: &str) -> Value {
+    json!({
+        "api_version": format!("{}/{}", crate::api::GROUP, crate::api::VERSION),
+        "kind": "HostedControlPlane",
+        "namespace": namespace,
+        "label_selector": null,
+        "field_selector": null,
+        "field_masks": null,
+    })
+}
+
+/// The items of a host-call List answer.
+pub fn list_items(answer: &[u8]) -> Result<Vec<Value>, String> {
+    let v: Value = serde_json::from_slice(answer).map_err(|e| format!("the host's answer is not JSON: {e}"))?;
+    Ok(v.get("items").and_then(Value::as_array).cloned().unwrap_or_default())
+}

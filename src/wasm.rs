@@ -1,0 +1,43 @@
+//! The waPC guest exports of the Kubewarden policy (`wasm32-wasip1`, feature
+//! `wasm`): `validate`, `validate_settings`, `protocol_version`. Bytes in,
+//! bytes out; the HostedControlPlane comes from the context-aware host
+//! capability `kubewarden/kubernetes/list_resources_by_namespace`.
+
+use kubewarden_policy_sdk::wapc_guest::{self as guest, CallResult};
+use serde_json::Value;
+
+use crate::{kubewarden, lookup::Lookup};
+
+/// HostedControlPlanes through Kubewarden's Kubernetes host capability.
+struct HostLookup;
+
+impl Lookup for HostLookup {
+    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, String> {
+        let body = serde_json::to_vec(&kubewarden::list_hcps_request(namespace)).map_err(|e| e.to_string())?;
+        let answer =
+            guest::host_call("kubewarden", "kubernetes", "list_resources_by_namespace", &body).map_err(|e| {
+                format!("the Kubernetes host capability is unavailable (is the policy context aware?): {e}")
+            })?;
+        kubewarden::list_items(&answer)
+    }
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+fn validate(payload: &[u8]) -> CallResult {
+    let response = kubewarden::validate(payload, Some(&HostLookup), now());
+    Ok(serde_json::to_vec(&response)?)
+}
+
+fn validate_settings(payload: &[u8]) -> CallResult {
+    Ok(serde_json::to_vec(&kubewarden::validate_settings(payload))?)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn wapc_init() {
+    guest::register_function("validate", validate);
+    guest::register_function("validate_settings", validate_settings);
+    guest::register_function("protocol_version", kubewarden_policy_sdk::protocol_version_guest);
+}

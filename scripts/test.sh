@@ -21,5 +21,8 @@ cargo run --locked --quiet -- crd --check
 step "decision core builds for wasm32-wasip1 (no I/O below the shells)"
 cargo build --locked --lib --target wasm32-wasip1 --no-default-features
 
+step "Kubewarden policy module (wasm32-wasip1, the tests load it)"
+scripts/build-wasm.sh >/dev/null
+
 step "cargo test"
 cargo test --locked --all-targets

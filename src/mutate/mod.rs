@@ -54,9 +54,11 @@ pub fn etcd_init(sts: &Value, namespace: &str, lookup: Option<&dyn Lookup>, sett
     };
     let hcps = match lookup.hosted_control_planes(namespace) {
         Ok(h) => h,
-        Err(why) => return Mutation::none(Some(format!(
+        Err(why) => {
+            return Mutation::none(Some(format!(
             "HostedControlPlanes in {namespace:?} could not be looked up ({why}): etcd-init restore injection skipped"
-        ))),
+        )))
+        }
     };
     let Some(hcp) = hcps.first() else {
         return Mutation::none(Some(format!(

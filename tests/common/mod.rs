@@ -6,6 +6,7 @@
 
 pub mod https;
 pub mod snapshot_server;
+pub mod wasm_host;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,182 @@
+//! The Kubewarden policy module (built by scripts/build-wasm.sh) in a real
+//! Wasm runtime (wasmi, with a waPC host as Kubewarden's policy-evaluator
+//! offers): the whole conformance suite runs through it and must give the
+//! same decisions, messages, warnings and patches as the native path. The
+//! context-aware host call is served from each case's fixtures.
+
+mod common;
+
+use common::wasm_host::{HostCallHandler, Policy};
+use hcp_etcd_admission::{
+    admission::{review, DecisionInput},
+    lookup::ContextObjects,
+    settings::Settings,
+    time::parse_rfc3339,
+};
+use serde_json::{json, Value};
+
+fn module() -> Vec<u8> {
+    let path = common::wasm_host::module_path();
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; build it with scripts/build-wasm.sh", path.display()))
+}
+
+/// Serves `list_resources_by_namespace` from fixtures, as policy-server does from its reflectors.
+fn context_handler(objects: Vec<Value>) -> HostCallHandler {
+    Box::new(move |binding, ns, op, payload| {
+        if (binding, ns, op) != ("kubewarden", "kubernetes", "list_resources_by_namespace") {
+            return Err(format!("unexpected host call {binding}/{ns}/{op}"));
+        }
+        let req: Value = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
+        let items: Vec<&Value> = objects
+            .iter()
+            .filter(|o| {
+                o["kind"] == req["kind"]
+                    && o["apiVersion"] == req["api_version"]
+                    && o["metadata"]["namespace"] == req["namespace"]
+            })
+            .collect();
+        Ok(serde_json::to_vec(
+            &json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": items}),
+        )
+        .unwrap_or_default())
+    })
+}
+
+fn native(case: &common::Case) -> Value {
+    let settings = Settings::from_json(&case.settings).expect("settings");
+    let ctx = ContextObjects::from_values(case.context.clone());
+    let now = parse_rfc3339(&case.now).expect("now");
+    review(&case.review, &DecisionInput { settings: &settings, lookup: Some(&ctx), now, expect: None }).expect("review")
+        ["response"]
+        .clone()
+}
+
+fn validation_request(case: &common::Case) -> Vec<u8> {
+    serde_json::to_vec(&json!({"settings": case.settings, "request": case.review["request"]})).expect("json")
+}
+
+#[test]
+fn conformance_suite_gives_identical_decisions_in_wasm() {
+    let bytes = module();
+    let cases = common::load_cases();
+    let mut failures = Vec::new();
+    let mut mutated = 0;
+    for case in &cases {
+        let mut policy = Policy::load(&bytes, context_handler(case.context.clone())).expect("load module");
+        policy.set_now(parse_rfc3339(&case.now).expect("now"));
+        let out = match policy.call("validate", &validation_request(case)) {
+            Ok(o) => o,
+            Err(e) => {
+                failures.push(format!("{}: guest error {e}", case.name));
+                continue;
+            }
+        };
+        let wasm: Value = serde_json::from_slice(&out).expect("ValidationResponse JSON");
+        let want = native(case);
+        let mut problems = Vec::new();
+        if wasm["accepted"] != want["allowed"] {
+            problems.push(format!("accepted {} vs allowed {}", wasm["accepted"], want["allowed"]));
+        }
+        let msg = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        if msg(&wasm["message"]) != msg(&want["status"]["message"]) {
+            problems.push(format!("message {:?} vs {:?}", wasm["message"], want["status"]["message"]));
+        }
+        if wasm.get("code").cloned().unwrap_or(Value::Null)
+            != want["status"].get("code").cloned().unwrap_or(Value::Null)
+        {
+            problems.push(format!("code {} vs {}", wasm["code"], want["status"]["code"]));
+        }
+        let warns = |v: &Value| v.as_array().cloned().unwrap_or_default();
+        if warns(&wasm["warnings"]) != warns(&want["warnings"]) {
+            problems.push(format!("warnings {} vs {}", wasm["warnings"], want["warnings"]));
+        }
+        // Kubewarden computes the patch from mutated_object; it must equal ours.
+        match (wasm.get("mutated_object"), common::decode_patch(&want)) {
+            (None, None) => {}
+            (Some(m), Some(Ok(native_patch))) => {
+                let from_wasm = json_patch::diff(&case.review["request"]["object"], m);
+                if from_wasm != native_patch {
+                    problems.push(format!(
+                        "patch from mutated_object differs:\n  wasm   {}\n  native {}",
+                        json!(from_wasm),
+                        json!(native_patch)
+                    ));
+                }
+                mutated += 1;
+            }
+            (m, p) => {
+                problems.push(format!("mutated_object present: {}, native patch present: {}", m.is_some(), p.is_some()))
+            }
+        }
+        if !problems.is_empty() {
+            failures.push(format!("{}: {}", case.name, problems.join("; ")));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(mutated >= 5, "only {mutated} mutations compared");
+}
+
+#[test]
+fn protocol_version_and_settings_validation() {
+    let mut policy = Policy::load(&module(), context_handler(vec![])).expect("load");
+    let v: Value =
+        serde_json::from_slice(&policy.call("protocol_version", b"").expect("protocol_version")).expect("json");
+    assert_eq!(v, json!("v1"));
+    let ok: Value =
+        serde_json::from_slice(&policy.call("validate_settings", br#"{"allowS3RestoreURL": true}"#).expect("ok"))
+            .expect("json");
+    assert_eq!(ok, json!({"valid": true}));
+    let empty: Value = serde_json::from_slice(&policy.call("validate_settings", b"{}").expect("empty")).expect("json");
+    assert_eq!(empty["valid"], true);
+    for (bad, needle) in [
+        (r#"{"allowS3RestoreUrl": true}"#, "unknown field `allowS3RestoreUrl`"),
+        (r#"{"restoreUrlExpiryWarningSeconds": -1}"#, "invalid value"),
+        (r#"{"restoreMemoryLimit": "lots"}"#, "not a Kubernetes quantity"),
+        ("not json", "not JSON"),
+    ] {
+        let v: Value =
+            serde_json::from_slice(&policy.call("validate_settings", bad.as_bytes()).expect("answer")).expect("json");
+        assert_eq!(v["valid"], false, "{bad}");
+        assert!(v["message"].as_str().unwrap_or_default().contains(needle), "{bad}: {}", v["message"]);
+    }
+    assert!(policy.call("no_such_operation", b"{}").is_err(), "an unknown operation is a guest error");
+}
+
+#[test]
+fn bad_inputs_get_clear_rejections_never_a_trap() {
+    let mut policy = Policy::load(&module(), context_handler(vec![])).expect("load");
+    let call = |p: &mut Policy, payload: &[u8]| -> Value {
+        serde_json::from_slice(&p.call("validate", payload).expect("validate answers")).expect("json")
+    };
+    let v = call(&mut policy, b"{not json");
+    assert_eq!((v["accepted"].clone(), v["code"].clone()), (json!(false), json!(400)));
+    assert!(v["message"].as_str().unwrap_or_default().contains("does not parse"));
+    let v = call(&mut policy, br#"{"settings": {"bogus": 1}, "request": {}}"#);
+    assert_eq!(v["accepted"], false);
+    assert!(v["message"].as_str().unwrap_or_default().contains("unknown field `bogus`"), "{v}");
+    let pod = json!({"settings": {}, "request": {
+        "uid": "p1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+        "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}}}});
+    let v = call(&mut policy, &serde_json::to_vec(&pod).expect("json"));
+    assert_eq!(v["accepted"], false);
+    assert!(v["message"].as_str().unwrap_or_default().contains("does not handle v1/pods"), "{v}");
+    // Still usable after all that.
+    let v: Value = serde_json::from_slice(&policy.call("protocol_version", b"").expect("alive")).expect("json");
+    assert_eq!(v, json!("v1"));
+}
+
+#[test]
+fn without_the_host_capability_the_policy_warns_and_does_not_mutate() {
+    let case = common::load_cases().into_iter().find(|c| c.patched).expect("a mutation case");
+    let refusing: HostCallHandler =
+        Box::new(|_, _, _, _| Err("context-aware calls are not allowed for this policy".to_string()));
+    let mut policy = Policy::load(&module(), refusing).expect("load");
+    let v: Value =
+        serde_json::from_slice(&policy.call("validate", &validation_request(&case)).expect("validate")).expect("json");
+    assert_eq!(v["accepted"], true);
+    assert!(v.get("mutated_object").is_none(), "{v}");
+    let w = v["warnings"][0].as_str().unwrap_or_default();
+    assert!(w.contains("could not be looked up") && w.contains("host capability"), "{w}");
+    assert_eq!(policy.host_calls()[0].2, "list_resources_by_namespace");
+}

@@ -15,6 +15,9 @@ cargo fmt --all -- --check
 step "cargo clippy (all targets, -D warnings)"
 cargo clippy --locked --all-targets -- -D warnings
 
+step "cargo clippy (the Wasm policy shell)"
+cargo clippy --locked --lib --target wasm32-wasip1 --no-default-features --features wasm -- -D warnings
+
 step "CRD drift check (crds/ must match src/api)"
 cargo run --locked --quiet -- crd --check
 

@@ -203,3 +203,34 @@ fn certs_inject_fills_every_ca_bundle() {
     assert!(leaf.contains("BEGIN CERTIFICATE"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn kubewarden_metadata_and_policies_agree() {
+    let meta = &docs(&common::root().join("metadata.yml"))[0];
+    assert_eq!(meta["executionMode"], "kubewarden-wapc");
+    assert_eq!(meta["mutating"], true);
+    assert_eq!(meta["contextAwareResources"][0]["kind"], "HostedControlPlane");
+    let policies: Vec<Value> =
+        all_objects().into_iter().map(|(_, d)| d).filter(|d| d["kind"] == "ClusterAdmissionPolicy").collect();
+    assert_eq!(policies.len(), 2);
+    let meta_resources: Vec<Value> = meta["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
+        .collect();
+    for p in &policies {
+        Settings::from_json(&p["spec"]["settings"]).expect("policy settings are valid");
+        for r in p["spec"]["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
+        {
+            assert!(meta_resources.contains(&r), "{r} is not in metadata.yml rules");
+        }
+        if p["spec"]["mutating"] == true {
+            assert!(p["spec"]["contextAwareResources"].to_string().contains("HostedControlPlane"));
+        }
+    }
+}

@@ -27,5 +27,9 @@ cargo build --locked --lib --target wasm32-wasip1 --no-default-features
 step "Kubewarden policy module (wasm32-wasip1, the tests load it)"
 scripts/build-wasm.sh >/dev/null
 
-step "cargo test"
-cargo test --locked --all-targets
+step "cargo test (library, binary and integration tests)"
+cargo test --locked --lib --bins --tests
+
+step "benchmarks, quick mode: each runs once so they cannot rot (no timing assertions)"
+cargo bench --locked --bench decision -- --test
+scripts/bench-load.sh --quick

@@ -90,14 +90,20 @@ fn conformance_suite_gives_identical_decisions_in_wasm() {
         if warns(&wasm["warnings"]) != warns(&want["warnings"]) {
             problems.push(format!("warnings {} vs {}", wasm["warnings"], want["warnings"]));
         }
-        // Kubewarden computes the patch from mutated_object; it must equal ours.
+        // Kubewarden computes the patch from mutated_object (json_patch::diff, as
+        // policy-evaluator does); applied to the request object it must give
+        // exactly what the native patch gives.
         match (wasm.get("mutated_object"), common::decode_patch(&want)) {
             (None, None) => {}
             (Some(m), Some(Ok(native_patch))) => {
-                let from_wasm = json_patch::diff(&case.review["request"]["object"], m);
-                if from_wasm != native_patch {
+                let object = &case.review["request"]["object"];
+                let from_wasm = json_patch::diff(object, m);
+                let (mut a, mut b) = (object.clone(), object.clone());
+                json_patch::patch(&mut a, &from_wasm).expect("kubewarden patch applies");
+                json_patch::patch(&mut b, &native_patch).expect("native patch applies");
+                if a != b || &a != m {
                     problems.push(format!(
-                        "patch from mutated_object differs:\n  wasm   {}\n  native {}",
+                        "patched objects differ:\n  wasm   {}\n  native {}",
                         json!(from_wasm),
                         json!(native_patch)
                     ));

@@ -42,6 +42,9 @@ struct Report {
     name: String,
     /// "allowed", "denied" or "skipped".
     result: &'static str,
+    /// The JSON patch a mutating decision would apply (StatefulSets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<Value>,
     #[serde(skip_serializing_if = "String::is_empty")]
     message: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -52,6 +55,12 @@ struct Report {
 
 fn str_at<'a>(v: &'a Value, p: &str) -> &'a str {
     v.pointer(p).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn decode_patch(b64: &str) -> Option<Value> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// Returns the process exit code.
@@ -71,6 +80,7 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
                 namespace: str_at(&doc, "/metadata/namespace").to_string(),
                 name: str_at(&doc, "/metadata/name").to_string(),
                 result: "skipped",
+                patch: None,
                 message: String::new(),
                 causes: Vec::new(),
                 warnings: Vec::new(),
@@ -99,6 +109,7 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
             };
             let response = admission::respond(&req, &decision);
             report.result = if response.allowed { "allowed" } else { "denied" };
+            report.patch = response.patch.as_deref().and_then(decode_patch);
             report.warnings = response.warnings;
             if let Some(status) = response.status {
                 report.message = status.message;
@@ -117,7 +128,11 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
                 } else {
                     format!("{}/{}/{}", r.kind, r.namespace, r.name)
                 };
-                println!("{}#{}: {what}: {}", r.file, r.document, r.result);
+                let patched = match r.patch.as_ref().and_then(Value::as_array) {
+                    Some(ops) => format!(" (mutated: {} JSON patch operations; --output json shows them)", ops.len()),
+                    None => String::new(),
+                };
+                println!("{}#{}: {what}: {}{patched}", r.file, r.document, r.result);
                 if r.causes.is_empty() && !r.message.is_empty() {
                     println!("  {}", r.message);
                 }

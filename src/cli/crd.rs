@@ -27,26 +27,40 @@ pub fn render() -> anyhow::Result<String> {
     ))
 }
 
+/// Every generated file: (path under `--out`, content).
+fn files() -> anyhow::Result<Vec<(PathBuf, String)>> {
+    let mut out = vec![(PathBuf::from(crd::CRD_FILE), render()?)];
+    for (name, schema) in crd::generated_schemas() {
+        out.push((PathBuf::from("schemas").join(name), crd::render_schema_json(&schema)));
+    }
+    Ok(out)
+}
+
 /// Returns the process exit code.
 pub fn run(args: &CrdArgs) -> anyhow::Result<i32> {
-    let want = render()?;
-    let path = args.out.join(crd::CRD_FILE);
-    if args.check {
-        let have = std::fs::read_to_string(&path).unwrap_or_default();
-        if have == want {
-            println!("{} is up to date", path.display());
-            return Ok(0);
+    let mut stale = 0;
+    for (rel, want) in files()? {
+        let path = args.out.join(&rel);
+        if args.check {
+            let have = std::fs::read_to_string(&path).unwrap_or_default();
+            if have == want {
+                println!("{} is up to date", path.display());
+                continue;
+            }
+            let diff = similar::TextDiff::from_lines(&have, &want);
+            eprint!(
+                "{}",
+                diff.unified_diff().context_radius(3).header(&path.display().to_string(), "generated from src/api")
+            );
+            eprintln!("{} is stale: run `hcp-etcd-admission crd` and commit the result", path.display());
+            stale += 1;
+        } else {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            }
+            std::fs::write(&path, want).with_context(|| format!("writing {}", path.display()))?;
+            println!("wrote {}", path.display());
         }
-        let diff = similar::TextDiff::from_lines(&have, &want);
-        eprint!(
-            "{}",
-            diff.unified_diff().context_radius(3).header(&path.display().to_string(), "generated from src/api")
-        );
-        eprintln!("{} is stale: run `hcp-etcd-admission crd` and commit the result", path.display());
-        return Ok(1);
     }
-    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    std::fs::write(&path, want).with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {}", path.display());
-    Ok(0)
+    Ok(i32::from(stale > 0))
 }

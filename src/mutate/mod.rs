@@ -31,14 +31,12 @@ pub const ETCD_STATEFULSET: &str = "etcd";
 pub struct Mutation {
     /// The JSON patch (RFC 6902) to apply, when the object must change.
     pub patch: Option<json_patch::Patch>,
-    /// The object after the patch, when it changes.
-    pub mutated: Option<Value>,
     pub warnings: Vec<String>,
 }
 
 impl Mutation {
     fn none(warning: Option<String>) -> Self {
-        Self { patch: None, mutated: None, warnings: warning.into_iter().collect() }
+        Self { patch: None, warnings: warning.into_iter().collect() }
     }
 }
 
@@ -82,24 +80,47 @@ pub fn etcd_init(sts: &Value, namespace: &str, lookup: Option<&dyn Lookup>, sett
             return Mutation { warnings, ..Mutation::default() };
         }
     };
-    let current: Vec<Value> =
-        sts.pointer("/spec/template/spec/initContainers").and_then(Value::as_array).cloned().unwrap_or_default();
-    let mut desired: Vec<Value> =
-        current.iter().filter(|c| c.get("name").and_then(Value::as_str) != Some(INIT_CONTAINER)).cloned().collect();
-    let at = desired
-        .iter()
-        .position(|c| c.get("name").and_then(Value::as_str) == Some(RESET_MEMBER))
-        .unwrap_or(desired.len());
-    desired.insert(at, container);
-    if desired == current {
-        return Mutation { warnings, ..Mutation::default() };
-    }
-    let mut mutated = sts.clone();
-    let Some(pod_spec) = mutated.pointer_mut("/spec/template/spec").and_then(Value::as_object_mut) else {
+    if sts.pointer("/spec/template/spec").and_then(Value::as_object).is_none() {
         warnings.push("the StatefulSet has no spec.template.spec: etcd-init restore injection skipped".to_string());
         return Mutation { warnings, ..Mutation::default() };
+    }
+    let patch = init_container_patch(sts, container);
+    Mutation { patch, warnings }
+}
+
+/// The JSON patch that puts `container` immediately before `reset-member`
+/// (appended when there is none), replacing any other `etcd-init`; `None`
+/// when it is already there, identical, in the right place. Built by hand,
+/// not diffed: a handful of operations and no copy of the StatefulSet.
+fn init_container_patch(sts: &Value, container: Value) -> Option<json_patch::Patch> {
+    use json_patch::{AddOperation, PatchOperation, RemoveOperation};
+    const LIST: &str = "/spec/template/spec/initContainers";
+    let pointer = |s: String| json_patch::jsonptr::PointerBuf::parse(&s).unwrap_or_default();
+    let name_of = |c: &Value| c.get("name").and_then(Value::as_str).map(str::to_string);
+    let Some(current) = sts.pointer(LIST).and_then(Value::as_array) else {
+        return Some(json_patch::Patch(vec![PatchOperation::Add(AddOperation {
+            path: pointer(LIST.to_string()),
+            value: Value::Array(vec![container]),
+        })]));
     };
-    pod_spec.insert("initContainers".to_string(), Value::Array(desired));
-    let patch = json_patch::diff(sts, &mutated);
-    Mutation { patch: Some(patch), mutated: Some(mutated), warnings }
+    let names: Vec<Option<String>> = current.iter().map(name_of).collect();
+    let others: Vec<usize> = (0..names.len()).filter(|&i| names[i].as_deref() != Some(INIT_CONTAINER)).collect();
+    // Where etcd-init belongs among the other init containers.
+    let slot = others.iter().position(|&i| names[i].as_deref() == Some(RESET_MEMBER)).unwrap_or(others.len());
+    let stale: Vec<usize> = (0..names.len()).filter(|&i| names[i].as_deref() == Some(INIT_CONTAINER)).collect();
+    if let [only] = stale.as_slice() {
+        let position_ok = others.iter().filter(|&&i| i < *only).count() == slot;
+        if position_ok && current[*only] == container {
+            return None;
+        }
+    }
+    // Remove every etcd-init (highest index first), then add ours at its slot.
+    let mut ops: Vec<PatchOperation> = stale
+        .iter()
+        .rev()
+        .map(|i| PatchOperation::Remove(RemoveOperation { path: pointer(format!("{LIST}/{i}")) }))
+        .collect();
+    let path = if slot == others.len() { format!("{LIST}/-") } else { format!("{LIST}/{slot}") };
+    ops.push(PatchOperation::Add(AddOperation { path: pointer(path), value: container }));
+    Some(json_patch::Patch(ops))
 }

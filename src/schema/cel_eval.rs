@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use kube_cel::{
     cel::{extractors::This, Context, ExecutionError, FunctionContext, Value as Cel},
-    CompilationError, CompilationResult, CompiledSchema, KubeCelExt,
+    KubeCelExt,
 };
 use serde_json::Value;
 
@@ -15,6 +15,7 @@ use super::{
     convert::{child_by_index, child_by_key, to_cel},
     field_error::{ErrorType, FieldError},
     regex_cache,
+    rule_tree::{LazyRule, RuleNode},
 };
 
 /// `matches()` with the compiled regex cached (the stock one recompiles per call).
@@ -42,7 +43,7 @@ thread_local! {
 }
 
 /// Runs every compiled rule in `compiled` against `value` (and `old`).
-pub fn validate(compiled: &CompiledSchema, value: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) {
+pub fn validate(compiled: &RuleNode, value: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) {
     let cel_value = to_cel(value);
     let cel_old = old.map(to_cel);
     BASE.with(|base| {
@@ -79,21 +80,17 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
-fn walk(base: &Context<'static>, compiled: &CompiledSchema, node: Node<'_>, path: &str, errors: &mut Vec<FieldError>) {
+fn walk(base: &Context<'static>, compiled: &RuleNode, node: Node<'_>, path: &str, errors: &mut Vec<FieldError>) {
     if node.old_json == Some(node.json) {
         return; // ratcheting: an unchanged value is not re-validated
     }
-    if !compiled.validations.is_empty() {
-        evaluate_rules(base, &compiled.validations, node, path, errors);
+    if !compiled.rules.is_empty() {
+        evaluate_rules(base, &compiled.rules, node, path, errors);
     }
     match node.json {
         Value::Object(obj) => {
             for (key, child_json) in obj {
-                let child_schema = compiled.properties.get(key).or(if compiled.preserve_unknown_fields {
-                    None
-                } else {
-                    compiled.additional_properties.as_deref()
-                });
+                let child_schema = compiled.properties.get(key).or(compiled.additional.as_deref());
                 let (Some(child_schema), Some(child_cel)) = (child_schema, child_by_key(node.cel, key)) else {
                     continue;
                 };
@@ -127,7 +124,7 @@ fn walk(base: &Context<'static>, compiled: &CompiledSchema, node: Node<'_>, path
 
 fn evaluate_rules(
     base: &Context<'static>,
-    rules: &[Result<CompilationResult, CompilationError>],
+    rules: &[LazyRule],
     node: Node<'_>,
     path: &str,
     errors: &mut Vec<FieldError>,
@@ -140,34 +137,36 @@ fn evaluate_rules(
     }
     let type_value = format!("\"{}\"", type_name(node.json));
     for rule in rules {
-        let cr = match rule {
-            Ok(cr) => cr,
-            Err(e) => {
-                errors.push(FieldError::invalid(shown, type_value.clone(), format!("rule compile error: {e:?}")));
-                continue;
-            }
-        };
-        if cr.is_transition_rule && node.old_cel.is_none() {
+        if rule.transition && node.old_cel.is_none() {
             continue; // transition rules run only on UPDATE with an old value
         }
-        let message = cr.rule.message.clone().unwrap_or_else(|| format!("failed rule: {}", cr.rule.rule));
-        let field = match cr.rule.field_path.as_deref() {
+        let field = match rule.field_path.as_deref() {
             Some(fp) if fp.starts_with('.') => format!("{path}{fp}"),
             Some(fp) => join(path, fp),
             None => shown.to_string(),
         };
-        match cr.program.execute(&ctx) {
+        let program = match rule.program() {
+            Ok(p) => p,
+            Err(e) => {
+                errors.push(FieldError::invalid(field, type_value.clone(), format!("{e}: {}", rule.rule)));
+                continue;
+            }
+        };
+        match program.execute(&ctx) {
             Ok(Cel::Bool(true)) => {}
-            Ok(Cel::Bool(false)) => errors.push(rule_error(&field, &type_value, cr.rule.reason.as_deref(), message)),
+            Ok(Cel::Bool(false)) => {
+                let message = rule.message.clone().unwrap_or_else(|| format!("failed rule: {}", rule.rule));
+                errors.push(rule_error(&field, &type_value, rule.reason.as_deref(), message))
+            }
             Ok(other) => errors.push(FieldError::invalid(
                 field,
                 type_value.clone(),
-                format!("rule did not evaluate to bool: {other:?} evaluating rule: {}", cr.rule.rule),
+                format!("rule did not evaluate to bool: {other:?} evaluating rule: {}", rule.rule),
             )),
             Err(e) => errors.push(FieldError::invalid(
                 field,
                 type_value.clone(),
-                format!("{} evaluating rule: {}", eval_error_text(&e), cr.rule.rule),
+                format!("{} evaluating rule: {}", eval_error_text(&e), rule.rule),
             )),
         }
     }

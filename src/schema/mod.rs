@@ -12,6 +12,7 @@ mod cel_eval;
 mod convert;
 mod field_error;
 mod regex_cache;
+mod rule_tree;
 mod structural;
 
 pub use field_error::{go_quote, redact_url, ErrorType, FieldError};
@@ -22,7 +23,8 @@ use serde_json::Value;
 /// are precompiled programs.
 pub struct CompiledCrdSchema {
     schema: Value,
-    cel: kube_cel::CompiledSchema,
+    /// Only the nodes with rules; each rule compiled on first use.
+    rules: Option<rule_tree::RuleNode>,
 }
 
 impl std::fmt::Debug for CompiledCrdSchema {
@@ -41,12 +43,31 @@ pub struct SchemaOutcome {
 }
 
 impl CompiledCrdSchema {
-    /// Compiles every `x-kubernetes-validations` rule of `schema` once.
-    /// Compilation errors surface as validation errors at evaluation time, so
-    /// a bad rule can never pass silently.
+    /// Prepares `schema`: every `x-kubernetes-validations` rule is compiled
+    /// once, on first use. Compilation errors surface as validation errors at
+    /// evaluation time, so a bad rule can never pass silently (a test compiles
+    /// every rule of every schema).
     pub fn compile(schema: Value) -> Self {
-        let cel = kube_cel::compile_schema(&schema);
-        Self { schema, cel }
+        let rules = rule_tree::RuleNode::build(&schema);
+        Self { schema, rules }
+    }
+
+    /// Compiles every rule now; returns the ones that do not compile.
+    pub fn compile_all(&self) -> Vec<String> {
+        fn visit(n: &rule_tree::RuleNode, out: &mut Vec<String>) {
+            for r in &n.rules {
+                if let Err(e) = r.program() {
+                    out.push(format!("{}: {e}", r.rule));
+                }
+            }
+            n.properties.values().for_each(|c| visit(c, out));
+            n.items.iter().chain(n.additional.iter()).for_each(|c| visit(c, out));
+        }
+        let mut out = Vec::new();
+        if let Some(r) = &self.rules {
+            visit(r, &mut out);
+        }
+        out
     }
 
     /// The OpenAPI schema this was compiled from.
@@ -71,7 +92,9 @@ impl CompiledCrdSchema {
             ));
             return out;
         }
-        cel_eval::validate(&self.cel, &pruned, pruned_old.as_ref(), &mut out.errors);
+        if let Some(rules) = &self.rules {
+            cel_eval::validate(rules, &pruned, pruned_old.as_ref(), &mut out.errors);
+        }
         out
     }
 }

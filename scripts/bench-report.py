@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""Medians of the last `cargo bench --bench decision` run, and the Wasm/native ratios.
+
+Reads $CARGO_TARGET_DIR/criterion/<scenario>/<runner>/new/estimates.json and
+prints a Markdown table (microseconds; 95 % confidence interval of the median).
+"""
+import json
+import os
+import pathlib
+import sys
+
+target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", pathlib.Path.home() / ".cache/hcp-etcd-admission/target"))
+root = target / "criterion"
+if not root.is_dir():
+    sys.exit(f"no criterion results under {root}: run cargo bench --bench decision first")
+
+def median(scenario, runner):
+    p = root / scenario / runner / "new" / "estimates.json"
+    if not p.exists():
+        return None
+    m = json.loads(p.read_text())["median"]
+    return m["point_estimate"] / 1e3, m["confidence_interval"]["lower_bound"] / 1e3, m["confidence_interval"]["upper_bound"] / 1e3
+
+scenarios = ["backup_create_s3_kms", "backup_update_immutable", "hostedcluster_presigned", "statefulset_mutation_3"]
+print("| scenario | native µs | wasm warm µs | wasm fresh instance µs | warm / native | fresh / native |")
+print("|---|---|---|---|---|---|")
+for s in scenarios:
+    n, w, f = (median(s, r) for r in ("native", "wasm_warm", "wasm_fresh"))
+    if not n:
+        continue
+    cell = lambda v: f"{v[0]:.1f} ({v[1]:.1f}–{v[2]:.1f})" if v else "–"
+    ratio = lambda v: f"{v[0] / n[0]:.1f}×" if v else "–"
+    print(f"| {s} | {cell(n)} | {cell(w)} | {cell(f)} | {ratio(w)} | {ratio(f)} |")

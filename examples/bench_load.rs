@@ -7,6 +7,7 @@
 //!    four reviews in rotation (backup CREATE, backup UPDATE, HostedCluster
 //!    with a presigned URL, etcd StatefulSet mutation);
 //! 2. latency at 50 % of the floor's capacity: `hey` rate-limited, the backup CREATE.
+//!
 //! It also reports the server's time from exec to a 200 on /readyz and its
 //! peak RSS (VmHWM). Output: a Markdown table on stdout.
 //!

@@ -56,6 +56,7 @@ fn fixture(file: &str, name: &str) -> Value {
     doc["fixtures"][name].clone()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn review(
     uid: &str,
     group: &str,

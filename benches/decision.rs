@@ -15,7 +15,7 @@
 //! Ratios: scripts/bench-report.py. The module comes from scripts/build-wasm.sh.
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod common;
 
 use std::{hint::black_box, time::Duration};

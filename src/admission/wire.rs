@@ -148,7 +148,8 @@ pub fn parse_review(input: &Value) -> Result<Result<AdmissionRequest, (String, S
     let Some(uid) = uid else {
         return Err(ReviewError::MissingUid);
     };
-    match serde_json::from_value::<AdmissionRequest>(request.clone()) {
+    // Deserialize from the borrowed value: no copy of the whole request first.
+    match AdmissionRequest::deserialize(request) {
         Ok(req) => Ok(Ok(req)),
         Err(e) => Ok(Err((uid.to_string(), format!("the AdmissionReview request does not parse: {e}")))),
     }

@@ -9,8 +9,25 @@ use serde_json::{json, Map, Value};
 use super::INIT_CONTAINER;
 use crate::settings::Settings;
 
-/// The restore script (POSIX sh; shellcheck-clean; runs under dash, busybox sh and bash).
+/// The restore script as kept in the repository (POSIX sh; shellcheck-clean;
+/// runs under dash, busybox sh and bash).
 pub const RESTORE_SCRIPT: &str = include_str!("etcd-init.sh");
+
+/// The script as injected: comment lines and indentation dropped (it travels
+/// in every StatefulSet revision and every admission response). The restore
+/// tests run exactly this text, taken from the patched object.
+pub fn injected_script() -> &'static str {
+    static SCRIPT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SCRIPT.get_or_init(|| {
+        RESTORE_SCRIPT
+            .lines()
+            .map(str::trim_start)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n"
+    })
+}
 
 /// Env names whose values define the member's identity, copied from the etcd
 /// container when it has them.
@@ -117,7 +134,7 @@ pub fn build_init_container(sts: &Value, namespace: &str, url: &str, settings: &
     c.insert("name".into(), json!(INIT_CONTAINER));
     c.insert("image".into(), json!(image));
     c.insert("imagePullPolicy".into(), json!("IfNotPresent"));
-    c.insert("command".into(), json!(["/bin/sh", "-c", RESTORE_SCRIPT, INIT_CONTAINER]));
+    c.insert("command".into(), json!(["/bin/sh", "-c", injected_script(), INIT_CONTAINER]));
     c.insert("env".into(), Value::Array(env));
     c.insert(
         "resources".into(),

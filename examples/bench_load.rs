@@ -208,7 +208,10 @@ fn wrk(addr: SocketAddr, script: &Path, secs: u64, conns: u32) -> Run {
 fn hey(addr: SocketAddr, body: &Path, rate: f64, secs: u64) -> Run {
     let workers = 16.0;
     let out = Command::new("hey")
+        // -host: hey otherwise sends "127.0.0.1:PORT" as the TLS SNI, which rustls rightly refuses.
         .args([
+            "-host",
+            "localhost",
             "-z",
             &format!("{secs}s"),
             "-c",

@@ -116,19 +116,22 @@ fn resource_name(req: &AdmissionRequest) -> String {
 /// The object as the apiserver hands it to validation: on CREATE, status is
 /// dropped (status subresource); on a main UPDATE, status comes from the old
 /// object; on a status UPDATE, spec comes from the old object.
-fn prepare(object: &Value, old: Option<&Value>, status_update: bool) -> Value {
-    let mut obj = object.clone();
-    let Some(map) = obj.as_object_mut() else {
-        return obj;
-    };
+fn prepare<'a>(object: &'a Value, old: Option<&Value>, status_update: bool) -> std::borrow::Cow<'a, Value> {
     let from_old = if status_update { "spec" } else { "status" };
-    match old.and_then(|o| o.get(from_old)) {
-        Some(v) => {
-            map.insert(from_old.to_string(), v.clone());
-        }
-        None => {
-            map.remove(from_old);
+    let wanted = old.and_then(|o| o.get(from_old));
+    if object.get(from_old) == wanted {
+        return std::borrow::Cow::Borrowed(object);
+    }
+    let mut obj = object.clone();
+    if let Some(map) = obj.as_object_mut() {
+        match wanted {
+            Some(v) => {
+                map.insert(from_old.to_string(), v.clone());
+            }
+            None => {
+                map.remove(from_old);
+            }
         }
     }
-    obj
+    std::borrow::Cow::Owned(obj)
 }

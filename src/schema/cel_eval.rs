@@ -44,20 +44,20 @@ thread_local! {
 
 /// Runs every compiled rule in `compiled` against `value` (and `old`).
 pub fn validate(compiled: &RuleNode, value: &Value, old: Option<&Value>, errors: &mut Vec<FieldError>) {
-    let cel_value = to_cel(value);
-    let cel_old = old.map(to_cel);
     BASE.with(|base| {
-        let node = Node { json: value, cel: &cel_value, old_json: old, old_cel: cel_old.as_ref() };
+        let node = Node { json: value, old_json: old, cel: None, old_cel: None };
         walk(base, compiled, node, "", errors);
     });
 }
 
-#[derive(Clone, Copy)]
+/// A node under evaluation. CEL values are made only where a rule needs
+/// them (and then shared with the children): metadata, managedFields and
+/// other subtrees without rules are never converted.
 struct Node<'a> {
     json: &'a Value,
-    cel: &'a Cel,
     old_json: Option<&'a Value>,
-    old_cel: Option<&'a Cel>,
+    cel: Option<Cel>,
+    old_cel: Option<Cel>,
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -80,24 +80,39 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
-fn walk(base: &Context<'static>, compiled: &RuleNode, node: Node<'_>, path: &str, errors: &mut Vec<FieldError>) {
+fn walk(base: &Context<'static>, compiled: &RuleNode, mut node: Node<'_>, path: &str, errors: &mut Vec<FieldError>) {
     if node.old_json == Some(node.json) {
         return; // ratcheting: an unchanged value is not re-validated
     }
     if !compiled.rules.is_empty() {
-        evaluate_rules(base, &compiled.rules, node, path, errors);
+        if node.cel.is_none() {
+            node.cel = Some(to_cel(node.json));
+        }
+        if node.old_cel.is_none() {
+            node.old_cel = node.old_json.map(to_cel);
+        }
+        evaluate_rules(base, &compiled.rules, &node, path, errors);
     }
     match node.json {
         Value::Object(obj) => {
-            for (key, child_json) in obj {
-                let child_schema = compiled.properties.get(key).or(compiled.additional.as_deref());
-                let (Some(child_schema), Some(child_cel)) = (child_schema, child_by_key(node.cel, key)) else {
-                    continue;
+            let mut visit = |key: &str, child_json: &Value, child_schema: &RuleNode| {
+                let child = Node {
+                    json: child_json,
+                    old_json: node.old_json.and_then(|o| o.get(key)),
+                    cel: node.cel.as_ref().and_then(|c| child_by_key(c, key)),
+                    old_cel: node.old_cel.as_ref().and_then(|c| child_by_key(c, key)),
                 };
-                let old_json = node.old_json.and_then(|o| o.get(key));
-                let old_cel = node.old_cel.and_then(|o| child_by_key(o, key));
-                let child = Node { json: child_json, cel: &child_cel, old_json, old_cel: old_cel.as_ref() };
                 walk(base, child_schema, child, &join(path, key), errors);
+            };
+            for (key, child_schema) in &compiled.properties {
+                if let Some(child_json) = obj.get(key) {
+                    visit(key, child_json, child_schema);
+                }
+            }
+            if let Some(additional) = compiled.additional.as_deref() {
+                for (key, child_json) in obj.iter().filter(|(k, _)| !compiled.properties.contains_key(*k)) {
+                    visit(key, child_json, additional);
+                }
             }
         }
         Value::Array(items) => {
@@ -105,16 +120,16 @@ fn walk(base: &Context<'static>, compiled: &RuleNode, node: Node<'_>, path: &str
                 return;
             };
             for (i, item_json) in items.iter().enumerate() {
-                let Some(item_cel) = child_by_index(node.cel, i) else {
-                    continue;
-                };
                 // Items correlate with the old list only by equal value (sets);
                 // our schemas have no transition rules on list items.
                 let old_pos =
                     node.old_json.and_then(Value::as_array).and_then(|o| o.iter().position(|x| x == item_json));
-                let old_json = old_pos.and_then(|p| node.old_json.and_then(|o| o.get(p)));
-                let old_cel = old_pos.and_then(|p| node.old_cel.and_then(|o| child_by_index(o, p)));
-                let child = Node { json: item_json, cel: &item_cel, old_json, old_cel: old_cel.as_ref() };
+                let child = Node {
+                    json: item_json,
+                    old_json: old_pos.and_then(|p| node.old_json.and_then(|o| o.get(p))),
+                    cel: node.cel.as_ref().and_then(|c| child_by_index(c, i)),
+                    old_cel: old_pos.and_then(|p| node.old_cel.as_ref().and_then(|o| child_by_index(o, p))),
+                };
                 walk(base, item_schema, child, &format!("{path}[{i}]"), errors);
             }
         }
@@ -125,14 +140,14 @@ fn walk(base: &Context<'static>, compiled: &RuleNode, node: Node<'_>, path: &str
 fn evaluate_rules(
     base: &Context<'static>,
     rules: &[LazyRule],
-    node: Node<'_>,
+    node: &Node<'_>,
     path: &str,
     errors: &mut Vec<FieldError>,
 ) {
     let shown = if path.is_empty() { "<nil>" } else { path };
     let mut ctx = base.new_inner_scope();
-    ctx.add_variable_from_value("self", node.cel.clone());
-    if let Some(old) = node.old_cel {
+    ctx.add_variable_from_value("self", node.cel.clone().unwrap_or(Cel::Null));
+    if let Some(old) = &node.old_cel {
         ctx.add_variable_from_value("oldSelf", old.clone());
     }
     let type_value = format!("\"{}\"", type_name(node.json));

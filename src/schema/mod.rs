@@ -83,7 +83,7 @@ impl CompiledCrdSchema {
         let mut out = SchemaOutcome::default();
         let pruned = structural::prune_nulls(&self.schema, object);
         let pruned_old = old.map(|o| structural::prune_nulls(&self.schema, o));
-        structural::validate(&self.schema, &pruned, pruned_old.as_ref(), &mut out);
+        structural::validate(&self.schema, &pruned, pruned_old.as_deref(), &mut out);
         if out.errors.iter().any(|e| e.kind == ErrorType::TypeInvalid) {
             out.errors.push(FieldError::invalid(
                 "<nil>",
@@ -93,7 +93,7 @@ impl CompiledCrdSchema {
             return out;
         }
         if let Some(rules) = &self.rules {
-            cel_eval::validate(rules, &pruned, pruned_old.as_ref(), &mut out.errors);
+            cel_eval::validate(rules, &pruned, pruned_old.as_deref(), &mut out.errors);
         }
         out
     }

@@ -10,9 +10,26 @@ use super::{
     regex_cache, SchemaOutcome,
 };
 
+fn contains_null(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Array(a) => a.iter().any(contains_null),
+        Value::Object(o) => o.values().any(contains_null),
+        _ => false,
+    }
+}
+
 /// Removes `null` from properties that are not `nullable`, as the apiserver
-/// does before validation.
-pub fn prune_nulls(schema: &Value, value: &Value) -> Value {
+/// does before validation (no copy when there is no null at all).
+pub fn prune_nulls<'a>(schema: &Value, value: &'a Value) -> std::borrow::Cow<'a, Value> {
+    if contains_null(value) {
+        std::borrow::Cow::Owned(prune(schema, value))
+    } else {
+        std::borrow::Cow::Borrowed(value)
+    }
+}
+
+fn prune(schema: &Value, value: &Value) -> Value {
     match value {
         Value::Object(obj) => {
             let props = schema.get("properties").and_then(Value::as_object);
@@ -26,13 +43,13 @@ pub fn prune_nulls(schema: &Value, value: &Value) -> Value {
                         continue;
                     }
                 }
-                out.insert(k.clone(), child.map_or_else(|| v.clone(), |c| prune_nulls(c, v)));
+                out.insert(k.clone(), child.map_or_else(|| v.clone(), |c| prune(c, v)));
             }
             Value::Object(out)
         }
         Value::Array(items) => {
             let item_schema = schema.get("items").unwrap_or(&Value::Null);
-            Value::Array(items.iter().map(|i| prune_nulls(item_schema, i)).collect())
+            Value::Array(items.iter().map(|i| prune(item_schema, i)).collect())
         }
         other => other.clone(),
     }

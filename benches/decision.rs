@@ -25,7 +25,7 @@ use hcp_etcd_admission::{
     admission::{review, DecisionInput},
     lookup::ContextObjects,
     settings::Settings,
-    time::parse_rfc3339,
+    time::format_rfc3339,
 };
 use serde_json::{json, Value};
 use wasmtime_provider::WasmtimeEngineProviderBuilder;
@@ -44,11 +44,19 @@ fn fixture(file: &str, name: &str) -> Value {
 }
 
 fn scenarios() -> Vec<Scenario> {
-    let now = parse_rfc3339("2026-11-29T15:10:00Z").expect("now");
+    // The Wasm guest reads the real clock (WASI), so the presigned URL is
+    // signed "now" and both runners judge it with the same clock.
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let amz_date = format_rfc3339(now).replace(['-', ':'], "");
     let s3kms = fixture("hcpetcdbackup.yaml", "s3kms");
     let mut changed = s3kms.clone();
     changed["spec"]["storage"]["s3"]["bucket"] = json!("other-bucket");
-    let hc = fixture("hostedcluster.yaml", "hcurl");
+    let mut hc = fixture("hostedcluster.yaml", "hcurl");
+    let url =
+        hc["spec"]["etcd"]["managed"]["storage"]["restoreSnapshotURL"][0].as_str().unwrap_or_default().to_string();
+    hc["spec"]["etcd"]["managed"]["storage"]["restoreSnapshotURL"][0] =
+        json!(url.replace("X-Amz-Date=20261129T150000Z", &format!("X-Amz-Date={amz_date}")));
     let sts = fixture("statefulset.yaml", "sts3");
     let hcp = fixture("statefulset.yaml", "hcp");
     vec![
@@ -96,6 +104,7 @@ fn bench(c: &mut Criterion) {
         std::fs::read(common::wasm_host::module_path()).expect("build the module first: scripts/build-wasm.sh");
     let builder = WasmtimeEngineProviderBuilder::new().module_bytes(&module);
     let pre = builder.build_pre().expect("pre-instantiate module");
+    let mut pcts = Vec::new();
     for s in scenarios() {
         let ctx = ContextObjects::from_values(s.context.clone());
         let input = DecisionInput { settings: &settings, lookup: Some(&ctx), now: s.now, expect: None };
@@ -125,7 +134,41 @@ fn bench(c: &mut Criterion) {
             })
         });
         g.finish();
+        // Per-call percentiles (criterion reports the median of batched samples).
+        let n = if std::env::args().any(|a| a == "--test") { 10 } else { 5000 };
+        let native_p = percentiles(n, || {
+            black_box(review(&s.review, &input).ok());
+        });
+        let warm_p = percentiles(n, || {
+            black_box(host.call("validate", &payload).ok());
+        });
+        pcts.push(json!({"scenario": s.name, "native": native_p, "wasm_warm": warm_p, "calls": n}));
     }
+    let out = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| common::root().join("target"))
+        .join("criterion/percentiles.json");
+    if let Some(dir) = out.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let _ = std::fs::write(&out, serde_json::to_string_pretty(&pcts).unwrap_or_default());
+}
+
+/// p50 / p90 / p99 / max of single calls, microseconds.
+fn percentiles(n: usize, mut f: impl FnMut()) -> Value {
+    for _ in 0..n.min(200) {
+        f();
+    }
+    let mut t: Vec<f64> = (0..n)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            f();
+            start.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    t.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| t[((t.len() as f64 - 1.0) * q).round() as usize];
+    json!({"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "max": at(1.0)})
 }
 
 criterion_group!(benches, bench);

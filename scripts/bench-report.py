@@ -31,3 +31,13 @@ for s in scenarios:
     cell = lambda v: f"{v[0]:.1f} ({v[1]:.1f}–{v[2]:.1f})" if v else "–"
     ratio = lambda v: f"{v[0] / n[0]:.1f}×" if v else "–"
     print(f"| {s} | {cell(n)} | {cell(w)} | {cell(f)} | {ratio(w)} | {ratio(f)} |")
+
+p = root / "percentiles.json"
+if p.exists():
+    print()
+    print("| scenario | native p50 / p90 / p99 / max µs | wasm warm p50 / p90 / p99 / max µs |")
+    print("|---|---|---|")
+    for row in json.loads(p.read_text()):
+        f = lambda d: " / ".join(f"{d[k]:.1f}" for k in ("p50", "p90", "p99", "max"))
+        print(f"| {row['scenario']} | {f(row['native'])} | {f(row['wasm_warm'])} |")
+    print(f"\n(single calls, {json.loads(p.read_text())[0]['calls']} per runner and scenario)")

@@ -337,6 +337,7 @@ fn main() {
     let floor_half = hey(faddr, &dir.join("backup.json"), half, secs);
     drop(floor);
     let server_half = hey(addr, &dir.join("backup.json"), half, secs);
+    let server_own_half = hey(addr, &dir.join("backup.json"), server_cap.rps / 2.0, secs);
     let rss_mib = vm_hwm_kib(server.0.id()) as f64 / 1024.0;
     drop(server);
 
@@ -347,6 +348,7 @@ fn main() {
         ("floor, capacity (wrk, 4-review mix)", &floor_cap),
         ("serve at 50% of floor capacity (hey, backup CREATE)", &server_half),
         ("floor at 50% of its capacity (hey, backup CREATE)", &floor_half),
+        ("serve at 50% of its own capacity (hey, backup CREATE)", &server_own_half),
     ] {
         println!(
             "| {name} | {:.0} | {} | {} | {} | {} | {} |",

@@ -75,6 +75,17 @@ fn review(
         "object": obj, "oldObject": old.cloned().unwrap_or(Value::Null), "dryRun": false}})
 }
 
+/// The HostedCluster with its presigned URL signed now (the server reads the real clock).
+fn signed_now(mut hc: Value) -> Value {
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let date = hcp_etcd_admission::time::format_rfc3339(now).replace(['-', ':'], "");
+    let url = &mut hc["spec"]["etcd"]["managed"]["storage"]["restoreSnapshotURL"][0];
+    let signed = url.as_str().unwrap_or_default().replace("X-Amz-Date=20261129T150000Z", &format!("X-Amz-Date={date}"));
+    *url = Value::String(signed);
+    hc
+}
+
 /// (path, body) of the four recorded reviews.
 fn recorded() -> Vec<(String, String)> {
     let s3kms = fixture("hcpetcdbackup.yaml", "s3kms");
@@ -99,7 +110,7 @@ fn recorded() -> Vec<(String, String)> {
                 "HostedCluster",
                 "hostedclusters",
                 "CREATE",
-                &fixture("hostedcluster.yaml", "hcurl"),
+                &signed_now(fixture("hostedcluster.yaml", "hcurl")),
                 None,
             )
             .to_string(),

@@ -29,6 +29,7 @@ enum Command {
     /// Write (or --check) the generated HCPEtcdBackup CRD in crds/.
     Crd(cli::crd::CrdArgs),
     /// Print the rule catalog (the README table) as Markdown.
+    #[command(after_help = "Example:\n  hcp-etcd-admission rules > rules.md")]
     Rules,
 }
 

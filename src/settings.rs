@@ -88,24 +88,6 @@ impl Settings {
                 problems.push(format!("{key}: {v:?} is not a Kubernetes quantity (e.g. 100m, 512Mi, 10Gi)"));
             }
         }
-        if self.etcd_init_image.as_deref().is_some_and(|i| i.trim().is_empty() || i.chars().any(char::is_whitespace)) {
-            problems.push("etcdInitImage: must be an image reference without whitespace".to_string());
-        }
-        if self.restore_max_bytes == 0 {
-            problems.push("restoreMaxBytes: must be positive".to_string());
-        }
-        if self.restore_max_time_seconds == 0 {
-            problems.push("restoreMaxTimeSeconds: must be positive".to_string());
-        }
-        for (key, v) in [
-            ("restoreCpuRequest", &self.restore_cpu_request),
-            ("restoreMemoryRequest", &self.restore_memory_request),
-            ("restoreMemoryLimit", &self.restore_memory_limit),
-        ] {
-            if !is_quantity(v) {
-                problems.push(format!("{key}: {v:?} is not a Kubernetes quantity (e.g. 100m, 512Mi, 10Gi)"));
-            }
-        }
         if problems.is_empty() {
             Ok(())
         } else {

@@ -8,11 +8,7 @@ mod common;
 use std::{path::Path, process::Command, time::Duration};
 
 use common::https::Client;
-use hcp_etcd_admission::{
-    certs,
-    server::{LookupSource, ServeOptions, Server},
-    settings::Settings,
-};
+use hcp_etcd_admission::{certs, server::LookupSource, settings::Settings};
 use serde_json::Value;
 
 fn yaml_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -122,24 +118,8 @@ async fn every_webhook_path_in_the_manifests_is_served() {
     let dir = std::env::temp_dir().join(format!("hcp-manifests-{}", std::process::id()));
     let set = certs::generate("manifest CA", &["localhost".into()], 2).expect("certs");
     certs::write(&dir, &set).expect("write");
-    let server = Server::bind(ServeOptions {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        tls_cert: dir.join("tls.crt"),
-        tls_key: dir.join("tls.key"),
-        client_ca: None,
-        settings: Settings::default(),
-        reload_interval: Duration::from_secs(60),
-        max_concurrent: 8,
-        shutdown_grace: Duration::from_secs(1),
-        lookups: LookupSource::None,
-    })
-    .await
-    .expect("bind");
-    let addr = server.local_addr().expect("addr");
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(async {
-        let _ = rx.await;
-    }));
+    let srv = common::running::start(&dir, None, Duration::from_secs(60), LookupSource::None).await;
+    let addr = srv.addr;
     let client = Client::new(&[&set.ca_pem], None);
     let mut paths = 0;
     for (_, doc) in all_objects() {
@@ -169,8 +149,7 @@ async fn every_webhook_path_in_the_manifests_is_served() {
         }
     }
     assert_eq!(paths, 4);
-    let _ = tx.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    srv.stop().await;
 }
 
 #[test]

@@ -11,11 +11,7 @@ use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 use axum::{body::Body, extract::RawQuery, response::IntoResponse, routing::get, Router};
 use base64::Engine as _;
 use common::https::Client;
-use hcp_etcd_admission::{
-    certs,
-    server::{LookupSource, ServeOptions, Server},
-    settings::Settings,
-};
+use hcp_etcd_admission::{certs, server::LookupSource};
 use serde_json::{json, Value};
 
 fn hcp() -> Value {
@@ -66,24 +62,8 @@ async fn mutation_uses_the_reflector_and_readyz_waits_for_its_sync() {
     let dir = std::env::temp_dir().join(format!("hcp-mut-{}", std::process::id()));
     let set = certs::generate("mut CA", &["localhost".into(), "127.0.0.1".into()], 2).expect("certs");
     certs::write(&dir, &set).expect("write");
-    let server = Server::bind(ServeOptions {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        tls_cert: dir.join("tls.crt"),
-        tls_key: dir.join("tls.key"),
-        client_ca: None,
-        settings: Settings::default(),
-        reload_interval: Duration::from_secs(60),
-        max_concurrent: 16,
-        shutdown_grace: Duration::from_secs(2),
-        lookups: LookupSource::Cluster(client),
-    })
-    .await
-    .expect("bind");
-    let addr = server.local_addr().expect("addr");
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(async {
-        let _ = rx.await;
-    }));
+    let srv = common::running::start(&dir, None, Duration::from_secs(60), LookupSource::Cluster(client)).await;
+    let addr = srv.addr;
     let https = Arc::new(Client::new(&[&set.ca_pem], None));
     // The list is delayed: not ready until the cache has synced.
     let first = https.request(addr, "GET", "/readyz", vec![]).await.expect("readyz");
@@ -124,6 +104,5 @@ async fn mutation_uses_the_reflector_and_readyz_waits_for_its_sync() {
     assert_eq!(v["response"]["allowed"], true);
     assert!(v["response"].get("patch").is_none() && v["response"].get("patchType").is_none());
     assert!(v["response"]["warnings"][0].as_str().unwrap_or_default().contains("nothing changed"));
-    let _ = tx.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    srv.stop().await;
 }

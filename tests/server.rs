@@ -6,31 +6,11 @@
 
 mod common;
 
-use std::{net::SocketAddr, path::Path, sync::Arc, time::Duration};
+use std::{path::Path, sync::Arc, time::Duration};
 
-use common::https::{install_provider, Client};
-use hcp_etcd_admission::{
-    certs,
-    server::{ServeOptions, Server},
-    settings::Settings,
-};
+use common::https::Client;
+use hcp_etcd_admission::{certs, server::LookupSource, settings::Settings};
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
-
-struct Running {
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Running {
-    async fn stop(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
-    }
-}
 
 fn tempdir(tag: &str) -> std::path::PathBuf {
     let d =
@@ -44,26 +24,8 @@ fn localhost_certs(ca_name: &str) -> certs::GeneratedCerts {
     certs::generate(ca_name, &["localhost".into(), "127.0.0.1".into()], 30).expect("certs")
 }
 
-async fn start(dir: &Path, client_ca: Option<&Path>, reload: Duration) -> Running {
-    install_provider();
-    let opts = ServeOptions {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        tls_cert: dir.join("tls.crt"),
-        tls_key: dir.join("tls.key"),
-        client_ca: client_ca.map(Path::to_path_buf),
-        settings: Settings::default(),
-        reload_interval: reload,
-        max_concurrent: 64,
-        shutdown_grace: Duration::from_secs(5),
-        lookups: hcp_etcd_admission::server::LookupSource::None,
-    };
-    let server = Server::bind(opts).await.expect("bind");
-    let addr = server.local_addr().expect("addr");
-    let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(server.serve(async {
-        let _ = rx.await;
-    }));
-    Running { addr, stop: Some(tx), task }
+async fn start(dir: &Path, client_ca: Option<&Path>, reload: Duration) -> common::running::Running {
+    common::running::start(dir, client_ca, reload, LookupSource::None).await
 }
 
 fn review_file(name: &str) -> Value {
@@ -88,8 +50,10 @@ async fn every_path_answers_like_review_on_the_wire() {
     {
         let resource = case.review["request"]["resource"]["resource"].as_str().unwrap_or_default().to_string();
         let now = hcp_etcd_admission::time::parse_rfc3339(&case.now).expect("now");
-        // The server reads the real clock; only clock-independent cases compare exactly.
-        if case.now != "2026-11-29T15:00:00Z" && case.now != "2026-11-29T15:10:00Z" {
+        // The server reads the real clock: cases whose decision depends on a
+        // presigned URL's expiry are left to the suites that fix the clock.
+        let text = case.review.to_string();
+        if ["X-Amz-Date", "X-Goog-Date", "&se=", "?se=", "Expires="].iter().any(|t| text.contains(t)) {
             continue;
         }
         let reply = client.post_json(srv.addr, &format!("/validate/{resource}"), &case.review).await.expect("request");
@@ -100,11 +64,7 @@ async fn every_path_answers_like_review_on_the_wire() {
             &hcp_etcd_admission::admission::DecisionInput { settings: &settings, lookup: None, now, expect: None },
         )
         .expect("library");
-        if case.name.contains("URL") || case.name.contains("expir") {
-            assert_eq!(got["response"]["allowed"], want["response"]["allowed"], "{}", case.name);
-        } else {
-            assert_eq!(got, want, "{}", case.name);
-        }
+        assert_eq!(got, want, "{}", case.name);
         assert_eq!(got["response"]["uid"], case.review["request"]["uid"]);
         assert!(got["response"].get("patchType").is_none(), "no patchType without a patch");
     }
@@ -313,5 +273,32 @@ async fn client_certificates_are_enforced_with_client_ca() {
     let ok = Client::new(&[&serving.ca_pem], Some((&apiserver.cert_pem, &apiserver.key_pem)));
     let r = ok.post_json(srv.addr, "/validate/hcpetcdbackups", &review).await.expect("trusted client");
     assert_eq!(r.json()["response"]["allowed"], true);
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_certificate_is_served_within_a_second_by_the_watch() {
+    let dir = tempdir("watch");
+    let v1 = localhost_certs("watch CA one");
+    let v2 = localhost_certs("watch CA two");
+    certs::write(&dir, &v1).expect("v1");
+    // Poll only once a minute: a quick pickup can only come from the watch.
+    let srv = start(&dir, None, Duration::from_secs(60)).await;
+    let client = Client::new(&[&v1.ca_pem, &v2.ca_pem], None);
+    let first = client.request(srv.addr, "GET", "/healthz", vec![]).await.expect("v1").server_cert;
+    // Atomic replacement, as cert-manager's and kubelet's writers do.
+    let staging = dir.join("staging");
+    certs::write(&staging, &v2).expect("v2");
+    std::fs::rename(staging.join("tls.key"), dir.join("tls.key")).expect("key");
+    std::fs::rename(staging.join("tls.crt"), dir.join("tls.crt")).expect("crt");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let now = client.request(srv.addr, "GET", "/healthz", vec![]).await.expect("serving").server_cert;
+        if now != first {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the watch did not pick up the new certificate");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     srv.stop().await;
 }

@@ -2,10 +2,12 @@
 //! reload loop that feeds it, and the rustls server config (TLS 1.2 and 1.3
 //! only, optional client-certificate verification).
 //!
-//! Reload works by polling the files' contents (not only mtimes): Kubernetes
-//! Secret volumes swap a `..data` symlink atomically, which an inotify watch
-//! on the old inode misses; reading the paths again always sees the new pair.
-//! A pair that fails to load is logged and the old one kept.
+//! Reload is driven two ways: a filesystem watch on the directories holding
+//! the files (inotify: reacts within milliseconds) and a poll of the files'
+//! contents every few seconds. The poll is what makes it dependable:
+//! Kubernetes Secret volumes swap a `..data` symlink atomically, which a watch
+//! on the old inode can miss, while reading the paths again always sees the
+//! new pair. A pair that fails to load is logged and the old one kept.
 
 use std::{
     path::{Path, PathBuf},
@@ -105,7 +107,29 @@ pub fn server_config(resolver: Arc<ReloadingResolver>, client_ca: Option<&Path>)
     Ok(cfg)
 }
 
-/// Polls the certificate files and swaps in a changed, valid pair.
+/// Watches the directories of `files`; every event wakes `wake`. `None`
+/// (logged) when watching is not possible: the poll still reloads.
+pub fn watch(files: &[&Path], wake: Arc<tokio::sync::Notify>) -> Option<notify::RecommendedWatcher> {
+    use notify::Watcher as _;
+    let mut watcher = match notify::recommended_watcher(move |_event: notify::Result<notify::Event>| wake.notify_one())
+    {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch the certificate files; relying on polling");
+            return None;
+        }
+    };
+    for f in files {
+        let dir = f.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if let Err(e) = watcher.watch(dir, notify::RecursiveMode::NonRecursive) {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot watch; relying on polling");
+        }
+    }
+    Some(watcher)
+}
+
+/// Reloads the certificate files when watched or every `interval`, and swaps
+/// in a changed, valid pair.
 pub async fn reload_loop(
     cert: PathBuf,
     key: PathBuf,
@@ -114,10 +138,18 @@ pub async fn reload_loop(
     interval: Duration,
     metrics: Arc<Metrics>,
 ) {
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let _watcher = watch(&[&cert, &key], wake.clone());
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = wake.notified() => {
+                // Writers replace the certificate, then the key: let both land.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
         let (c, k) = (cert.clone(), key.clone());
         // File reads are blocking: keep them off the async workers.
         let loaded = tokio::task::spawn_blocking(move || load_pair(&c, &k)).await;

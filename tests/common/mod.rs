@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod https;
+pub mod running;
 pub mod snapshot_server;
 pub mod wasm_host;
 

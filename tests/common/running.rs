@@ -1,0 +1,49 @@
+//! The real server, in process, on an ephemeral loopback port.
+#![allow(dead_code)]
+
+use std::{net::SocketAddr, path::Path, time::Duration};
+
+use hcp_etcd_admission::{
+    server::{LookupSource, ServeOptions, Server},
+    settings::Settings,
+};
+use tokio::sync::oneshot;
+
+pub struct Running {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops accepting and waits (bounded) for the drain.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+    }
+}
+
+/// Serves with `dir/tls.crt` and `dir/tls.key`.
+pub async fn start(dir: &Path, client_ca: Option<&Path>, reload: Duration, lookups: LookupSource) -> Running {
+    super::https::install_provider();
+    let opts = ServeOptions {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        tls_cert: dir.join("tls.crt"),
+        tls_key: dir.join("tls.key"),
+        client_ca: client_ca.map(Path::to_path_buf),
+        settings: Settings::default(),
+        reload_interval: reload,
+        max_concurrent: 64,
+        shutdown_grace: Duration::from_secs(5),
+        lookups,
+    };
+    let server = Server::bind(opts).await.expect("bind");
+    let addr = server.local_addr().expect("addr");
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(server.serve(async {
+        let _ = rx.await;
+    }));
+    Running { addr, stop: Some(tx), task }
+}

@@ -17,7 +17,7 @@ mod common;
 
 use std::{
     collections::HashMap,
-    net::{Ipv4Addr, TcpListener},
+    net::Ipv4Addr,
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
     time::{Duration, Instant},
@@ -75,10 +75,6 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
-}
-
 fn tmp(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("hcp-restore-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -111,11 +107,14 @@ fn ctl(e: &Etcd, endpoints: &str, args: &[&str]) -> Output {
         .expect("etcdctl")
 }
 
-/// A source cluster with known keys, and its snapshot file.
-fn make_snapshot(root: &Path, e: &Etcd) -> Vec<u8> {
-    let (c, p, m) = (free_port(), free_port(), free_port());
-    let client = format!("http://127.0.0.1:{c}");
-    let peer = format!("http://127.0.0.1:{p}");
+/// A source cluster with known keys, and its snapshot file. It listens on
+/// 127.0.`subnet`.100 with the standard ports: every test has its own
+/// loopback address, so parallel tests never race for a port.
+fn make_snapshot(root: &Path, e: &Etcd, subnet: u8) -> Vec<u8> {
+    let ip = Ipv4Addr::new(127, 0, subnet, 100);
+    let client = format!("http://{ip}:2379");
+    let peer = format!("http://{ip}:2380");
+    let metrics = format!("http://{ip}:2381");
     let _src = Proc(
         Command::new(&e.etcd)
             .args(["--name", "src", "--data-dir"])
@@ -123,7 +122,7 @@ fn make_snapshot(root: &Path, e: &Etcd) -> Vec<u8> {
             .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("src={peer}"), "--initial-cluster-token", "src-token"])
-            .args(["--listen-metrics-urls", &format!("http://127.0.0.1:{m}")])
+            .args(["--listen-metrics-urls", &metrics])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -364,7 +363,7 @@ fn peer_certs(root: &Path, names: &[(String, Ipv4Addr)]) -> (PathBuf, Vec<(PathB
 async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8) {
     let root = tmp(&format!("{}-{replicas}", e.label));
     let ns = format!("clusters-e2e{subnet}");
-    let snapshot = make_snapshot(&root, &e);
+    let snapshot = make_snapshot(&root, &e, subnet);
     let store = SnapshotServer::start(&root, HashMap::from([("snap.db".to_string(), snapshot)])).await;
     let url = store.url("/snapshots/snap.db?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Date=20261129T150000Z&X-Amz-Expires=3600&X-Amz-Signature=0badc0ffee");
     let sts = patched_statefulset(&root, &ns, replicas, &url);
@@ -515,10 +514,10 @@ struct FailureRig {
 }
 
 impl FailureRig {
-    async fn new(tag: &str) -> Self {
+    async fn new(tag: &str, subnet: u8) -> Self {
         let e = etcd35();
         let root = tmp(tag);
-        let snapshot = make_snapshot(&root, &e);
+        let snapshot = make_snapshot(&root, &e, subnet);
         let sha = {
             let out = Command::new("sha256sum").arg(root.join("snapshot.db")).output().expect("sha256sum");
             String::from_utf8_lossy(&out.stdout).split(' ').next().unwrap_or_default().to_string()
@@ -572,7 +571,7 @@ fn assert_untouched(tag: &str, code: i32, log: &str, data: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_downloads_and_bad_snapshots_leave_the_data_dir_empty() {
-    let rig = FailureRig::new("failures").await;
+    let rig = FailureRig::new("failures", 51).await;
     let wrong_sha = "0".repeat(64);
     let cases: Vec<(&str, String, &str)> = vec![
         ("http-403", rig.store.url("/forbidden/snap.db?X-Amz-Signature=topsecret"), "HTTP 403"),
@@ -605,7 +604,7 @@ async fn failed_downloads_and_bad_snapshots_leave_the_data_dir_empty() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_integrity_and_what_counts_as_empty() {
-    let rig = FailureRig::new("retries").await;
+    let rig = FailureRig::new("retries", 52).await;
     // 503, 503, 200: retried.
     let (code, log, data) = rig.run("flaky", &rig.store.url("/flaky/snap.db"));
     assert_eq!(code, 0, "{log}");
@@ -638,7 +637,7 @@ async fn retries_integrity_and_what_counts_as_empty() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_urls_reach_the_server_literally_and_execute_nothing() {
-    let rig = FailureRig::new("hostile").await;
+    let rig = FailureRig::new("hostile", 53).await;
     let marker = rig.root.join("pwned");
     let m = marker.to_string_lossy();
     let hostile =

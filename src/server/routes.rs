@@ -19,6 +19,8 @@ use crate::lookup as hcp_lookup;
 
 /// Largest AdmissionReview body accepted (kube-apiserver's own request limit is 3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
+/// Longest a request body may take to arrive (kube-apiserver's webhook timeout is at most 30 s).
+pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
@@ -68,7 +70,13 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
     let Ok(_permit) = app.limit.clone().acquire_owned().await else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
     };
-    let bytes = match to_bytes(req.into_body(), MAX_BODY).await {
+    // A body that trickles in must not hold a decision slot forever.
+    let body = tokio::time::timeout(BODY_TIMEOUT, to_bytes(req.into_body(), MAX_BODY)).await;
+    let Ok(body) = body else {
+        app.metrics.observe(webhook, "", "error", started.elapsed().as_secs_f64());
+        return error(StatusCode::REQUEST_TIMEOUT, format!("the request body did not arrive within {BODY_TIMEOUT:?}"));
+    };
+    let bytes = match body {
         Ok(b) => b,
         Err(e) => {
             app.metrics.observe(webhook, "", "error", started.elapsed().as_secs_f64());

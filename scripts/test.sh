@@ -28,8 +28,14 @@ step "Kubewarden policy module (wasm32-wasip1, the tests load it)"
 scripts/build-wasm.sh >/dev/null
 
 step "cargo test (library, binary and integration tests)"
-cargo test --locked --lib --bins --tests
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --locked --lib --bins --tests 2>&1 | tee "$log"
 
 step "benchmarks, quick mode: each runs once so they cannot rot (no timing assertions)"
 cargo bench --locked --bench decision -- --test
 scripts/bench-load.sh --quick
+
+passed=$(grep -Eo 'test result: [a-z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
+failed=$(grep -Eo 'passed; [0-9]+ failed' "$log" | awk '{s += $2} END {print s + 0}')
+printf '\ntests: %s passed, %s failed\n' "$passed" "$failed"

@@ -199,9 +199,11 @@ fn check_array(schema: &Value, items: &[Value], old: Option<&Value>, path: &str,
     let shown = display_path(path);
     if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
         if (items.len() as u64) < min {
+            // The value is the list itself, which field.Error prints with Go's %#v.
+            let value = if items.is_empty() { "[]interface {}{}".to_string() } else { "\"array\"".to_string() };
             out.errors.push(FieldError::invalid(
                 shown,
-                "\"array\"".to_string(),
+                value,
                 format!("{shown} in body should have at least {min} items"),
             ));
         }
@@ -262,9 +264,10 @@ fn check_object(schema: &Value, obj: &Map<String, Value>, old: Option<&Value>, p
     let shown = display_path(path);
     if let Some(min) = schema.get("minProperties").and_then(Value::as_u64) {
         if (obj.len() as u64) < min {
+            // go-openapi's TooFewProperties carries the bound as its value.
             out.errors.push(FieldError::invalid(
                 shown,
-                obj.len().to_string(),
+                min.to_string(),
                 format!("{shown} in body should have at least {min} properties"),
             ));
         }
@@ -273,7 +276,7 @@ fn check_object(schema: &Value, obj: &Map<String, Value>, old: Option<&Value>, p
         if obj.len() as u64 > max {
             out.errors.push(FieldError::invalid(
                 shown,
-                obj.len().to_string(),
+                max.to_string(),
                 format!("{shown} in body should have at most {max} properties"),
             ));
         }
@@ -345,8 +348,8 @@ mod tests {
         assert_eq!(
             run(s, json!({"l":[],"o":{}}), None),
             vec![
-                "l: Invalid value: \"array\": l in body should have at least 1 items",
-                "o: Invalid value: 0: o in body should have at least 1 properties"
+                "l: Invalid value: []interface {}{}: l in body should have at least 1 items",
+                "o: Invalid value: 1: o in body should have at least 1 properties"
             ]
         );
     }

@@ -65,18 +65,22 @@ pub enum LogFormat {
     Text,
 }
 
-fn init_logging(format: LogFormat) {
+/// Logs go through a background writer thread: a request handler never
+/// blocks on stderr. The guard flushes what is queued when `serve` returns.
+fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
     };
+    guard
 }
 
 pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
-    init_logging(args.log_format);
+    let _log_guard = init_logging(args.log_format);
     let settings = args.decision.settings()?;
     let (cert, key) = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => (c.clone(), k.clone()),

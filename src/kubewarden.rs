@@ -102,10 +102,7 @@ pub fn validate(payload: &[u8], lookup: Option<&dyn Lookup>, now: i64) -> Valida
 }
 
 fn apply_response_patch(response: &admission::AdmissionResponse, object: &Value) -> Result<Value, String> {
-    use base64::Engine as _;
-    let b64 = response.patch.as_deref().unwrap_or_default();
-    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).map_err(|e| e.to_string())?;
-    let patch: json_patch::Patch = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+    let patch = response.patch_operations().unwrap_or_else(|| Ok(json_patch::Patch(Vec::new())))?;
     let mut mutated = object.clone();
     json_patch::patch(&mut mutated, &patch).map_err(|e| e.to_string())?;
     Ok(mutated)

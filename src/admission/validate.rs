@@ -37,24 +37,21 @@ pub fn warm_up() {
 
 /// Decides a request.
 pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Verdict {
-    let Some(target) = Target::of(&req.resource) else {
-        return Verdict::bad_request(match input.expect {
-            Some(t) => format!(
-                "this endpoint validates {}, but the request is for {}; check the webhook configuration's rules",
-                t.resource(),
-                resource_name(req)
-            ),
-            None => format!("hcp-etcd-admission does not handle {}", resource_name(req)),
-        });
+    let wrong_endpoint = |expected: Target| {
+        Verdict::bad_request(format!(
+            "this endpoint validates {}, but the request is for {}; check the webhook configuration's rules",
+            expected.resource(),
+            resource_name(req)
+        ))
     };
-    if let Some(expect) = input.expect {
-        if expect != target {
-            return Verdict::bad_request(format!(
-                "this endpoint validates {}, but the request is for {}; check the webhook configuration's rules",
-                expect.resource(),
-                target.resource()
-            ));
-        }
+    let Some(target) = Target::of(&req.resource) else {
+        return match input.expect {
+            Some(t) => wrong_endpoint(t),
+            None => Verdict::bad_request(format!("hcp-etcd-admission does not handle {}", resource_name(req))),
+        };
+    };
+    if let Some(expect) = input.expect.filter(|e| *e != target) {
+        return wrong_endpoint(expect);
     }
     match req.operation.as_str() {
         "CREATE" | "UPDATE" => {}

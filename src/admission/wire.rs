@@ -114,6 +114,20 @@ impl AdmissionResponse {
         self
     }
 
+    /// The JSON patch carried by the response, decoded from its wire form.
+    pub fn patch_operations(&self) -> Option<Result<json_patch::Patch, String>> {
+        use base64::Engine as _;
+        let b64 = self.patch.as_deref()?;
+        Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map_err(|e| format!("patch is not base64: {e}"))
+                .and_then(|bytes| {
+                    serde_json::from_slice(&bytes).map_err(|e| format!("patch is not a JSON patch: {e}"))
+                }),
+        )
+    }
+
     /// Wraps the response in an AdmissionReview v1.
     pub fn into_review(self) -> Value {
         serde_json::json!({

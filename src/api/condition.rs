@@ -45,8 +45,3 @@ pub enum ConditionStatus {
     #[default]
     Unknown,
 }
-
-/// Finds the condition of the given type in a list.
-pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
-}

@@ -57,12 +57,6 @@ fn str_at<'a>(v: &'a Value, p: &str) -> &'a str {
     v.pointer(p).and_then(Value::as_str).unwrap_or_default()
 }
 
-fn decode_patch(b64: &str) -> Option<Value> {
-    use base64::Engine as _;
-    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
-    serde_json::from_slice(&bytes).ok()
-}
-
 /// Returns the process exit code.
 pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
     let settings = args.decision.settings()?;
@@ -109,7 +103,7 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
             };
             let response = admission::respond(&req, &decision);
             report.result = if response.allowed { "allowed" } else { "denied" };
-            report.patch = response.patch.as_deref().and_then(decode_patch);
+            report.patch = response.patch_operations().and_then(Result::ok).and_then(|p| serde_json::to_value(p).ok());
             report.warnings = response.warnings;
             if let Some(status) = response.status {
                 report.message = status.message;

@@ -12,7 +12,7 @@ mod container;
 
 use serde_json::Value;
 
-pub use container::{build_init_container, RESTORE_SCRIPT};
+pub use container::build_init_container;
 
 use crate::{
     lookup::{restore_snapshot_url, snapshot_restored, Lookup},

@@ -15,8 +15,6 @@ mod restore_url;
 
 use serde_json::Value;
 
-pub use restore_url::parse_expiry;
-
 use crate::{schema::FieldError, settings::Settings};
 
 /// Whether a rule denies or only warns.

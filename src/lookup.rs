@@ -1,19 +1,66 @@
 //! Objects a decision may look up (today: the HostedControlPlane of the etcd
 //! StatefulSet's namespace). The core only sees this trait; the shells fill
-//! it from `--context` files (CLI), a kube-rs reflector (server) or
-//! Kubewarden's context-aware host capability (Wasm).
+//! it from `--context` files (CLI), a kube-rs reflector with a live read on a
+//! miss (server) or Kubewarden's context-aware host capability (Wasm).
 //!
 //! Objects are kept as JSON and read by path: a HostedControlPlane carries far
 //! more than this project models, and a field we do not know about must never
 //! make the lookup (and with it a restore) fail.
+//!
+//! A lookup that cannot answer says why ([`LookupError`]); the core turns
+//! every answer into a [`HcpLookup`] and fails closed on anything but exactly
+//! one HostedControlPlane.
 
 use serde_json::Value;
 
-/// Read-only access to cluster objects.
+/// Why a lookup could not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    /// The cache has not finished its initial list, and no live read answered.
+    #[error("the HostedControlPlane cache has not synced yet")]
+    NotSynced,
+    /// The read failed (API error, RBAC, host capability missing, timeout).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Read-only access to cluster objects. Implementations add methods for
+/// other kinds with default bodies, so existing implementations keep compiling.
 pub trait Lookup {
     /// The HostedControlPlane objects in `namespace`, or why they cannot be
-    /// looked up (the caller warns and does not mutate).
-    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, String>;
+    /// looked up (the mutation then denies: it never guesses).
+    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError>;
+}
+
+/// The outcome of looking up the namespace's HostedControlPlane.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HcpLookup {
+    /// Exactly one HostedControlPlane: the only outcome a decision may act on.
+    One(Value),
+    /// The lookup answered: there is none in the namespace.
+    NotFound,
+    /// The lookup answered with more than one.
+    Several(usize),
+    /// This shell has no lookup at all (no cluster, no `--context`).
+    NoSource,
+    /// The lookup source has not synced (and a live read did not answer).
+    NotSynced,
+    /// The lookup failed.
+    Failed(String),
+}
+
+/// Looks up the HostedControlPlane of `namespace` and classifies the answer.
+pub fn hosted_control_plane(lookup: Option<&dyn Lookup>, namespace: &str) -> HcpLookup {
+    let Some(lookup) = lookup else { return HcpLookup::NoSource };
+    match lookup.hosted_control_planes(namespace) {
+        Err(LookupError::NotSynced) => HcpLookup::NotSynced,
+        Err(LookupError::Failed(why)) => HcpLookup::Failed(why),
+        Ok(mut hcps) => match hcps.len() {
+            0 => HcpLookup::NotFound,
+            1 => hcps.pop().map_or(HcpLookup::NotFound, HcpLookup::One),
+            n => HcpLookup::Several(n),
+        },
+    }
 }
 
 /// Objects given up front (from `--context` files or test fixtures).
@@ -43,7 +90,7 @@ impl ContextObjects {
 }
 
 impl Lookup for ContextObjects {
-    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, String> {
+    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
         Ok(self
             .hcps
             .iter()
@@ -53,9 +100,25 @@ impl Lookup for ContextObjects {
     }
 }
 
+/// A lookup answer fetched before the decision (the server's live read on a
+/// cache miss): the same answer for every namespace asked.
+#[derive(Debug, Clone)]
+pub struct Prefetched(pub Result<Vec<Value>, LookupError>);
+
+impl Lookup for Prefetched {
+    fn hosted_control_planes(&self, _namespace: &str) -> Result<Vec<Value>, LookupError> {
+        self.0.clone()
+    }
+}
+
+/// Whether etcd of this HostedControlPlane is unmanaged (no restore by us).
+pub fn unmanaged_etcd(hcp: &Value) -> bool {
+    hcp.pointer("/spec/etcd/managementType").and_then(Value::as_str) == Some("Unmanaged")
+}
+
 /// The restore URL of a HostedControlPlane, when managed etcd has one.
 pub fn restore_snapshot_url(hcp: &Value) -> Option<&str> {
-    if hcp.pointer("/spec/etcd/managementType").and_then(Value::as_str) == Some("Unmanaged") {
+    if unmanaged_etcd(hcp) {
         return None;
     }
     hcp.pointer("/spec/etcd/managed/storage/restoreSnapshotURL/0").and_then(Value::as_str).filter(|u| !u.is_empty())
@@ -69,4 +132,33 @@ pub fn snapshot_restored(hcp: &Value) -> bool {
                 && c.get("status").and_then(Value::as_str) == Some("True")
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    struct Fails(LookupError);
+    impl Lookup for Fails {
+        fn hosted_control_planes(&self, _: &str) -> Result<Vec<Value>, LookupError> {
+            Err(self.0.clone())
+        }
+    }
+
+    #[test]
+    fn every_lookup_answer_is_classified() {
+        let hcp = |ns: &str| json!({"kind": "HostedControlPlane", "metadata": {"name": "a", "namespace": ns}});
+        let ctx = ContextObjects::from_values([hcp("one"), hcp("two"), hcp("two")]);
+        assert_eq!(hosted_control_plane(Some(&ctx), "one"), HcpLookup::One(hcp("one")));
+        assert_eq!(hosted_control_plane(Some(&ctx), "two"), HcpLookup::Several(2));
+        assert_eq!(hosted_control_plane(Some(&ctx), "none"), HcpLookup::NotFound);
+        assert_eq!(hosted_control_plane(None, "one"), HcpLookup::NoSource);
+        assert_eq!(hosted_control_plane(Some(&Fails(LookupError::NotSynced)), "one"), HcpLookup::NotSynced);
+        assert_eq!(
+            hosted_control_plane(Some(&Fails(LookupError::Failed("forbidden".into()))), "one"),
+            HcpLookup::Failed("forbidden".into())
+        );
+    }
 }

@@ -6,19 +6,25 @@
 use kubewarden_policy_sdk::wapc_guest::{self as guest, CallResult};
 use serde_json::Value;
 
-use crate::{kubewarden, lookup::Lookup};
+use crate::{
+    kubewarden,
+    lookup::{Lookup, LookupError},
+};
 
 /// HostedControlPlanes through Kubewarden's Kubernetes host capability.
 struct HostLookup;
 
 impl Lookup for HostLookup {
-    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, String> {
-        let body = serde_json::to_vec(&kubewarden::list_hcps_request(namespace)).map_err(|e| e.to_string())?;
+    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
+        let body = serde_json::to_vec(&kubewarden::list_hcps_request(namespace))
+            .map_err(|e| LookupError::Failed(e.to_string()))?;
         let answer =
             guest::host_call("kubewarden", "kubernetes", "list_resources_by_namespace", &body).map_err(|e| {
-                format!("the Kubernetes host capability is unavailable (is the policy context aware?): {e}")
+                LookupError::Failed(format!(
+                    "the Kubernetes host capability failed or is missing (is the policy context aware, with hostedcontrolplanes in contextAwareResources?): {e}"
+                ))
             })?;
-        kubewarden::list_items(&answer)
+        kubewarden::list_items(&answer).map_err(LookupError::Failed)
     }
 }
 

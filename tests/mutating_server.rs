@@ -2,7 +2,8 @@
 //! HostedControlPlanes. There is no kube-apiserver on these machines, so a
 //! minimal fake serves its side of the wire on loopback: the LIST of
 //! hostedcontrolplanes (delayed, to observe /readyz waiting for the sync) and
-//! a WATCH that stays open, exactly as kube-runtime's watcher requests them.
+//! a WATCH that stays open, exactly as kube-runtime's watcher requests them,
+//! and the namespaced LIST the server makes live on a cache miss.
 
 mod common;
 
@@ -15,9 +16,13 @@ use hcp_etcd_admission::{certs, server::LookupSource};
 use serde_json::{json, Value};
 
 fn hcp() -> Value {
+    hcp_in("clusters-prod")
+}
+
+fn hcp_in(ns: &str) -> Value {
     json!({
         "apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedControlPlane",
-        "metadata": {"name": "prod", "namespace": "clusters-prod", "resourceVersion": "99", "uid": "1f0e"},
+        "metadata": {"name": "prod", "namespace": ns, "resourceVersion": "99", "uid": "1f0e"},
         "spec": {"etcd": {"managementType": "Managed", "managed": {"storage": {
             "type": "PersistentVolume",
             "restoreSnapshotURL": ["https://b.s3.us-east-1.amazonaws.com/k/1764428700.db?X-Amz-Signature=abc"]}}},
@@ -37,7 +42,25 @@ async fn fake_apiserver() -> SocketAddr {
             "metadata": {"resourceVersion": "100"}, "items": [hcp()]});
         ([("content-type", "application/json")], list.to_string()).into_response()
     }
-    let app = Router::new().route("/apis/hypershift.openshift.io/v1beta1/hostedcontrolplanes", get(hcps));
+    // The live read of one namespace: clusters-prod and clusters-new (created
+    // after the watch's list) have one HostedControlPlane, clusters-none has
+    // none, and reading clusters-forbidden is not allowed (RBAC).
+    async fn namespaced(axum::extract::Path(ns): axum::extract::Path<String>) -> axum::response::Response {
+        if ns == "clusters-forbidden" {
+            let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "hostedcontrolplanes.hypershift.openshift.io is forbidden: User \"system:serviceaccount:hcp:webhook\" cannot list resource \"hostedcontrolplanes\"",
+                "reason": "Forbidden", "code": 403});
+            return (axum::http::StatusCode::FORBIDDEN, [("content-type", "application/json")], status.to_string())
+                .into_response();
+        }
+        let items = if ns == "clusters-prod" || ns == "clusters-new" { vec![hcp_in(&ns)] } else { vec![] };
+        let list = json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedControlPlaneList",
+            "metadata": {"resourceVersion": "101"}, "items": items});
+        ([("content-type", "application/json")], list.to_string()).into_response()
+    }
+    let app = Router::new()
+        .route("/apis/hypershift.openshift.io/v1beta1/hostedcontrolplanes", get(hcps))
+        .route("/apis/hypershift.openshift.io/v1beta1/namespaces/{ns}/hostedcontrolplanes", get(namespaced));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
@@ -47,9 +70,14 @@ async fn fake_apiserver() -> SocketAddr {
 }
 
 fn statefulset_review(resource: &str) -> Value {
+    statefulset_review_in(resource, "clusters-prod")
+}
+
+fn statefulset_review_in(resource: &str, ns: &str) -> Value {
     let text = std::fs::read_to_string(common::root().join("tests/conformance/statefulset.yaml")).expect("fixtures");
     let doc: Value = serde_yaml_ng::from_str(&text).expect("yaml");
-    let sts = doc["fixtures"]["sts3"].clone();
+    let mut sts = doc["fixtures"]["sts3"].clone();
+    sts["metadata"]["namespace"] = json!(ns);
     common::admission_review("mut-1", resource, None, "CREATE", Some(&sts), None)
 }
 
@@ -69,6 +97,12 @@ async fn mutation_uses_the_reflector_and_readyz_waits_for_its_sync() {
     let first = https.request(addr, "GET", "/readyz", vec![]).await.expect("readyz");
     assert_eq!(first.status, 503, "{}", first.text());
     assert!(first.text().contains("HostedControlPlane cache"));
+    // Before the sync a decision reads the namespace live instead of guessing.
+    let early =
+        https.post_json(addr, "/mutate/etcd-statefulsets", &statefulset_review("statefulsets")).await.expect("post");
+    let early = early.json();
+    assert_eq!(early["response"]["allowed"], true, "{early}");
+    assert_eq!(early["response"]["patchType"], "JSONPatch", "decided from the live read before the sync: {early}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
         let r = https.request(addr, "GET", "/readyz", vec![]).await.expect("readyz");
@@ -104,5 +138,50 @@ async fn mutation_uses_the_reflector_and_readyz_waits_for_its_sync() {
     assert_eq!(v["response"]["allowed"], true);
     assert!(v["response"].get("patch").is_none() && v["response"].get("patchType").is_none());
     assert!(v["response"]["warnings"][0].as_str().unwrap_or_default().contains("nothing changed"));
+    // A cache miss after the sync: a HostedControlPlane the watch has not
+    // delivered yet is found by the live read.
+    let v = https
+        .post_json(addr, "/mutate/etcd-statefulsets", &statefulset_review_in("statefulsets", "clusters-new"))
+        .await
+        .expect("post")
+        .json();
+    assert_eq!(v["response"]["allowed"], true, "{v}");
+    assert_eq!(v["response"]["patchType"], "JSONPatch", "{v}");
+    // None there, live either: denied, never admitted untouched.
+    let v = https
+        .post_json(addr, "/mutate/etcd-statefulsets", &statefulset_review_in("statefulsets", "clusters-none"))
+        .await
+        .expect("post")
+        .json();
+    assert_eq!(v["response"]["allowed"], false, "{v}");
+    assert_eq!(v["response"]["status"]["code"], 403);
+    let msg = v["response"]["status"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("no HostedControlPlane found in namespace \"clusters-none\""), "{msg}");
+    assert!(msg.contains("control-plane-operator retries"), "{msg}");
+    assert!(v["response"].get("patch").is_none());
+    // The live read fails (RBAC): denied with the reason.
+    let v = https
+        .post_json(addr, "/mutate/etcd-statefulsets", &statefulset_review_in("statefulsets", "clusters-forbidden"))
+        .await
+        .expect("post")
+        .json();
+    assert_eq!(v["response"]["allowed"], false, "{v}");
+    let msg = v["response"]["status"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("could not be read") && msg.contains("forbidden"), "{msg}");
+    // Every outcome is counted, with a closed label set.
+    let metrics = https.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
+    let count = |labels: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("hcp_etcd_admission_etcd_init_decisions_total{{{labels}}}")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no series {labels}:\n{metrics}"))
+    };
+    assert_eq!(count(r#"outcome="injected",reason="none""#), 3);
+    assert_eq!(count(r#"outcome="denied",reason="no_hostedcontrolplane""#), 1);
+    assert_eq!(count(r#"outcome="denied",reason="lookup_failed""#), 1);
+    assert_eq!(count(r#"outcome="denied",reason="cache_not_synced""#), 0);
+    assert_eq!(count(r#"outcome="removed",reason="none""#), 0);
     srv.stop().await;
 }

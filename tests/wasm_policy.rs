@@ -173,16 +173,18 @@ fn bad_inputs_get_clear_rejections_never_a_trap() {
 }
 
 #[test]
-fn without_the_host_capability_the_policy_warns_and_does_not_mutate() {
+fn without_the_host_capability_the_policy_denies_the_etcd_statefulset() {
     let case = common::load_cases().into_iter().find(|c| c.patched).expect("a mutation case");
     let refusing: HostCallHandler =
         Box::new(|_, _, _, _| Err("context-aware calls are not allowed for this policy".to_string()));
     let mut policy = Policy::load(&module(), refusing).expect("load");
     let v: Value =
         serde_json::from_slice(&policy.call("validate", &validation_request(&case)).expect("validate")).expect("json");
-    assert_eq!(v["accepted"], true);
+    assert_eq!(v["accepted"], false, "a StatefulSet whose restore decision is unknown must not pass: {v}");
     assert!(v.get("mutated_object").is_none(), "{v}");
-    let w = v["warnings"][0].as_str().unwrap_or_default();
-    assert!(w.contains("could not be looked up") && w.contains("host capability"), "{w}");
+    assert_eq!(v["code"], 403);
+    let m = v["message"].as_str().unwrap_or_default();
+    assert!(m.contains("could not be read") && m.contains("host capability"), "{m}");
+    assert!(m.contains("control-plane-operator retries"), "{m}");
     assert_eq!(policy.host_calls()[0].2, "list_resources_by_namespace");
 }

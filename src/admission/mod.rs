@@ -106,17 +106,33 @@ pub enum ReviewError {
 
 /// Reviews one AdmissionReview (as JSON) and returns the response AdmissionReview.
 pub fn review(input: &Value, decision: &DecisionInput<'_>) -> Result<Value, ReviewError> {
+    review_with_outcome(input, decision).map(|(review, _)| review)
+}
+
+/// [`review`], plus what the etcd-init mutation did when it ran (for metrics).
+pub fn review_with_outcome(
+    input: &Value,
+    decision: &DecisionInput<'_>,
+) -> Result<(Value, Option<crate::mutate::Outcome>), ReviewError> {
     let request = wire::parse_review(input)?;
-    let response = match request {
-        Ok(req) => respond(&req, decision),
+    let (response, outcome) = match request {
+        Ok(req) => respond_with_outcome(&req, decision),
         // The request carries a uid but does not parse: deny with the reason.
-        Err((uid, problem)) => AdmissionResponse::from_verdict(uid, Verdict::bad_request(problem)),
+        Err((uid, problem)) => (AdmissionResponse::from_verdict(uid, Verdict::bad_request(problem)), None),
     };
-    Ok(response.into_review())
+    Ok((response.into_review(), outcome))
 }
 
 /// Decides one parsed request.
 pub fn respond(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> AdmissionResponse {
+    respond_with_outcome(req, decision).0
+}
+
+/// [`respond`], plus the etcd-init mutation's outcome when it ran.
+pub fn respond_with_outcome(
+    req: &AdmissionRequest,
+    decision: &DecisionInput<'_>,
+) -> (AdmissionResponse, Option<crate::mutate::Outcome>) {
     let target = Target::of(&req.resource);
     if decision.expect == Some(Target::EtcdStatefulSets) && target != Some(Target::EtcdStatefulSets) {
         // A mutating endpoint never blocks a request it was not meant to see.
@@ -124,11 +140,12 @@ pub fn respond(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> Admissio
             "hcp-etcd-admission: the etcd StatefulSet mutation was called for {}; nothing changed (check the MutatingWebhookConfiguration rules)",
             target.map_or("an unknown resource", Target::resource)
         );
-        return AdmissionResponse::from_verdict(req.uid.clone(), Verdict::allow(vec![warning]));
+        return (AdmissionResponse::from_verdict(req.uid.clone(), Verdict::allow(vec![warning])), None);
     }
     if target == Some(Target::EtcdStatefulSets) && decision.expect.is_none_or(|e| e == Target::EtcdStatefulSets) {
-        return mutating::decide(req, decision);
+        let (response, outcome) = mutating::decide(req, decision);
+        return (response, Some(outcome));
     }
     let verdict = validate::decide(req, decision);
-    AdmissionResponse::from_verdict(req.uid.clone(), verdict)
+    (AdmissionResponse::from_verdict(req.uid.clone(), verdict), None)
 }

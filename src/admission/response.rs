@@ -54,6 +54,26 @@ impl Verdict {
         Self { allowed: false, status: Some(status), warnings }
     }
 
+    /// A 403 denial in `errors.NewForbidden`'s shape:
+    /// `<resource>.<group> "<name>" is forbidden: <reason>`.
+    pub fn forbidden(resource: &str, group: &str, name: &str, reason: &str, warnings: Vec<String>) -> Self {
+        let qualified = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
+        let status = Status {
+            metadata: Map::new(),
+            status: "Failure".to_string(),
+            message: format!("{qualified} {name:?} is forbidden: {reason}"),
+            reason: "Forbidden".to_string(),
+            details: Some(StatusDetails {
+                name: name.to_string(),
+                group: group.to_string(),
+                kind: resource.to_string(),
+                causes: Vec::new(),
+            }),
+            code: 403,
+        };
+        Self { allowed: false, status: Some(status), warnings }
+    }
+
     /// A 400 denial for a request that cannot be judged (wrong kind, bad object).
     pub fn bad_request(message: impl Into<String>) -> Self {
         let status = Status {

@@ -126,7 +126,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
         } else if context_given {
             LookupSource::Static(context)
         } else {
-            tracing::warn!("no cluster and no --context: /mutate/etcd-statefulsets allows without injecting etcd-init");
+            tracing::warn!("no cluster and no --context: /mutate/etcd-statefulsets denies etcd StatefulSets (no HostedControlPlane to decide the restore from)");
             LookupSource::None
         };
         let server = Server::bind(opts).await?;

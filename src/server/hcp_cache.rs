@@ -1,27 +1,40 @@
 //! A kube-rs reflector over HostedControlPlanes, so the mutating path never
-//! makes an API call per admission. Objects are kept as raw JSON
-//! ([`DynamicObject`]): the mutation reads two fields, and an HCP field this
-//! project does not model must never break the cache.
+//! makes an API call per admission in the common case. On a miss (cache not
+//! synced yet, or no HostedControlPlane cached for the namespace) the server
+//! reads the namespace live before deciding: a watch that lags behind a new
+//! HostedControlPlane must not turn into a denial, and a cache that never
+//! synced must not turn into a guess. Objects are kept as raw JSON
+//! ([`DynamicObject`]): an HCP field this project does not model must never
+//! break the cache.
 
-use std::sync::{
-    atomic::{AtomicBool, Ordering},
-    Arc,
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
 };
 
 use futures::StreamExt;
 use kube::{
-    api::{Api, ApiResource, DynamicObject, GroupVersionKind},
+    api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams},
     runtime::{reflector, watcher, WatchStreamExt},
     Client,
 };
 use serde_json::Value;
 
-use crate::lookup::Lookup;
+use crate::lookup::{Lookup, LookupError, Prefetched};
+
+/// Longest a live read on a cache miss may take (the apiserver's webhook
+/// timeout is 10 s by default).
+pub const LIVE_READ_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The HostedControlPlane cache.
 pub struct HcpCache {
     store: reflector::Store<DynamicObject>,
     synced: Arc<AtomicBool>,
+    client: Client,
+    resource: ApiResource,
 }
 
 impl HcpCache {
@@ -30,11 +43,11 @@ impl HcpCache {
     pub fn start(client: Client) -> Arc<Self> {
         let gvk = GroupVersionKind::gvk(crate::api::GROUP, crate::api::VERSION, "HostedControlPlane");
         let resource = ApiResource::from_gvk_with_plural(&gvk, "hostedcontrolplanes");
-        let api: Api<DynamicObject> = Api::all_with(client, &resource);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
         let reader = writer.as_reader();
         let synced = Arc::new(AtomicBool::new(false));
-        let cache = Arc::new(Self { store: reader.clone(), synced: synced.clone() });
+        let cache = Arc::new(Self { store: reader.clone(), synced: synced.clone(), client, resource });
         let stream = watcher(api, watcher::Config::default()).default_backoff();
         tokio::spawn(async move {
             let mut events = std::pin::pin!(reflector(writer, stream));
@@ -56,16 +69,51 @@ impl HcpCache {
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
     }
-}
 
-impl Lookup for HcpCache {
-    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, String> {
-        Ok(self
-            .store
+    fn cached(&self, namespace: &str) -> Vec<Value> {
+        self.store
             .state()
             .iter()
             .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
             .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
-            .collect())
+            .collect()
+    }
+
+    /// The answer for one decision: the cache when it is synced and holds
+    /// the namespace's HostedControlPlane(s), else a live read of the
+    /// namespace (bounded by [`LIVE_READ_TIMEOUT`]).
+    pub async fn lookup_for(&self, namespace: &str) -> Prefetched {
+        let synced = self.synced();
+        let cached = if synced { self.cached(namespace) } else { Vec::new() };
+        if !cached.is_empty() {
+            return Prefetched(Ok(cached));
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &self.resource);
+        let live = tokio::time::timeout(LIVE_READ_TIMEOUT, api.list(&ListParams::default())).await;
+        let answer = match live {
+            Ok(Ok(list)) => Ok(list.items.iter().filter_map(|o| serde_json::to_value(o).ok()).collect()),
+            Ok(Err(e)) if synced => Err(LookupError::Failed(format!("live read after a cache miss failed: {e}"))),
+            Err(_) if synced => Err(LookupError::Failed(format!(
+                "live read after a cache miss timed out after {}s",
+                LIVE_READ_TIMEOUT.as_secs()
+            ))),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, namespace, "live HostedControlPlane read failed; cache not synced");
+                Err(LookupError::NotSynced)
+            }
+            Err(_) => Err(LookupError::NotSynced),
+        };
+        tracing::debug!(namespace, synced, ok = answer.is_ok(), "HostedControlPlane live read on a cache miss");
+        Prefetched(answer)
+    }
+}
+
+impl Lookup for HcpCache {
+    /// The cache alone (no live read: that is async, see [`HcpCache::lookup_for`]).
+    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
+        if !self.synced() {
+            return Err(LookupError::NotSynced);
+        }
+        Ok(self.cached(namespace))
     }
 }

@@ -27,6 +27,14 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+/// etcd-init decisions: `outcome` and `reason` come only from the closed
+/// sets of [`crate::mutate::Outcome::labels`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EtcdInitLabels {
+    pub outcome: &'static str,
+    pub reason: &'static str,
+}
+
 /// Every metric the server exports.
 pub struct Metrics {
     registry: Registry,
@@ -34,6 +42,7 @@ pub struct Metrics {
     latency: Family<WebhookLabels, Histogram>,
     reloads: Family<ResultLabels, Counter>,
     cert_expiry: Gauge<i64, AtomicI64>,
+    etcd_init: Family<EtcdInitLabels, Counter>,
 }
 
 /// Latency buckets from 100 µs to 10 s (seconds).
@@ -59,7 +68,22 @@ impl Metrics {
             "NotAfter of the serving certificate, Unix seconds",
             cert_expiry.clone(),
         );
-        Self { registry, requests, latency, reloads, cert_expiry }
+        let etcd_init = Family::<EtcdInitLabels, Counter>::default();
+        registry.register(
+            "etcd_init_decisions",
+            "etcd StatefulSet mutation decisions: etcd-init injected, unchanged, removed, not needed, not applicable, or denied by reason",
+            etcd_init.clone(),
+        );
+        // Every label pair exists from the start (at 0), so alerts can rate() them.
+        use crate::mutate::{DenyReason, Outcome};
+        for o in [Outcome::NotApplicable, Outcome::Injected, Outcome::Unchanged, Outcome::Removed, Outcome::NotNeeded]
+            .into_iter()
+            .chain(DenyReason::ALL.into_iter().map(Outcome::Denied))
+        {
+            let (outcome, reason) = o.labels();
+            let _ = etcd_init.get_or_create(&EtcdInitLabels { outcome, reason });
+        }
+        Self { registry, requests, latency, reloads, cert_expiry, etcd_init }
     }
 
     pub fn observe(&self, webhook: &str, operation: &str, decision: &str, seconds: f64) {
@@ -71,6 +95,11 @@ impl Metrics {
             })
             .inc();
         self.latency.get_or_create(&WebhookLabels { webhook: webhook.into() }).observe(seconds);
+    }
+
+    /// Counts one etcd-init decision (labels from [`crate::mutate::Outcome::labels`]).
+    pub fn etcd_init(&self, outcome: &'static str, reason: &'static str) {
+        self.etcd_init.get_or_create(&EtcdInitLabels { outcome, reason }).inc();
     }
 
     pub fn cert_reloaded(&self, ok: bool, not_after: i64) {

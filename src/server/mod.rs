@@ -61,7 +61,7 @@ pub struct ServeOptions {
 /// Where the mutating path finds HostedControlPlanes.
 #[derive(Clone, Default)]
 pub enum LookupSource {
-    /// Nowhere: the mutation allows without a patch and says so in a warning.
+    /// Nowhere: the mutation denies etcd StatefulSets (no restore decision without a HostedControlPlane).
     #[default]
     None,
     /// Fixed objects (`--context` files).

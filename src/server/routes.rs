@@ -96,14 +96,35 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
             return error(StatusCode::BAD_REQUEST, format!("body is not JSON: {e}"));
         }
     };
-    let decision = DecisionInput {
-        settings: &app.settings,
-        lookup: app.lookup.as_deref().map(|l| l as &dyn hcp_lookup::Lookup),
-        now: now_unix(),
-        expect: Some(target),
+    // The etcd StatefulSet's decision reads the namespace live on a cache miss.
+    let prefetched = match (&app.hcp_cache, target) {
+        (Some(cache), Target::EtcdStatefulSets)
+            if parsed.pointer("/request/object/metadata/name").and_then(Value::as_str)
+                == Some(crate::mutate::ETCD_STATEFULSET) =>
+        {
+            let ns = parsed
+                .pointer("/request/namespace")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .or_else(|| parsed.pointer("/request/object/metadata/namespace").and_then(Value::as_str))
+                .unwrap_or_default();
+            Some(cache.lookup_for(ns).await)
+        }
+        _ => None,
     };
-    let review = match admission::review(&parsed, &decision) {
-        Ok(r) => r,
+    let lookup: Option<&dyn hcp_lookup::Lookup> = match &prefetched {
+        Some(p) => Some(p),
+        None => app.lookup.as_deref().map(|l| l as &dyn hcp_lookup::Lookup),
+    };
+    let decision = DecisionInput { settings: &app.settings, lookup, now: now_unix(), expect: Some(target) };
+    let review = match admission::review_with_outcome(&parsed, &decision) {
+        Ok((r, outcome)) => {
+            if let Some(o) = outcome {
+                let (outcome, reason) = o.labels();
+                app.metrics.etcd_init(outcome, reason);
+            }
+            r
+        }
         Err(e) => {
             app.metrics.observe(webhook, "", "error", started.elapsed().as_secs_f64());
             return error(StatusCode::BAD_REQUEST, e.to_string());

@@ -32,6 +32,12 @@ pub struct Settings {
     /// etcd-init memory limit: a restore needs about 1.3 × the database size;
     /// the default `10Gi` covers etcd's 8 GiB quota.
     pub restore_memory_limit: String,
+    /// Restore even when the image's etcdutl/etcdctl lacks `snapshot restore
+    /// --bump-revision/--mark-compacted` (etcd < 3.5.10 / 3.4.26). Risk:
+    /// revisions go back to the snapshot's, so guest-cluster watches and
+    /// informers that saw later revisions keep stale caches until they relist.
+    /// Default: false (etcd-init fails with a clear message instead).
+    pub allow_restore_without_revision_bump: bool,
 }
 
 impl Default for Settings {
@@ -45,6 +51,7 @@ impl Default for Settings {
             restore_cpu_request: "100m".to_string(),
             restore_memory_request: "512Mi".to_string(),
             restore_memory_limit: "10Gi".to_string(),
+            allow_restore_without_revision_bump: false,
         }
     }
 }

@@ -1,21 +1,30 @@
 //! The `etcd-init` restore injection into a hosted control plane's etcd
-//! StatefulSet (pure: object in, JSON patch out).
+//! StatefulSet (pure: object in, decision and JSON patch out).
 //!
 //! Upstream HEAD appends a container that restores every member as its own
 //! one-member cluster (split brain at 3 replicas) and runs it after
 //! `reset-member`. Here each member restores with its own name and peer URL,
 //! the full initial cluster and one token, before `reset-member`; member
-//! identity is taken from the etcd container's own env so the two can never
-//! disagree. The URL reaches the container only as an environment variable.
+//! identity is taken from the etcd container's own env and flags so the two
+//! can never disagree. The URL reaches the container only as an environment
+//! variable.
+//!
+//! The decision fails closed: the StatefulSet is admitted without etcd-init
+//! only when it is established that no restore is pending (exactly one
+//! HostedControlPlane read, and it has no restore URL, unmanaged etcd or
+//! `EtcdSnapshotRestored=True`). Every other case is denied with what is
+//! missing; the control-plane-operator retries.
 
 mod container;
+pub mod identity;
 
 use serde_json::Value;
 
-pub use container::build_init_container;
+pub use container::{build_init_container, STAGE_DIR_NAME};
 
 use crate::{
-    lookup::{restore_snapshot_url, snapshot_restored, Lookup},
+    lookup::{self, restore_snapshot_url, snapshot_restored, unmanaged_etcd, HcpLookup, Lookup},
+    schema::FieldError,
     settings::Settings,
 };
 
@@ -26,66 +35,228 @@ pub const RESET_MEMBER: &str = "reset-member";
 /// Name of the StatefulSet this mutates.
 pub const ETCD_STATEFULSET: &str = "etcd";
 
+/// Why an etcd StatefulSet was denied (a closed set: metrics label it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DenyReason {
+    /// The shell has no HostedControlPlane lookup at all.
+    NoLookupSource,
+    /// The lookup failed (API error, RBAC, host capability missing).
+    LookupFailed,
+    /// The lookup's cache has not synced and no live read answered.
+    CacheNotSynced,
+    /// No HostedControlPlane in the namespace.
+    NoHostedControlPlane,
+    /// More than one HostedControlPlane in the namespace.
+    SeveralHostedControlPlanes,
+    /// The template's identity or layout cannot be established exactly.
+    Template,
+}
+
+impl DenyReason {
+    pub const ALL: [DenyReason; 6] = [
+        DenyReason::NoLookupSource,
+        DenyReason::LookupFailed,
+        DenyReason::CacheNotSynced,
+        DenyReason::NoHostedControlPlane,
+        DenyReason::SeveralHostedControlPlanes,
+        DenyReason::Template,
+    ];
+
+    /// The metrics label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            DenyReason::NoLookupSource => "no_lookup_source",
+            DenyReason::LookupFailed => "lookup_failed",
+            DenyReason::CacheNotSynced => "cache_not_synced",
+            DenyReason::NoHostedControlPlane => "no_hostedcontrolplane",
+            DenyReason::SeveralHostedControlPlanes => "several_hostedcontrolplanes",
+            DenyReason::Template => "template",
+        }
+    }
+}
+
+/// What the decision did (a closed set: metrics label it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Outcome {
+    /// Not the etcd StatefulSet, or not a CREATE/UPDATE of it.
+    #[default]
+    NotApplicable,
+    /// etcd-init added (or replaced, or moved before reset-member).
+    Injected,
+    /// etcd-init already there, identical, in place: no patch.
+    Unchanged,
+    /// No restore pending and a stale etcd-init removed.
+    Removed,
+    /// No restore pending and nothing to remove.
+    NotNeeded,
+    /// Denied.
+    Denied(DenyReason),
+}
+
+impl Outcome {
+    /// `(outcome, reason)` metrics label values; reason is `none` unless denied.
+    pub fn labels(self) -> (&'static str, &'static str) {
+        match self {
+            Outcome::NotApplicable => ("not_applicable", "none"),
+            Outcome::Injected => ("injected", "none"),
+            Outcome::Unchanged => ("unchanged", "none"),
+            Outcome::Removed => ("removed", "none"),
+            Outcome::NotNeeded => ("not_needed", "none"),
+            Outcome::Denied(r) => ("denied", r.label()),
+        }
+    }
+}
+
+/// Why the StatefulSet is denied.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Denial {
+    /// The HostedControlPlane could not be established (403 Forbidden shape).
+    Lookup(String),
+    /// The template's identity/layout: field errors (422 Invalid shape).
+    Template(Vec<FieldError>),
+}
+
 /// The result of a mutation decision.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Mutation {
     /// The JSON patch (RFC 6902) to apply, when the object must change.
     pub patch: Option<json_patch::Patch>,
     pub warnings: Vec<String>,
+    pub outcome: Outcome,
+    /// Set exactly when `outcome` is `Denied`.
+    pub denial: Option<Denial>,
 }
 
 impl Mutation {
-    fn none(warning: Option<String>) -> Self {
-        Self { patch: None, warnings: warning.into_iter().collect() }
+    fn outcome(outcome: Outcome, patch: Option<json_patch::Patch>) -> Self {
+        Self { patch, outcome, ..Self::default() }
     }
+
+    fn denied(reason: DenyReason, denial: Denial) -> Self {
+        Self { outcome: Outcome::Denied(reason), denial: Some(denial), ..Self::default() }
+    }
+}
+
+/// The tail of every lookup denial: what is at stake and who retries.
+fn lookup_denial(namespace: &str, what: &str) -> String {
+    format!(
+        "{what}: whether an etcd restore is pending (HostedControlPlane spec.etcd.managed.storage.restoreSnapshotURL, \
+         condition EtcdSnapshotRestored) cannot be established, and admitting etcd without that decision can start it \
+         empty and lose the restore. Admitted once exactly one HostedControlPlane in namespace {namespace:?} can be read; \
+         the control-plane-operator retries"
+    )
 }
 
 /// Decides the etcd-init injection for a StatefulSet in `namespace`.
 pub fn etcd_init(sts: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings: &Settings) -> Mutation {
     if sts.pointer("/metadata/name").and_then(Value::as_str) != Some(ETCD_STATEFULSET) {
-        return Mutation::none(None);
+        return Mutation::default();
     }
-    let Some(lookup) = lookup else {
-        return Mutation::none(Some(format!(
-            "no HostedControlPlane lookup is available: etcd-init restore injection skipped for {namespace}/etcd"
-        )));
-    };
-    let hcps = match lookup.hosted_control_planes(namespace) {
-        Ok(h) => h,
-        Err(why) => {
-            return Mutation::none(Some(format!(
-            "HostedControlPlanes in {namespace:?} could not be looked up ({why}): etcd-init restore injection skipped"
-        )))
+    let hcp = match lookup::hosted_control_plane(lookup, namespace) {
+        HcpLookup::One(hcp) => hcp,
+        HcpLookup::NoSource => {
+            return Mutation::denied(
+                DenyReason::NoLookupSource,
+                Denial::Lookup(lookup_denial(
+                    namespace,
+                    "this webhook has no HostedControlPlane lookup (no cluster watch, no --context, or a Kubewarden policy that is not context aware)",
+                )),
+            )
+        }
+        HcpLookup::NotSynced => {
+            return Mutation::denied(
+                DenyReason::CacheNotSynced,
+                Denial::Lookup(lookup_denial(
+                    namespace,
+                    "the HostedControlPlane cache has not synced and a live read did not answer",
+                )),
+            )
+        }
+        HcpLookup::Failed(why) => {
+            return Mutation::denied(
+                DenyReason::LookupFailed,
+                Denial::Lookup(lookup_denial(
+                    namespace,
+                    &format!("the HostedControlPlanes of namespace {namespace:?} could not be read ({why})"),
+                )),
+            )
+        }
+        HcpLookup::NotFound => {
+            return Mutation::denied(
+                DenyReason::NoHostedControlPlane,
+                Denial::Lookup(lookup_denial(namespace, &format!("no HostedControlPlane found in namespace {namespace:?}"))),
+            )
+        }
+        HcpLookup::Several(n) => {
+            return Mutation::denied(
+                DenyReason::SeveralHostedControlPlanes,
+                Denial::Lookup(lookup_denial(
+                    namespace,
+                    &format!("{n} HostedControlPlanes found in namespace {namespace:?}, expected exactly one"),
+                )),
+            )
         }
     };
-    let Some(hcp) = hcps.first() else {
-        return Mutation::none(Some(format!(
-            "no HostedControlPlane in namespace {namespace:?}: etcd-init restore injection skipped"
-        )));
+    let url = restore_snapshot_url(&hcp);
+    let no_restore_pending = unmanaged_etcd(&hcp) || url.is_none() || snapshot_restored(&hcp);
+    let Some(url) = url.filter(|_| !no_restore_pending) else {
+        // Established: no restore pending. A stale etcd-init goes, so a later
+        // empty volume can never restore an old snapshot into a live cluster.
+        return match remove_patch(sts) {
+            Some(patch) => {
+                let why = if snapshot_restored(&hcp) {
+                    "EtcdSnapshotRestored is True"
+                } else if unmanaged_etcd(&hcp) {
+                    "etcd is unmanaged"
+                } else {
+                    "the HostedControlPlane has no restoreSnapshotURL"
+                };
+                let mut m = Mutation::outcome(Outcome::Removed, Some(patch));
+                m.warnings.push(format!(
+                    "etcd-init removed from the etcd StatefulSet: {why}, so no restore is pending and an empty data volume must be re-added by reset-member, never restored"
+                ));
+                m
+            }
+            None => Mutation::outcome(Outcome::NotNeeded, None),
+        };
     };
-    let mut warnings = Vec::new();
-    if hcps.len() > 1 {
-        warnings.push(format!("{} HostedControlPlanes in namespace {namespace:?}; using the first", hcps.len()));
-    }
-    let Some(url) = restore_snapshot_url(hcp) else {
-        return Mutation { warnings, ..Mutation::default() };
-    };
-    if snapshot_restored(hcp) {
-        return Mutation { warnings, ..Mutation::default() };
-    }
     let container = match build_init_container(sts, namespace, url, settings) {
         Ok(c) => c,
-        Err(problem) => {
-            warnings.push(format!("etcd-init restore injection skipped for {namespace}/etcd: {problem}"));
-            return Mutation { warnings, ..Mutation::default() };
-        }
+        Err(errors) => return Mutation::denied(DenyReason::Template, Denial::Template(errors)),
     };
-    if sts.pointer("/spec/template/spec").and_then(Value::as_object).is_none() {
-        warnings.push("the StatefulSet has no spec.template.spec: etcd-init restore injection skipped".to_string());
-        return Mutation { warnings, ..Mutation::default() };
+    match init_container_patch(sts, container) {
+        Some(patch) => Mutation::outcome(Outcome::Injected, Some(patch)),
+        None => Mutation::outcome(Outcome::Unchanged, None),
     }
-    let patch = init_container_patch(sts, container);
-    Mutation { patch, warnings }
+}
+
+const LIST: &str = "/spec/template/spec/initContainers";
+
+fn pointer(s: String) -> json_patch::jsonptr::PointerBuf {
+    json_patch::jsonptr::PointerBuf::parse(&s).unwrap_or_default()
+}
+
+fn init_names(sts: &Value) -> Option<Vec<Option<String>>> {
+    sts.pointer(LIST)
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(|c| c.get("name").and_then(Value::as_str).map(str::to_string)).collect())
+}
+
+/// Removes of every `etcd-init`, highest index first.
+fn remove_ops(names: &[Option<String>]) -> Vec<json_patch::PatchOperation> {
+    (0..names.len())
+        .rev()
+        .filter(|&i| names[i].as_deref() == Some(INIT_CONTAINER))
+        .map(|i| {
+            json_patch::PatchOperation::Remove(json_patch::RemoveOperation { path: pointer(format!("{LIST}/{i}")) })
+        })
+        .collect()
+}
+
+/// The patch removing every `etcd-init`; `None` when there is none.
+fn remove_patch(sts: &Value) -> Option<json_patch::Patch> {
+    let ops = remove_ops(&init_names(sts)?);
+    (!ops.is_empty()).then_some(json_patch::Patch(ops))
 }
 
 /// The JSON patch that puts `container` immediately before `reset-member`
@@ -93,34 +264,98 @@ pub fn etcd_init(sts: &Value, namespace: &str, lookup: Option<&dyn Lookup>, sett
 /// when it is already there, identical, in the right place. Built by hand,
 /// not diffed: a handful of operations and no copy of the StatefulSet.
 fn init_container_patch(sts: &Value, container: Value) -> Option<json_patch::Patch> {
-    use json_patch::{AddOperation, PatchOperation, RemoveOperation};
-    const LIST: &str = "/spec/template/spec/initContainers";
-    let pointer = |s: String| json_patch::jsonptr::PointerBuf::parse(&s).unwrap_or_default();
-    let name_of = |c: &Value| c.get("name").and_then(Value::as_str).map(str::to_string);
-    let Some(current) = sts.pointer(LIST).and_then(Value::as_array) else {
+    use json_patch::{AddOperation, PatchOperation};
+    let (Some(names), Some(current)) = (init_names(sts), sts.pointer(LIST).and_then(Value::as_array)) else {
         return Some(json_patch::Patch(vec![PatchOperation::Add(AddOperation {
             path: pointer(LIST.to_string()),
             value: Value::Array(vec![container]),
         })]));
     };
-    let names: Vec<Option<String>> = current.iter().map(name_of).collect();
     let others: Vec<usize> = (0..names.len()).filter(|&i| names[i].as_deref() != Some(INIT_CONTAINER)).collect();
     // Where etcd-init belongs among the other init containers.
     let slot = others.iter().position(|&i| names[i].as_deref() == Some(RESET_MEMBER)).unwrap_or(others.len());
     let stale: Vec<usize> = (0..names.len()).filter(|&i| names[i].as_deref() == Some(INIT_CONTAINER)).collect();
     if let [only] = stale.as_slice() {
         let position_ok = others.iter().filter(|&&i| i < *only).count() == slot;
-        if position_ok && current[*only] == container {
+        if position_ok && current.get(*only) == Some(&container) {
             return None;
         }
     }
-    // Remove every etcd-init (highest index first), then add ours at its slot.
-    let mut ops: Vec<PatchOperation> = stale
-        .iter()
-        .rev()
-        .map(|i| PatchOperation::Remove(RemoveOperation { path: pointer(format!("{LIST}/{i}")) }))
-        .collect();
+    let mut ops = remove_ops(&names);
     let path = if slot == others.len() { format!("{LIST}/-") } else { format!("{LIST}/{slot}") };
     ops.push(PatchOperation::Add(AddOperation { path: pointer(path), value: container }));
     Some(json_patch::Patch(ops))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::lookup::{LookupError, Prefetched};
+
+    fn sts() -> Value {
+        json!({"metadata": {"name": "etcd", "namespace": "ns"}, "spec": {"serviceName": "etcd-discovery", "template": {"spec": {
+            "containers": [{"name": "etcd", "image": "etcd", "env": [{"name": "ETCD_DATA_DIR", "value": "/var/lib/data"}],
+                "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}]}]}}}})
+    }
+
+    #[test]
+    fn every_lookup_failure_is_a_denial_with_its_reason() {
+        let s = Settings::default();
+        let cases: Vec<(Option<Prefetched>, DenyReason, &str)> = vec![
+            (None, DenyReason::NoLookupSource, "no HostedControlPlane lookup"),
+            (Some(Prefetched(Err(LookupError::NotSynced))), DenyReason::CacheNotSynced, "has not synced"),
+            (
+                Some(Prefetched(Err(LookupError::Failed("forbidden: RBAC".into())))),
+                DenyReason::LookupFailed,
+                "could not be read (forbidden: RBAC)",
+            ),
+            (Some(Prefetched(Ok(vec![]))), DenyReason::NoHostedControlPlane, "no HostedControlPlane found"),
+            (Some(Prefetched(Ok(vec![json!({}), json!({})]))), DenyReason::SeveralHostedControlPlanes, "2 HostedControlPlanes"),
+        ];
+        for (lookup, reason, needle) in cases {
+            let m = etcd_init(&sts(), "ns", lookup.as_ref().map(|l| l as &dyn Lookup), &s);
+            assert_eq!(m.outcome, Outcome::Denied(reason));
+            assert!(m.patch.is_none());
+            match m.denial {
+                Some(Denial::Lookup(msg)) => {
+                    assert!(msg.contains(needle), "{msg}");
+                    assert!(msg.contains("control-plane-operator retries"), "{msg}");
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(Outcome::Denied(reason).labels(), ("denied", reason.label()));
+        }
+        // Other StatefulSets are not this webhook's business, whatever the lookup.
+        let mut other = sts();
+        other["metadata"]["name"] = json!("kube-apiserver");
+        assert_eq!(etcd_init(&other, "ns", None, &s).outcome, Outcome::NotApplicable);
+    }
+
+    #[test]
+    fn established_outcomes() {
+        let s = Settings::default();
+        let hcp = |extra: Value| {
+            let mut h = json!({"spec": {"etcd": {"managementType": "Managed", "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}});
+            json_patch::merge(&mut h, &extra);
+            h
+        };
+        let inject = Prefetched(Ok(vec![hcp(json!({}))]));
+        let m = etcd_init(&sts(), "ns", Some(&inject), &s);
+        assert_eq!(m.outcome, Outcome::Injected);
+        let patch = m.patch.expect("patch");
+        let mut patched = sts();
+        json_patch::patch(&mut patched, &patch).expect("applies");
+        assert_eq!(etcd_init(&patched, "ns", Some(&inject), &s).outcome, Outcome::Unchanged);
+        let restored = Prefetched(Ok(vec![hcp(
+            json!({"status": {"conditions": [{"type": "EtcdSnapshotRestored", "status": "True"}]}}),
+        )]));
+        let m = etcd_init(&patched, "ns", Some(&restored), &s);
+        assert_eq!(m.outcome, Outcome::Removed);
+        let mut cleaned = patched.clone();
+        json_patch::patch(&mut cleaned, &m.patch.expect("removal")).expect("applies");
+        assert_eq!(cleaned["spec"]["template"]["spec"]["initContainers"], json!([]));
+        assert_eq!(etcd_init(&cleaned, "ns", Some(&restored), &s).outcome, Outcome::NotNeeded);
+    }
 }

@@ -6,8 +6,14 @@
 
 use serde_json::{json, Map, Value};
 
-use super::INIT_CONTAINER;
-use crate::settings::Settings;
+use super::{
+    identity::{self, escape_env, mount_for, references, Identity, Key, Source},
+    INIT_CONTAINER,
+};
+use crate::{
+    schema::{go_quote, FieldError},
+    settings::Settings,
+};
 
 /// The restore script as kept in the repository (POSIX sh; shellcheck-clean;
 /// runs under dash, busybox sh and bash).
@@ -29,106 +35,163 @@ pub fn injected_script() -> &'static str {
     })
 }
 
-/// Env names whose values define the member's identity, copied from the etcd
-/// container when it has them.
-const IDENTITY_ENV: &[&str] = &[
-    "ETCD_NAME",
-    "ETCD_INITIAL_ADVERTISE_PEER_URLS",
-    "ETCD_INITIAL_CLUSTER",
-    "ETCD_INITIAL_CLUSTER_TOKEN",
-    "ETCD_DATA_DIR",
+/// Env names the init container sets itself (never copied from etcd).
+const OWN_ENV: &[&str] = &[
+    "HOSTNAME",
+    "HCP_NAMESPACE",
+    "RESTORE_URL_ETCD",
+    "RESTORE_MAX_BYTES",
+    "RESTORE_MAX_TIME_SECONDS",
+    "RESTORE_ALLOW_WITHOUT_REVISION_BUMP",
+    "ETCD_INIT_STAGE_DIR",
+    "ETCD_INIT_WAL_STAGE_DIR",
 ];
-/// Env names the init container sets itself.
-const OWN_ENV: &[&str] =
-    &["HOSTNAME", "HCP_NAMESPACE", "RESTORE_URL_ETCD", "RESTORE_MAX_BYTES", "RESTORE_MAX_TIME_SECONDS"];
+
+/// Directory, under a volume's mount path, where etcd-init stages its work.
+pub const STAGE_DIR_NAME: &str = ".etcd-init-restore";
 
 fn env_name(e: &Value) -> &str {
     e.get("name").and_then(Value::as_str).unwrap_or_default()
 }
 
-/// `$(VAR)` references in an env value (Kubernetes dependent-variable syntax; `$$` escapes).
-fn references(value: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = value;
-    while let Some(i) = rest.find('$') {
-        let after = &rest[i + 1..];
-        if let Some(tail) = after.strip_prefix('$') {
-            rest = tail;
-            continue;
-        }
-        if let Some(inner) = after.strip_prefix('(') {
-            if let Some(end) = inner.find(')') {
-                out.push(inner[..end].to_string());
-                rest = &inner[end + 1..];
-                continue;
-            }
-        }
-        rest = after;
-    }
-    out
-}
-
-fn etcd_container(sts: &Value) -> Option<&Value> {
+/// The etcd container and its index.
+fn etcd_container(sts: &Value) -> Option<(usize, &Value)> {
     sts.pointer("/spec/template/spec/containers")?
         .as_array()?
         .iter()
-        .find(|c| c.get("name").and_then(Value::as_str) == Some("etcd"))
+        .enumerate()
+        .find(|(_, c)| c.get("name").and_then(Value::as_str) == Some("etcd"))
 }
 
-/// The etcd-init container for `sts` (errors say why it cannot be built).
-pub fn build_init_container(sts: &Value, namespace: &str, url: &str, settings: &Settings) -> Result<Value, String> {
-    let etcd = etcd_container(sts).ok_or("the StatefulSet has no container named \"etcd\"")?;
-    let mount = etcd
-        .get("volumeMounts")
-        .and_then(Value::as_array)
-        .and_then(|m| m.iter().find(|m| m.get("name").and_then(Value::as_str) == Some("data")))
-        .ok_or("the etcd container does not mount the \"data\" volume")?;
-    let mount_path = mount.get("mountPath").and_then(Value::as_str).ok_or("the data volume mount has no mountPath")?;
+/// Builds the etcd-init container for `sts`, or the field errors that say
+/// why the template's identity or layout cannot be established.
+pub fn build_init_container(
+    sts: &Value,
+    namespace: &str,
+    url: &str,
+    settings: &Settings,
+) -> Result<Value, Vec<FieldError>> {
+    let Some((index, etcd)) = etcd_container(sts) else {
+        return Err(vec![FieldError::required("spec.template.spec.containers[name=etcd]")
+            .with_detail("the etcd StatefulSet has no container named \"etcd\"")]);
+    };
+    let base = format!("spec.template.spec.containers[{index}]");
+    let id = identity::read(etcd, index)?;
+    let mut problems = Vec::new();
+    let mounts: Vec<Value> = etcd.get("volumeMounts").and_then(Value::as_array).cloned().unwrap_or_default();
+
+    // Data dir and WAL dir: absolute, literal paths on a mounted volume.
+    let dir_of = |key: Key, problems: &mut Vec<FieldError>| -> Option<(String, usize)> {
+        let setting = id.get(key)?;
+        let field = setting.field.clone();
+        let Some(raw) = setting.source.literal() else {
+            problems.push(FieldError::forbidden(
+                field,
+                format!("{} comes from valueFrom: admission must know the path to find its volume", key.env()),
+            ));
+            return None;
+        };
+        if !raw.starts_with('/') || raw.contains("$(") {
+            problems.push(FieldError::invalid(
+                field,
+                go_quote(raw),
+                "must be an absolute path without $(VAR) references, so admission knows which volume holds it",
+            ));
+            return None;
+        }
+        let path = if raw.len() > 1 { raw.trim_end_matches('/') } else { raw };
+        match mount_for(&mounts, path) {
+            Some((i, _)) => Some((path.to_string(), i)),
+            None => {
+                problems.push(FieldError::invalid(
+                    field,
+                    go_quote(raw),
+                    format!("{path} is on no volume mount of the etcd container: a restore there would be lost with the container"),
+                ));
+                None
+            }
+        }
+    };
+    if id.get(Key::DataDir).is_none() {
+        problems.push(FieldError::required(format!("{base}.env[name=ETCD_DATA_DIR]")).with_detail(
+            "the etcd container sets no data dir (env ETCD_DATA_DIR or --data-dir): etcd would use <name>.etcd in its working directory, which admission cannot place on a volume",
+        ));
+    }
+    let data = dir_of(Key::DataDir, &mut problems);
+    let wal = dir_of(Key::WalDir, &mut problems);
+    if let (Some((d, _)), Some((w, _))) = (&data, &wal) {
+        if w == d || w.starts_with(&format!("{d}/")) || d.starts_with(&format!("{w}/")) {
+            problems.push(FieldError::invalid(
+                id.get(Key::WalDir).map(|s| s.field.clone()).unwrap_or_default(),
+                go_quote(w),
+                format!("the WAL dir must be outside the data dir {d} (and the other way round)"),
+            ));
+        }
+    }
+    let service = sts.pointer("/spec/serviceName").and_then(Value::as_str).filter(|s| !s.is_empty());
+    let needs_service = id.get(Key::InitialCluster).is_none() || id.get(Key::InitialAdvertisePeerUrls).is_none();
+    if needs_service && service.is_none() {
+        problems.push(FieldError::required("spec.serviceName").with_detail(
+            "the peer host names (<pod>.<serviceName>.<namespace>.svc) are derived from it when the etcd container sets no ETCD_INITIAL_CLUSTER/ETCD_INITIAL_ADVERTISE_PEER_URLS",
+        ));
+    }
     let image = settings
         .etcd_init_image
         .clone()
-        .or_else(|| etcd.get("image").and_then(Value::as_str).map(str::to_string))
-        .ok_or("the etcd container has no image and no etcdInitImage is set")?;
-    let etcd_env: Vec<Value> = etcd.get("env").and_then(Value::as_array).cloned().unwrap_or_default();
+        .or_else(|| etcd.get("image").and_then(Value::as_str).map(str::to_string));
+    if image.is_none() {
+        problems.push(
+            FieldError::required(format!("{base}.image"))
+                .with_detail("the etcd container has no image and no etcdInitImage setting is set"),
+        );
+    }
+    let (Some((_, data_mount)), Some(image), true) = (data, image, problems.is_empty()) else {
+        return Err(problems);
+    };
 
-    // Identity entries of the etcd container and, before them, every entry they
-    // reference through $(VAR), transitively, in the etcd container's order.
-    let mut wanted: Vec<String> = IDENTITY_ENV.iter().map(|s| s.to_string()).collect();
-    let mut i = 0;
-    while i < wanted.len() {
-        if let Some(e) = etcd_env.iter().find(|e| env_name(e) == wanted[i]) {
-            for r in references(e.get("value").and_then(Value::as_str).unwrap_or_default()) {
-                if !wanted.contains(&r) {
-                    wanted.push(r);
-                }
-            }
+    // Mounts: the data volume (with its subPath), the WAL volume, and the
+    // volumes holding the client TLS files (read-only) for the liveness probe.
+    let mut own_mounts: Vec<Value> = Vec::new();
+    let mut push_mount = |i: usize, read_only: bool| {
+        let Some(m) = mounts.get(i) else { return };
+        let mut m = m.clone();
+        if let (true, Some(o)) = (read_only, m.as_object_mut()) {
+            o.insert("readOnly".into(), json!(true));
         }
-        i += 1;
+        if !own_mounts.iter().any(|o| o.get("mountPath") == m.get("mountPath")) {
+            own_mounts.push(m);
+        }
+    };
+    push_mount(data_mount, false);
+    if let Some((_, i)) = &wal {
+        push_mount(*i, false);
     }
-    let copied: Vec<Value> = etcd_env
-        .iter()
-        .filter(|e| wanted.iter().any(|w| w == env_name(e)) && !OWN_ENV.contains(&env_name(e)))
-        .cloned()
-        .collect();
-    let has = |name: &str| copied.iter().any(|e| env_name(e) == name);
+    for k in [Key::CertFile, Key::KeyFile, Key::TrustedCaFile] {
+        if let Some((i, _)) = id.literal(k).and_then(|p| mount_for(&mounts, p)) {
+            push_mount(i, true);
+        }
+    }
+    let mount_path = |i: usize| {
+        mounts.get(i).and_then(|m| m.get("mountPath")).and_then(Value::as_str).unwrap_or("/").trim_end_matches('/')
+    };
+    let stage = format!("{}/{STAGE_DIR_NAME}", mount_path(data_mount));
+    let wal_stage =
+        wal.as_ref().filter(|(_, i)| *i != data_mount).map(|(_, i)| format!("{}/{STAGE_DIR_NAME}-wal", mount_path(*i)));
 
-    let mut env = vec![
-        json!({"name": "HOSTNAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}),
-        json!({"name": "HCP_NAMESPACE", "value": namespace}),
-    ];
-    env.extend(copied.iter().cloned());
-    if !has("ETCD_INITIAL_CLUSTER") {
-        let replicas = sts.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1).max(1);
-        let members: Vec<String> =
-            (0..replicas).map(|i| format!("etcd-{i}=https://etcd-{i}.etcd-discovery.{namespace}.svc:2380")).collect();
-        env.push(json!({"name": "ETCD_INITIAL_CLUSTER", "value": members.join(",")}));
-    }
-    if !has("ETCD_DATA_DIR") {
-        env.push(json!({"name": "ETCD_DATA_DIR", "value": format!("{}/data", mount_path.trim_end_matches('/'))}));
-    }
-    env.push(json!({"name": "RESTORE_URL_ETCD", "value": url}));
-    env.push(json!({"name": "RESTORE_MAX_BYTES", "value": settings.restore_max_bytes.to_string()}));
-    env.push(json!({"name": "RESTORE_MAX_TIME_SECONDS", "value": settings.restore_max_time_seconds.to_string()}));
+    let computed_cluster =
+        if id.get(Key::InitialCluster).is_none() { computed_initial_cluster(sts, namespace) } else { None };
+    let env = init_env(
+        etcd,
+        &id,
+        &own_mounts,
+        namespace,
+        service,
+        url,
+        settings,
+        &stage,
+        wal_stage.as_deref(),
+        computed_cluster,
+    );
 
     let mut c = Map::new();
     c.insert("name".into(), json!(INIT_CONTAINER));
@@ -143,10 +206,8 @@ pub fn build_init_container(sts: &Value, namespace: &str, url: &str, settings: &
             "limits": {"memory": settings.restore_memory_limit},
         }),
     );
-    c.insert("volumeMounts".into(), json!([{"name": "data", "mountPath": mount_path}]));
-    if let Some(sc) = etcd.get("securityContext") {
-        c.insert("securityContext".into(), sc.clone());
-    }
+    c.insert("volumeMounts".into(), Value::Array(own_mounts));
+    c.insert("securityContext".into(), security_context(etcd.get("securityContext")));
     c.insert("terminationMessagePath".into(), json!("/dev/termination-log"));
     // The last lines of the log become the termination message, so
     // `kubectl describe pod` shows why a restore failed.
@@ -154,16 +215,107 @@ pub fn build_init_container(sts: &Value, namespace: &str, url: &str, settings: &
     Ok(Value::Object(c))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::references;
-
-    #[test]
-    fn dependent_variable_references() {
-        assert_eq!(
-            references("https://$(HOSTNAME).etcd-discovery.$(NAMESPACE).svc:2380"),
-            vec!["HOSTNAME", "NAMESPACE"]
-        );
-        assert_eq!(references("$$(NOT) $(YES) $(unterminated"), vec!["YES"]);
+/// A hardened security context: a network-facing container holding a bearer
+/// URL gets no privilege escalation, no capabilities, the runtime's seccomp
+/// profile and a read-only root filesystem; it runs as the etcd container's
+/// user and group so the restored files belong to etcd.
+fn security_context(etcd: Option<&Value>) -> Value {
+    let mut sc = Map::new();
+    sc.insert("allowPrivilegeEscalation".into(), json!(false));
+    sc.insert("capabilities".into(), json!({"drop": ["ALL"]}));
+    sc.insert("readOnlyRootFilesystem".into(), json!(true));
+    for key in ["runAsUser", "runAsGroup", "runAsNonRoot"] {
+        if let Some(v) = etcd.and_then(|e| e.get(key)).filter(|v| !v.is_null()) {
+            sc.insert(key.into(), v.clone());
+        }
     }
+    sc.insert("seccompProfile".into(), json!({"type": "RuntimeDefault"}));
+    Value::Object(sc)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn init_env(
+    etcd: &Value,
+    id: &Identity,
+    mounts: &[Value],
+    namespace: &str,
+    service: Option<&str>,
+    url: &str,
+    settings: &Settings,
+    stage: &str,
+    wal_stage: Option<&str>,
+    computed_cluster: Option<String>,
+) -> Vec<Value> {
+    let etcd_env: Vec<Value> = etcd.get("env").and_then(Value::as_array).cloned().unwrap_or_default();
+    let identity_names: Vec<&str> = id.settings().iter().map(|s| s.key.env()).collect();
+    // Every entry the identity values (and subPathExpr) reference through
+    // $(VAR), transitively, copied in the etcd container's order.
+    let mut wanted: Vec<String> = Vec::new();
+    let mut queue: Vec<String> = id
+        .settings()
+        .iter()
+        .filter_map(|s| s.source.literal())
+        .chain(mounts.iter().filter_map(|m| m.get("subPathExpr").and_then(Value::as_str)))
+        .flat_map(references)
+        .collect();
+    while let Some(r) = queue.pop() {
+        if wanted.contains(&r) || identity_names.contains(&r.as_str()) {
+            continue;
+        }
+        if let Some(e) = etcd_env.iter().rev().find(|e| env_name(e) == r) {
+            queue.extend(references(e.get("value").and_then(Value::as_str).unwrap_or_default()));
+        }
+        wanted.push(r);
+    }
+    let mut env = vec![
+        json!({"name": "HOSTNAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}),
+        json!({"name": "HCP_NAMESPACE", "value": escape_env(namespace)}),
+    ];
+    for (i, e) in etcd_env.iter().enumerate() {
+        let name = env_name(e);
+        let last = etcd_env.iter().rposition(|x| env_name(x) == name) == Some(i);
+        if last && wanted.iter().any(|w| w == name) && !OWN_ENV.contains(&name) {
+            env.push(e.clone());
+        }
+    }
+    for s in id.settings() {
+        match &s.source {
+            Source::Env(e) => env.push(e.clone()),
+            Source::Flag(v) => env.push(json!({"name": s.key.env(), "value": v})),
+        }
+    }
+    if let Some(cluster) = computed_cluster {
+        env.push(json!({"name": Key::InitialCluster.env(), "value": escape_env(&cluster)}));
+    }
+    let svc = escape_env(service.unwrap_or_default());
+    let ns = escape_env(namespace);
+    if id.get(Key::InitialAdvertisePeerUrls).is_none() {
+        env.push(json!({"name": Key::InitialAdvertisePeerUrls.env(), "value": format!("https://$(HOSTNAME).{svc}.{ns}.svc:2380")}));
+    }
+    env.push(json!({"name": "ETCD_INIT_STAGE_DIR", "value": escape_env(stage)}));
+    if let Some(w) = wal_stage {
+        env.push(json!({"name": "ETCD_INIT_WAL_STAGE_DIR", "value": escape_env(w)}));
+    }
+    env.push(json!({"name": "RESTORE_URL_ETCD", "value": escape_env(url)}));
+    env.push(json!({"name": "RESTORE_MAX_BYTES", "value": settings.restore_max_bytes.to_string()}));
+    env.push(json!({"name": "RESTORE_MAX_TIME_SECONDS", "value": settings.restore_max_time_seconds.to_string()}));
+    env.push(json!({
+        "name": "RESTORE_ALLOW_WITHOUT_REVISION_BUMP",
+        "value": settings.allow_restore_without_revision_bump.to_string(),
+    }));
+    env
+}
+
+/// The initial cluster computed from `replicas` and `serviceName` when the
+/// etcd container sets none (the StatefulSet's pod names are `<sts>-<i>`).
+pub fn computed_initial_cluster(sts: &Value, namespace: &str) -> Option<String> {
+    let name = sts.pointer("/metadata/name").and_then(Value::as_str)?;
+    let service = sts.pointer("/spec/serviceName").and_then(Value::as_str)?;
+    let replicas = sts.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1).max(1);
+    Some(
+        (0..replicas)
+            .map(|i| format!("{name}-{i}=https://{name}-{i}.{service}.{namespace}.svc:2380"))
+            .collect::<Vec<_>>()
+            .join(","),
+    )
 }

@@ -1,0 +1,428 @@
+//! The etcd member's identity and data layout, read from the etcd container
+//! exactly as etcd reads it: environment (`ETCD_*`) and command-line flags
+//! (`--flag=value`, `--flag value`, one or two dashes, as Go's flag package
+//! accepts). A template that hides a setting from this reading (flags inside
+//! a shell `-c` string, a config file, `envFrom`) or sets it twice with
+//! different values is refused with the reason, never guessed.
+
+use serde_json::Value;
+
+use crate::schema::{go_quote, FieldError};
+
+/// One etcd setting this project must know: env name, flag name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Key {
+    Name,
+    DataDir,
+    WalDir,
+    InitialCluster,
+    InitialClusterToken,
+    InitialAdvertisePeerUrls,
+    AdvertiseClientUrls,
+    CertFile,
+    KeyFile,
+    TrustedCaFile,
+}
+
+pub const KEYS: [Key; 10] = [
+    Key::Name,
+    Key::DataDir,
+    Key::WalDir,
+    Key::InitialCluster,
+    Key::InitialClusterToken,
+    Key::InitialAdvertisePeerUrls,
+    Key::AdvertiseClientUrls,
+    Key::CertFile,
+    Key::KeyFile,
+    Key::TrustedCaFile,
+];
+
+impl Key {
+    pub fn env(self) -> &'static str {
+        match self {
+            Key::Name => "ETCD_NAME",
+            Key::DataDir => "ETCD_DATA_DIR",
+            Key::WalDir => "ETCD_WAL_DIR",
+            Key::InitialCluster => "ETCD_INITIAL_CLUSTER",
+            Key::InitialClusterToken => "ETCD_INITIAL_CLUSTER_TOKEN",
+            Key::InitialAdvertisePeerUrls => "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+            Key::AdvertiseClientUrls => "ETCD_ADVERTISE_CLIENT_URLS",
+            Key::CertFile => "ETCD_CERT_FILE",
+            Key::KeyFile => "ETCD_KEY_FILE",
+            Key::TrustedCaFile => "ETCD_TRUSTED_CA_FILE",
+        }
+    }
+
+    pub fn flag(self) -> &'static str {
+        match self {
+            Key::Name => "name",
+            Key::DataDir => "data-dir",
+            Key::WalDir => "wal-dir",
+            Key::InitialCluster => "initial-cluster",
+            Key::InitialClusterToken => "initial-cluster-token",
+            Key::InitialAdvertisePeerUrls => "initial-advertise-peer-urls",
+            Key::AdvertiseClientUrls => "advertise-client-urls",
+            Key::CertFile => "cert-file",
+            Key::KeyFile => "key-file",
+            Key::TrustedCaFile => "trusted-ca-file",
+        }
+    }
+
+    fn of_flag(flag: &str) -> Option<Key> {
+        KEYS.into_iter().find(|k| k.flag() == flag)
+    }
+}
+
+/// Where a setting's value came from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    /// An env entry of the etcd container (copied as is: value or valueFrom).
+    Env(Value),
+    /// A command-line flag; the raw value (the kubelet expands `$(VAR)` in
+    /// args exactly as in env values, so it is copied into env verbatim).
+    Flag(String),
+}
+
+impl Source {
+    /// The literal value, when there is one (`valueFrom` has none).
+    pub fn literal(&self) -> Option<&str> {
+        match self {
+            Source::Env(e) => e.get("value").and_then(Value::as_str),
+            Source::Flag(v) => Some(v),
+        }
+    }
+}
+
+/// The etcd container's settings that matter to a restore.
+#[derive(Clone, Debug, Default)]
+pub struct Identity {
+    settings: Vec<Setting>,
+}
+
+/// One setting: which, its source, and the field path it was read from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Setting {
+    pub key: Key,
+    pub source: Source,
+    pub field: String,
+}
+
+impl Identity {
+    pub fn get(&self, key: Key) -> Option<&Setting> {
+        self.settings.iter().find(|s| s.key == key)
+    }
+
+    pub fn literal(&self, key: Key) -> Option<&str> {
+        self.get(key).and_then(|s| s.source.literal())
+    }
+
+    pub fn settings(&self) -> &[Setting] {
+        &self.settings
+    }
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().map(|s| s.as_str().map(str::to_string).unwrap_or_default()).collect())
+        .unwrap_or_default()
+}
+
+const SHELLS: &[&str] = &["sh", "bash", "dash", "ash", "ksh", "zsh", "busybox"];
+
+/// A `-c` script when argv runs a shell (`sh -c '...'`, `bash -ec '...'`).
+fn shell_script(argv: &[String]) -> Option<(usize, &str)> {
+    let program = argv.first()?;
+    let base = program.rsplit('/').next().unwrap_or(program);
+    if !SHELLS.contains(&base) {
+        return None;
+    }
+    let mut i = 1;
+    if base == "busybox" && argv.get(1).map(String::as_str) == Some("sh") {
+        i = 2;
+    }
+    while let Some(a) = argv.get(i) {
+        if a.starts_with('-') && !a.starts_with("--") && a.contains('c') {
+            return argv.get(i + 1).map(|s| (i + 1, s.as_str()));
+        }
+        if !a.starts_with('-') {
+            return None;
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Whether a shell script passes `flag` to a program or assigns `env`.
+fn script_mentions(script: &str, key: Key) -> bool {
+    let flag = key.flag();
+    let words = script.split(|c: char| c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')' | '"' | '\''));
+    words.into_iter().any(|w| {
+        let w = w.trim_start_matches('\\');
+        let bare = w.trim_start_matches('-');
+        let dashes = w.len() - bare.len();
+        let name = bare.split('=').next().unwrap_or_default();
+        ((dashes == 1 || dashes == 2) && name == flag)
+            || w.strip_prefix(key.env()).is_some_and(|rest| rest.starts_with('='))
+    })
+}
+
+/// Reads the identity of the container at `spec.template.spec.containers[index]`.
+pub fn read(container: &Value, index: usize) -> Result<Identity, Vec<FieldError>> {
+    let base = format!("spec.template.spec.containers[{index}]");
+    let mut problems = Vec::new();
+    if container.get("envFrom").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
+        problems.push(FieldError::forbidden(
+            format!("{base}.envFrom"),
+            "etcd settings may come from envFrom, which admission cannot read: set ETCD_* identity (ETCD_NAME, ETCD_DATA_DIR, ETCD_INITIAL_CLUSTER, ...) in env or as flags",
+        ));
+    }
+    // Env, as the kubelet builds it: a later entry of the same name wins.
+    let env: Vec<Value> = container.get("env").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut from_env: Vec<(Key, usize, Value)> = Vec::new();
+    for (i, e) in env.iter().enumerate() {
+        let name = e.get("name").and_then(Value::as_str).unwrap_or_default();
+        if name == "ETCD_CONFIG_FILE" {
+            problems.push(FieldError::forbidden(
+                format!("{base}.env[{i}]"),
+                "etcd reads its settings from a config file, which admission cannot read: set the identity in env or flags",
+            ));
+        }
+        if let Some(k) = KEYS.into_iter().find(|k| k.env() == name) {
+            from_env.retain(|(kk, _, _)| *kk != k);
+            from_env.push((k, i, e.clone()));
+        }
+    }
+    // Flags.
+    let command = strings(container.get("command"));
+    let args = strings(container.get("args"));
+    let argv: Vec<String> = command.iter().chain(args.iter()).cloned().collect();
+    let field_of = |pos: usize| {
+        if pos < command.len() {
+            format!("{base}.command[{pos}]")
+        } else {
+            format!("{base}.args[{}]", pos - command.len())
+        }
+    };
+    let mut from_flags: Vec<(Key, usize, String)> = Vec::new();
+    if let Some((pos, script)) = shell_script(&argv) {
+        for k in KEYS {
+            if script_mentions(script, k) {
+                problems.push(FieldError::forbidden(
+                    field_of(pos),
+                    format!(
+                        "the etcd container sets --{} (or {}) inside a shell script, which admission cannot read exactly: pass it as a command/args element (--{}=<value>) or as env {}",
+                        k.flag(),
+                        k.env(),
+                        k.flag(),
+                        k.env()
+                    ),
+                ));
+            }
+        }
+        if script.split_whitespace().any(|w| w.trim_start_matches('-').starts_with("config-file")) {
+            problems.push(FieldError::forbidden(field_of(pos), "etcd reads its settings from a config file, which admission cannot read: set the identity in env or flags"));
+        }
+    } else {
+        // argv[0] is the program, unless the image's entrypoint is (args only).
+        let mut i = usize::from(!command.is_empty());
+        while i < argv.len() {
+            let a = &argv[i];
+            let bare = a.trim_start_matches('-');
+            let dashes = a.len() - bare.len();
+            if a == "--" || !(dashes == 1 || dashes == 2) {
+                i += 1;
+                continue;
+            }
+            let (flag, inline) = match bare.split_once('=') {
+                Some((f, v)) => (f, Some(v.to_string())),
+                None => (bare, None),
+            };
+            if flag == "config-file" {
+                problems.push(FieldError::forbidden(
+                    field_of(i),
+                    "etcd reads its settings from a config file, which admission cannot read: set the identity in env or flags",
+                ));
+            }
+            let Some(k) = Key::of_flag(flag) else {
+                i += 1;
+                continue;
+            };
+            let (value, next) = match inline {
+                Some(v) => (Some(v), i + 1),
+                None => (argv.get(i + 1).cloned(), i + 2),
+            };
+            let Some(value) = value else {
+                problems.push(FieldError::invalid(field_of(i), go_quote(a), format!("--{flag} has no value")));
+                break;
+            };
+            if let Some((_, first, v)) = from_flags.iter().find(|(kk, _, _)| *kk == k) {
+                if *v != value {
+                    problems.push(FieldError::invalid(
+                        field_of(i),
+                        go_quote(&value),
+                        format!(
+                            "--{flag} is given twice with different values ({v:?} at {}); etcd's identity must be unambiguous",
+                            field_of(*first)
+                        ),
+                    ));
+                }
+            } else {
+                from_flags.push((k, i, value));
+            }
+            i = next;
+        }
+    }
+    let mut id = Identity::default();
+    for k in KEYS {
+        let env = from_env.iter().find(|(kk, _, _)| *kk == k);
+        let flag = from_flags.iter().find(|(kk, _, _)| *kk == k);
+        match (env, flag) {
+            (Some((_, ei, e)), Some((_, fi, f))) => {
+                if e.get("value").and_then(Value::as_str) != Some(f.as_str()) {
+                    problems.push(FieldError::invalid(
+                        field_of(*fi),
+                        go_quote(f),
+                        format!(
+                            "--{} contradicts env {} ({}); etcd's identity must be unambiguous: set it once",
+                            k.flag(),
+                            k.env(),
+                            format!("{base}.env[{ei}]")
+                        ),
+                    ));
+                } else {
+                    id.settings.push(Setting { key: k, source: Source::Env(e.clone()), field: format!("{base}.env[{ei}]") });
+                }
+            }
+            (Some((_, ei, e)), None) => {
+                id.settings.push(Setting { key: k, source: Source::Env(e.clone()), field: format!("{base}.env[{ei}]") })
+            }
+            (None, Some((_, fi, f))) => {
+                id.settings.push(Setting { key: k, source: Source::Flag(f.clone()), field: field_of(*fi) })
+            }
+            (None, None) => {}
+        }
+    }
+    if problems.is_empty() {
+        Ok(id)
+    } else {
+        Err(problems)
+    }
+}
+
+/// `$(VAR)` references in a value (Kubernetes dependent-variable syntax; `$$` escapes).
+pub fn references(value: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = value;
+    while let Some(i) = rest.find('$') {
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            rest = tail;
+            continue;
+        }
+        if let Some(inner) = after.strip_prefix('(') {
+            if let Some(end) = inner.find(')') {
+                out.push(inner[..end].to_string());
+                rest = &inner[end + 1..];
+                continue;
+            }
+        }
+        rest = after;
+    }
+    out
+}
+
+/// Escapes a literal for an env `value`: the kubelet turns `$$` into `$`.
+pub fn escape_env(value: &str) -> String {
+    value.replace('$', "$$")
+}
+
+/// The volume mount of `mounts` holding `path`: the longest mount path that
+/// is a whole-component prefix of it.
+pub fn mount_for<'a>(mounts: &'a [Value], path: &str) -> Option<(usize, &'a Value)> {
+    mounts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            let mp = m.get("mountPath").and_then(Value::as_str)?;
+            let mp = if mp == "/" { "/" } else { mp.trim_end_matches('/') };
+            let under = path == mp || mp == "/" || path.strip_prefix(mp).is_some_and(|rest| rest.starts_with('/'));
+            under.then_some((i, m, mp.len()))
+        })
+        .max_by_key(|(_, _, len)| *len)
+        .map(|(i, m, _)| (i, m))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn dependent_variable_references() {
+        assert_eq!(
+            references("https://$(HOSTNAME).etcd-discovery.$(NAMESPACE).svc:2380"),
+            vec!["HOSTNAME", "NAMESPACE"]
+        );
+        assert_eq!(references("$$(NOT) $(YES) $(unterminated"), vec!["YES"]);
+    }
+
+    #[test]
+    fn flags_in_both_forms_and_env() {
+        let c = json!({"name": "etcd", "command": ["/usr/bin/etcd", "--name=$(HOSTNAME)", "-data-dir", "/var/lib/etcd-data"],
+            "args": ["--wal-dir", "/wal", "--listen-client-urls", "https://0.0.0.0:2379", "--initial-cluster-token=t"],
+            "env": [{"name": "ETCD_INITIAL_CLUSTER", "value": "a=b"}, {"name": "ETCD_WAL_DIR", "value": "/wal"}]});
+        let id = read(&c, 0).expect("identity");
+        assert_eq!(id.literal(Key::Name), Some("$(HOSTNAME)"));
+        assert_eq!(id.literal(Key::DataDir), Some("/var/lib/etcd-data"));
+        assert_eq!(id.literal(Key::WalDir), Some("/wal"));
+        assert!(matches!(id.get(Key::WalDir).map(|s| &s.source), Some(Source::Env(_))));
+        assert_eq!(id.get(Key::DataDir).map(|s| s.field.as_str()), Some("spec.template.spec.containers[0].command[2]"));
+        assert_eq!(id.literal(Key::InitialClusterToken), Some("t"));
+        assert_eq!(id.literal(Key::InitialCluster), Some("a=b"));
+        assert!(id.get(Key::CertFile).is_none());
+    }
+
+    #[test]
+    fn hidden_and_contradictory_identity_is_refused() {
+        let hidden = json!({"command": ["/bin/sh", "-c", "exec etcd --data-dir=/var/lib/x"]});
+        let e = read(&hidden, 0).expect_err("hidden");
+        assert!(e[0].to_string().contains("containers[0].command[2]"), "{e:?}");
+        assert!(e[0].to_string().contains("--data-dir"));
+        let assigned = json!({"args": ["-ec", "ETCD_NAME=x exec etcd"], "command": ["bash"]});
+        assert!(read(&assigned, 0).is_err());
+        // Upstream's own wrapper sets only the cluster state: allowed.
+        let upstream = json!({"command": ["/bin/sh", "-c", "ETCD_INITIAL_CLUSTER_STATE=$(cat /etc/etcd/clusterstate/state) /usr/bin/etcd"],
+            "env": [{"name": "ETCD_DATA_DIR", "value": "/var/lib/data"}]});
+        assert_eq!(read(&upstream, 0).expect("upstream").literal(Key::DataDir), Some("/var/lib/data"));
+        let twice = json!({"command": ["etcd", "--name=a", "--name", "b"]});
+        assert!(read(&twice, 1).expect_err("twice")[0].to_string().contains("containers[1].command[2]"));
+        let args_only = json!({"args": ["--data-dir=/d"]});
+        assert_eq!(read(&args_only, 0).expect("args only").literal(Key::DataDir), Some("/d"));
+        let same_twice = json!({"command": ["etcd", "--name=a", "--name", "a"]});
+        assert!(read(&same_twice, 0).is_ok());
+        let both = json!({"command": ["etcd"], "args": ["--data-dir=/a"], "env": [{"name": "ETCD_DATA_DIR", "value": "/b"}]});
+        let e = read(&both, 0).expect_err("contradiction");
+        assert!(e[0].to_string().contains("args[0]") && e[0].to_string().contains("contradicts env ETCD_DATA_DIR"));
+        let agree = json!({"command": ["etcd"], "args": ["--data-dir=/a"], "env": [{"name": "ETCD_DATA_DIR", "value": "/a"}]});
+        assert!(read(&agree, 0).is_ok());
+        let env_from = json!({"envFrom": [{"configMapRef": {"name": "etcd"}}]});
+        assert!(read(&env_from, 0).is_err());
+        let cfg = json!({"command": ["etcd", "--config-file=/etc/etcd.yaml"]});
+        assert!(read(&cfg, 0).is_err());
+    }
+
+    #[test]
+    fn longest_mount_prefix_wins() {
+        let mounts = vec![
+            json!({"name": "root", "mountPath": "/var"}),
+            json!({"name": "data", "mountPath": "/var/lib/", "subPath": "etcd"}),
+            json!({"name": "lib2", "mountPath": "/var/lib2"}),
+        ];
+        assert_eq!(mount_for(&mounts, "/var/lib/data").map(|(i, _)| i), Some(1));
+        assert_eq!(mount_for(&mounts, "/var/lib").map(|(i, _)| i), Some(1));
+        assert_eq!(mount_for(&mounts, "/var/lib2x/data").map(|(i, _)| i), Some(0));
+        assert_eq!(mount_for(&mounts, "/opt/data"), None);
+        assert_eq!(escape_env("a$(B)$$c"), "a$$(B)$$$$c");
+    }
+}

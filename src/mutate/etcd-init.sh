@@ -2,22 +2,30 @@
 # HOSTNAME is an environment variable of the pod (downward API), not a shell variable.
 # shellcheck disable=SC3028
 # etcd-init: restore this etcd member from a snapshot URL, once, into an empty
-# data dir. Injected by hcp-etcd-admission; runs before reset-member.
+# data dir, and only while no etcd cluster is running. Injected by
+# hcp-etcd-admission; runs before reset-member.
 #
 # Inputs (environment only; nothing from the object is ever pasted into this text):
 #   RESTORE_URL_ETCD              https URL of the snapshot (presigned); optional
 #                                 fragment #sha256=<64 hex> is checked, never sent
 #   HOSTNAME                      pod name (downward API), e.g. etcd-1
 #   HCP_NAMESPACE                 hosted control plane namespace
-#   ETCD_INITIAL_CLUSTER          etcd-0=https://etcd-0.etcd-discovery.<ns>.svc:2380,...
-#   ETCD_NAME, ETCD_INITIAL_ADVERTISE_PEER_URLS, ETCD_INITIAL_CLUSTER_TOKEN
-#                                 optional; default to HOSTNAME, the discovery
-#                                 peer URL and HCP_NAMESPACE
-#   ETCD_DATA_DIR                 default /var/lib/data (on the data volume)
+#   ETCD_DATA_DIR, ETCD_WAL_DIR   the etcd container's data dir (and WAL dir, if separate)
+#   ETCD_NAME, ETCD_INITIAL_CLUSTER, ETCD_INITIAL_CLUSTER_TOKEN,
+#   ETCD_INITIAL_ADVERTISE_PEER_URLS
+#                                 this member's identity, as the etcd container has it
+#                                 (name defaults to HOSTNAME, token to HCP_NAMESPACE)
+#   ETCD_ADVERTISE_CLIENT_URLS, ETCD_CERT_FILE, ETCD_KEY_FILE, ETCD_TRUSTED_CA_FILE
+#                                 how to ask the other members whether a cluster runs
+#   ETCD_INIT_STAGE_DIR           work dir on the data dir's volume (the final move is a rename)
+#   ETCD_INIT_WAL_STAGE_DIR       work dir on the WAL dir's volume, when that is another volume
 #   RESTORE_MAX_BYTES             download size cap (default 17179869184 = 16 GiB)
-#   RESTORE_MAX_TIME_SECONDS      download time cap (default 1800)
-# Exit 0: restored, or nothing to do (data dir not empty). Non-zero: failed; the
-# data dir is left as it was (empty), so the kubelet's retry starts clean.
+#   RESTORE_MAX_TIME_SECONDS      bound on the whole download, retries included (default 1800)
+#   RESTORE_ALLOW_WITHOUT_REVISION_BUMP
+#                                 "true": restore even when the tool cannot bump revisions
+# Exit 0: restored, or nothing to do (data dir not empty, or a healthy cluster
+# answers: reset-member then re-adds this member). Non-zero: failed; the data
+# dir is left as it was (empty), so the kubelet's retry starts clean.
 set -eu
 
 log() { printf '%s etcd-init: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
@@ -32,39 +40,92 @@ redact() {
 	printf '%s' "$1" | sed -e 's/[?#].*$//' -e 's|^\([A-Za-z][A-Za-z0-9+.-]*://\)[^/@]*@|\1|'
 }
 
-DATA_DIR=${ETCD_DATA_DIR:-/var/lib/data}
-DATA_DIR=${DATA_DIR%/}
-ROOT=$(dirname -- "$DATA_DIR")
-STAGE="$ROOT/.etcd-init-restore"
+: "${ETCD_DATA_DIR:?ETCD_DATA_DIR must be set (the data dir of the etcd container)}"
+DATA_DIR=${ETCD_DATA_DIR%/}
+WAL_DIR=${ETCD_WAL_DIR:-}
+WAL_DIR=${WAL_DIR%/}
+STAGE=${ETCD_INIT_STAGE_DIR:-$(dirname -- "$DATA_DIR")/.etcd-init-restore}
+WAL_STAGE=${ETCD_INIT_WAL_STAGE_DIR:-$STAGE}
 URL=${RESTORE_URL_ETCD:-}
 MAX_BYTES=${RESTORE_MAX_BYTES:-17179869184}
 MAX_TIME=${RESTORE_MAX_TIME_SECONDS:-1800}
+ALLOW_NO_BUMP=${RESTORE_ALLOW_WITHOUT_REVISION_BUMP:-false}
 
-# 1. Only ever restore into an empty data dir (lost+found does not count).
+# 1. Only ever restore into an empty data dir (lost+found and our own
+#    staging dir do not count).
 has_data() {
-	[ -d "$DATA_DIR" ] || return 1
-	for entry in "$DATA_DIR"/* "$DATA_DIR"/.[!.]* "$DATA_DIR"/..?*; do
+	[ -d "$1" ] || return 1
+	for entry in "$1"/* "$1"/.[!.]* "$1"/..?*; do
 		[ -e "$entry" ] || [ -L "$entry" ] || continue
-		case ${entry##*/} in lost+found) continue ;; esac
+		case ${entry##*/} in lost+found | .etcd-init-restore*) continue ;; esac
 		return 0
 	done
 	return 1
 }
-if has_data; then
+if has_data "$DATA_DIR"; then
 	log "$DATA_DIR is not empty, not restoring snapshot"
 	exit 0
+fi
+if [ -n "$WAL_DIR" ] && has_data "$WAL_DIR"; then
+	fail "the WAL dir $WAL_DIR holds files but the data dir $DATA_DIR is empty: refusing to restore over them (remove them if this member must be restored)"
 fi
 
 [ -n "$URL" ] || fail "RESTORE_URL_ETCD is empty: nothing to restore from"
 : "${HOSTNAME:?HOSTNAME must be set (downward API metadata.name)}"
 : "${HCP_NAMESPACE:?HCP_NAMESPACE must be set}"
 : "${ETCD_INITIAL_CLUSTER:?ETCD_INITIAL_CLUSTER must be set}"
+: "${ETCD_INITIAL_ADVERTISE_PEER_URLS:?ETCD_INITIAL_ADVERTISE_PEER_URLS must be set}"
 NAME=${ETCD_NAME:-$HOSTNAME}
-PEER_URL=${ETCD_INITIAL_ADVERTISE_PEER_URLS:-https://$HOSTNAME.etcd-discovery.$HCP_NAMESPACE.svc:2380}
+PEER_URL=$ETCD_INITIAL_ADVERTISE_PEER_URLS
 TOKEN=${ETCD_INITIAL_CLUSTER_TOKEN:-$HCP_NAMESPACE}
 SHOWN=$(redact "$URL")
 
-# 2. Optional integrity: #sha256=<hex> (the fragment is never sent to the server).
+# 2. Never restore into a live cluster. An empty data dir while another
+#    member answers healthy (quorum) means this member lost its volume or is
+#    new: restoring the old snapshot under the old member ID would crash it
+#    (raft "tocommit out of range"). Leave the dir empty for reset-member.
+#    On a first restore no member runs yet (or one runs without quorum), so
+#    nobody answers healthy and every member restores.
+CLIENT_URL=${ETCD_ADVERTISE_CLIENT_URLS:-https://localhost:2379}
+CLIENT_URL=${CLIENT_URL%%,*}
+CLIENT_SCHEME=${CLIENT_URL%%://*}
+CLIENT_PORT=${CLIENT_URL##*:}
+CLIENT_PORT=${CLIENT_PORT%%/*}
+case $CLIENT_PORT in '' | *[!0-9]*) CLIENT_PORT=2379 ;; esac
+set -- -q --silent --show-error --connect-timeout 2 --max-time 5
+[ -z "${ETCD_TRUSTED_CA_FILE:-}" ] || set -- "$@" --cacert "$ETCD_TRUSTED_CA_FILE"
+[ -z "${ETCD_CERT_FILE:-}" ] || set -- "$@" --cert "$ETCD_CERT_FILE"
+[ -z "${ETCD_KEY_FILE:-}" ] || set -- "$@" --key "$ETCD_KEY_FILE"
+REST="$ETCD_INITIAL_CLUSTER,"
+while [ -n "$REST" ]; do
+	MEMBER=${REST%%,*}
+	REST=${REST#*,}
+	case $MEMBER in "" | "$NAME="*) continue ;; esac
+	HOST=${MEMBER#*=}
+	HOST=${HOST#*://}
+	HOST=${HOST%%/*}
+	HOST=${HOST%:*}
+	ENDPOINT="$CLIENT_SCHEME://$HOST:$CLIENT_PORT"
+	set +e
+	ANSWER=$(curl "$@" --url "$ENDPOINT/health" 2>&1)
+	RC=$?
+	set -e
+	case $RC in
+	0)
+		case $ANSWER in
+		*'"health":"true"'*)
+			log "a healthy etcd cluster answers at $ENDPOINT: $DATA_DIR is empty because this member is new or lost its volume; not restoring the snapshot (reset-member re-adds this member, which then syncs from the cluster)"
+			exit 0
+			;;
+		*) log "$ENDPOINT answers but is not healthy (no quorum yet): no running cluster there" ;;
+		esac
+		;;
+	6 | 7 | 28) log "no etcd answers at $ENDPOINT (curl exit $RC)" ;;
+	*) fail "an etcd member may be running at $ENDPOINT, but its health could not be read (curl exit $RC: $ANSWER): refusing to restore into a possibly live cluster" ;;
+	esac
+done
+
+# 3. Optional integrity: #sha256=<hex> (the fragment is never sent to the server).
 FETCH_URL=${URL%%#*}
 FRAGMENT=${URL#"$FETCH_URL"}
 EXPECTED_SHA=
@@ -80,22 +141,66 @@ case $FRAGMENT in
 *) log "ignoring a URL fragment that is not #sha256=<hex>" ;;
 esac
 
-# 3. Clean leftovers of an earlier attempt; stage everything on the data volume.
+# 4. Work on the data volume; clean up on every exit, SIGTERM included
+#    (long steps run in the background so a signal is handled at once).
+CHILD=
+cleanup() {
+	if [ -n "$CHILD" ]; then
+		kill "$CHILD" 2>/dev/null || true
+		wait "$CHILD" 2>/dev/null || true
+	fi
+	rm -rf -- "$STAGE"
+	[ "$WAL_STAGE" = "$STAGE" ] || rm -rf -- "$WAL_STAGE"
+}
+trap cleanup EXIT
+trap 'log "terminated: staging dir removed"; exit 143' TERM
+trap 'exit 130' INT
+trap 'exit 129' HUP
+# Runs "$@" in the background and waits for it; its exit code is in RC.
+run() {
+	"$@" &
+	CHILD=$!
+	set +e
+	wait "$CHILD"
+	RC=$?
+	set -e
+	CHILD=
+}
 rm -rf -- "$STAGE"
 mkdir -p -- "$STAGE"
+if [ "$WAL_STAGE" != "$STAGE" ]; then
+	rm -rf -- "$WAL_STAGE"
+	mkdir -p -- "$WAL_STAGE"
+fi
 SNAPSHOT="$STAGE/snapshot.db"
-trap 'rm -rf -- "$STAGE"' EXIT
 
-log "downloading snapshot from $SHOWN"
-set +e
-HTTP_CODE=$(curl --proto '=https' --proto-redir '=https' --location --max-redirs 3 \
-	--fail --silent --show-error --globoff \
-	--connect-timeout 30 --max-time "$MAX_TIME" --max-filesize "$MAX_BYTES" \
-	--retry 5 --retry-delay 2 --retry-connrefused \
-	--write-out '%{http_code}' --output "$SNAPSHOT" --url "$FETCH_URL" 2>"$STAGE/curl.err")
-RC=$?
-set -e
-if [ "$RC" -ne 0 ]; then
+# 5. Download, retrying transient failures; RESTORE_MAX_TIME_SECONDS bounds
+#    the whole download, retries included. -q: no ~/.curlrc.
+DEADLINE=$(($(date +%s) + MAX_TIME))
+ATTEMPT=0
+while :; do
+	ATTEMPT=$((ATTEMPT + 1))
+	LEFT=$((DEADLINE - $(date +%s)))
+	[ "$LEFT" -gt 0 ] || fail "download of $SHOWN did not finish within RESTORE_MAX_TIME_SECONDS=${MAX_TIME}s (the bound covers all $((ATTEMPT - 1)) attempts)"
+	rm -f -- "$SNAPSHOT"
+	[ "$ATTEMPT" -gt 1 ] || log "downloading snapshot from $SHOWN"
+	run curl -q --proto '=https' --proto-redir '=https' --location --max-redirs 3 \
+		--fail --silent --show-error --globoff \
+		--connect-timeout 30 --max-time "$LEFT" --max-filesize "$MAX_BYTES" \
+		--write-out '%{http_code}' --output "$SNAPSHOT" --url "$FETCH_URL" \
+		>"$STAGE/http-code" 2>"$STAGE/curl.err"
+	HTTP_CODE=$(cat "$STAGE/http-code" 2>/dev/null || true)
+	[ "$RC" -ne 0 ] || break
+	retry=
+	case $RC in
+	7 | 18 | 28 | 35 | 52 | 55 | 56) retry=yes ;;
+	22) case $HTTP_CODE in 408 | 429 | 500 | 502 | 503 | 504) retry=yes ;; esac ;;
+	esac
+	if [ -n "$retry" ] && [ "$ATTEMPT" -lt 6 ] && [ $((DEADLINE - $(date +%s))) -gt 2 ]; then
+		log "attempt $ATTEMPT failed (curl exit $RC, HTTP $HTTP_CODE); retrying in 2s"
+		run sleep 2
+		continue
+	fi
 	# curl's own message may echo the URL: print it redacted.
 	sed -e 's/?[^ ]*//g' "$STAGE/curl.err" >&2 || true
 	case $RC in
@@ -104,22 +209,24 @@ if [ "$RC" -ne 0 ]; then
 	7) why="the connection was refused" ;;
 	18) why="the transfer was cut short" ;;
 	22) why="the server answered HTTP $HTTP_CODE (403: expired or invalid presigned URL/SAS; 404: wrong object)" ;;
-	28) why="the download timed out after ${MAX_TIME}s" ;;
+	23) why="not enough space on the data volume: writing the download to $STAGE failed (curl write error); the volume needs room for the snapshot, its restored copy and 64 MiB of WAL" ;;
+	28) why="it timed out: RESTORE_MAX_TIME_SECONDS=${MAX_TIME}s bounds the whole download, retries included" ;;
 	35 | 51 | 53 | 54 | 58 | 59 | 60 | 77 | 80 | 82 | 83 | 90 | 91) why="TLS failed (untrusted or invalid server certificate)" ;;
 	63) why="the snapshot is larger than RESTORE_MAX_BYTES=$MAX_BYTES" ;;
 	*) why="curl exit code $RC" ;;
 	esac
-	fail "download of $SHOWN failed: $why"
-fi
+	fail "download of $SHOWN failed after $ATTEMPT attempt(s): $why"
+done
 SIZE=$(wc -c <"$SNAPSHOT" | tr -d ' ')
 [ "$SIZE" -gt 0 ] || fail "download of $SHOWN returned an empty body"
 [ "$SIZE" -le "$MAX_BYTES" ] || fail "the snapshot ($SIZE bytes) is larger than RESTORE_MAX_BYTES=$MAX_BYTES"
 log "downloaded $SIZE bytes (HTTP $HTTP_CODE)"
 
-# An error document served with 200 (a proxy page, S3/Azure XML, with or without a BOM).
+# An error document served with 200 (a proxy page, S3/Azure XML, JSON; with
+# or without a BOM): an etcd snapshot (bbolt) never starts with '<' or '{'.
 HEAD=$(head -c 64 "$SNAPSHOT" | tr -d '\357\273\277\000' | tr -d ' \t\r\n' | head -c 16)
 case $HEAD in
-"<?xml"* | "<Error"* | "<html"* | "<HTML"* | "<!DOCTYPE"* | "{"*)
+"<"* | "{"*)
 	fail "$SHOWN returned a text document, not an etcd snapshot (expired or invalid presigned URL/SAS?)"
 	;;
 esac
@@ -130,7 +237,8 @@ if [ -n "$EXPECTED_SHA" ]; then
 	log "sha256 verified"
 fi
 
-# 4. Restore into the staging dir with this member's identity.
+# 6. The tool, and the revision bump: after a restore, revisions must move
+#    past anything clients have seen, or watches and informers keep stale caches.
 if command -v etcdutl >/dev/null 2>&1; then
 	TOOL=etcdutl
 elif command -v etcdctl >/dev/null 2>&1; then
@@ -140,30 +248,75 @@ elif command -v etcdctl >/dev/null 2>&1; then
 else
 	fail "neither etcdutl nor etcdctl is in PATH of the etcd-init image"
 fi
+HELP=$("$TOOL" snapshot restore --help 2>&1 || true)
+BUMP=
+case $HELP in *--bump-revision*) case $HELP in *--mark-compacted*) BUMP=yes ;; esac ;; esac
+if [ -z "$BUMP" ]; then
+	if [ "$ALLOW_NO_BUMP" = true ]; then
+		log "WARNING: $TOOL has no snapshot restore --bump-revision/--mark-compacted (etcd < 3.5.10 / 3.4.26); restoring without them as allowRestoreWithoutRevisionBump says: revisions go back to the snapshot's, clients must relist"
+	else
+		fail "$TOOL has no snapshot restore --bump-revision/--mark-compacted (needs etcd >= 3.5.10 or 3.4.26): without them revisions go backwards and guest-cluster watches keep stale caches. Use an etcd-init image with a newer etcdutl (setting etcdInitImage), or accept the risk with the setting allowRestoreWithoutRevisionBump: true"
+	fi
+fi
+
+# 7. Space: the restored copy of the database plus 64 MiB of preallocated WAL
+#    must fit next to the download.
+avail_kib() { df -Pk "$1" 2>/dev/null | tail -n 1 | tr -s ' ' | cut -d ' ' -f 4; }
+WAL_KIB=65536
+NEED_KIB=$((SIZE / 1024 + 1024))
+[ "$WAL_STAGE" != "$STAGE" ] || NEED_KIB=$((NEED_KIB + WAL_KIB))
+AVAIL=$(avail_kib "$STAGE")
+case $AVAIL in
+'' | *[!0-9]*) log "could not read the free space of the data volume; trying anyway" ;;
+*) [ "$AVAIL" -ge "$NEED_KIB" ] || fail "not enough space on the data volume: the restore of a $SIZE-byte snapshot needs about ${NEED_KIB} KiB more, ${AVAIL} KiB are free (size the volume for about 2 x the snapshot + 64 MiB)" ;;
+esac
+if [ "$WAL_STAGE" != "$STAGE" ]; then
+	AVAIL=$(avail_kib "$WAL_STAGE")
+	case $AVAIL in
+	'' | *[!0-9]*) ;;
+	*) [ "$AVAIL" -ge "$WAL_KIB" ] || fail "not enough space on the WAL volume: 65536 KiB needed, ${AVAIL} KiB free" ;;
+	esac
+fi
+
+# 8. Restore into the staging dir with this member's identity.
 set -- snapshot restore "$SNAPSHOT" --data-dir "$STAGE/data" --name "$NAME" \
 	--initial-cluster "$ETCD_INITIAL_CLUSTER" --initial-cluster-token "$TOKEN" \
 	--initial-advertise-peer-urls "$PEER_URL"
-if "$TOOL" snapshot restore --help 2>&1 | grep -q -- '--bump-revision'; then
-	if "$TOOL" snapshot restore --help 2>&1 | grep -q -- '--mark-compacted'; then
-		set -- "$@" --bump-revision 1000000000 --mark-compacted
-	fi
-fi
+[ -z "$WAL_DIR" ] || set -- "$@" --wal-dir "$WAL_STAGE/wal"
+[ -z "$BUMP" ] || set -- "$@" --bump-revision 1000000000 --mark-compacted
 log "restoring with $TOOL as member $NAME ($PEER_URL)"
-if ! "$TOOL" "$@" >"$STAGE/restore.log" 2>&1; then
+run "$TOOL" "$@" >"$STAGE/restore.log" 2>&1
+if [ "$RC" -ne 0 ]; then
 	cat "$STAGE/restore.log" >&2
 	if grep -q 'failed to resolve' "$STAGE/restore.log"; then
 		fail "$TOOL could not resolve the peer names in ETCD_INITIAL_CLUSTER: the etcd-discovery Service must publish not-ready addresses (publishNotReadyAddresses: true) while init containers run"
 	fi
+	if grep -q -i 'no space left' "$STAGE/restore.log"; then
+		fail "not enough space on the data volume: $TOOL snapshot restore ran out of space"
+	fi
 	fail "$TOOL snapshot restore failed (corrupt or truncated snapshot, or a member flag mismatch)"
 fi
 [ -d "$STAGE/data/member" ] || fail "$TOOL reported success but wrote no member/ directory"
+rm -f -- "$SNAPSHOT"
 
-# 5. Only now move the restored member into place (a rename on the same volume).
+# 9. Only now move the restored member into place (renames on the same
+#    volumes): the WAL first, the data dir last, so an empty data dir always
+#    means "not restored".
+if [ -n "$WAL_DIR" ]; then
+	if [ -d "$WAL_DIR" ]; then
+		for f in "$WAL_STAGE/wal"/*; do
+			[ ! -e "$f" ] || mv -- "$f" "$WAL_DIR/"
+		done
+	else
+		mv -- "$WAL_STAGE/wal" "$WAL_DIR"
+	fi
+	chmod 700 "$WAL_DIR"
+fi
 if [ -d "$DATA_DIR" ]; then
-	has_data && fail "$DATA_DIR filled up while restoring; leaving it alone"
+	has_data "$DATA_DIR" && fail "$DATA_DIR filled up while restoring; leaving it alone"
 	mv -- "$STAGE/data/member" "$DATA_DIR/member"
 else
 	mv -- "$STAGE/data" "$DATA_DIR"
 fi
 chmod 700 "$DATA_DIR"
-log "restored snapshot into $DATA_DIR"
+log "restored snapshot into $DATA_DIR${WAL_DIR:+ (WAL in $WAL_DIR)}"

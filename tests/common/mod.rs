@@ -33,6 +33,11 @@ pub struct Case {
     pub env: Vec<(String, String)>,
     pub no_env: Vec<String>,
     pub image: Option<String>,
+    /// Fields the etcd-init container must carry (a subset match: objects
+    /// key by key, arrays element by element).
+    pub etcd_init: Option<Value>,
+    /// For a removal: no etcd-init may remain after the patch.
+    pub no_etcd_init: bool,
 }
 
 pub fn root() -> PathBuf {
@@ -194,6 +199,8 @@ fn load_file(path: &Path) -> Vec<Case> {
                     .unwrap_or_default(),
                 no_env: strings(c.get("noEnv")),
                 image: c.get("image").and_then(Value::as_str).map(str::to_string),
+                etcd_init: c.get("etcdInit").cloned(),
+                no_etcd_init: c.get("noEtcdInit").and_then(Value::as_bool).unwrap_or(false),
             });
         }
     }
@@ -291,7 +298,14 @@ fn check_patch(case: &Case, resp: &Value) -> Vec<String> {
     if !case.init_containers.is_empty() && names != case.init_containers {
         problems.push(format!("initContainers {names:?}, expected {:?}", case.init_containers));
     }
-    let Some(init) = inits.iter().find(|c| c["name"] == "etcd-init") else {
+    let found = inits.iter().find(|c| c["name"] == "etcd-init");
+    if case.no_etcd_init {
+        if found.is_some() {
+            problems.push("an etcd-init container remains after the patch".to_string());
+        }
+        return problems;
+    }
+    let Some(init) = found else {
         problems.push("no etcd-init container after the patch".to_string());
         return problems;
     };
@@ -315,6 +329,11 @@ fn check_patch(case: &Case, resp: &Value) -> Vec<String> {
             problems.push(format!("etcd-init image {}, expected {image}", init["image"]));
         }
     }
+    if let Some(want) = &case.etcd_init {
+        if let Err(at) = subset(want, init, "etcd-init") {
+            problems.push(format!("etcd-init differs at {at}: {}", init));
+        }
+    }
     // The script never embeds object data: the URL travels only in env.
     let url =
         env.iter().find(|(n, _)| n == "RESTORE_URL_ETCD").and_then(|(_, e)| e["value"].as_str()).unwrap_or("\u{0}");
@@ -322,4 +341,28 @@ fn check_patch(case: &Case, resp: &Value) -> Vec<String> {
         problems.push("the restore URL appears in the command".to_string());
     }
     problems
+}
+
+/// Whether `want` is contained in `got` (objects key by key, arrays element
+/// by element and of the same length, scalars equal); the path of the first
+/// difference otherwise.
+pub fn subset(want: &Value, got: &Value, at: &str) -> Result<(), String> {
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => {
+            for (k, v) in w {
+                let path = format!("{at}.{k}");
+                match g.get(k) {
+                    Some(gv) => subset(v, gv, &path)?,
+                    None if v.is_null() => {}
+                    None => return Err(format!("{path} (missing)")),
+                }
+            }
+            Ok(())
+        }
+        (Value::Array(w), Value::Array(g)) if w.len() == g.len() => {
+            w.iter().zip(g).enumerate().try_for_each(|(i, (a, b))| subset(a, b, &format!("{at}[{i}]")))
+        }
+        _ if want == got => Ok(()),
+        _ => Err(format!("{at}: expected {want}, got {got}")),
+    }
 }

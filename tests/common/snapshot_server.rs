@@ -3,7 +3,9 @@
 //! `/snapshots/<file>` serves a file (ignoring the presign query),
 //! `/forbidden/*` 403 with an S3 AccessDenied body, `/flaky/*` 503 twice then
 //! the file, `/cut/*` announces the full length and sends half, `/xml200/*`
-//! an error document with status 200; anything else 404. Every request's raw
+//! an error document with status 200, `/html200/*` an HTML page with 200,
+//! `/json200/*` a JSON error with 200, `/slow/*` announces the file, sends
+//! 1 KiB and stalls for a minute; anything else 404. Every request's raw
 //! path and query are recorded so a test can prove what the server received.
 #![allow(dead_code)]
 
@@ -72,6 +74,14 @@ impl SnapshotServer {
                     let path = target.split('?').next().unwrap_or("").to_string();
                     let name = path.rsplit('/').next().unwrap_or("").to_string();
                     let file = files.get(&name).cloned();
+                    if let (Some("slow"), Some(f)) = (path.split('/').nth(1), file.as_ref()) {
+                        let header = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", f.len());
+                        let _ = tls.write_all(header.as_bytes()).await;
+                        let _ = tls.write_all(&f[..f.len().min(1024)]).await;
+                        let _ = tls.flush().await;
+                        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+                        return;
+                    }
                     let (status, body, cut): (u16, Vec<u8>, bool) = match (path.split('/').nth(1), file) {
                         (Some("snapshots"), Some(f)) => (200, f, false),
                         (Some("cut"), Some(f)) => (200, f, true),
@@ -84,6 +94,8 @@ impl SnapshotServer {
                             if k <= 2 { (503, b"slow down".to_vec(), false) } else { (200, f, false) }
                         }
                         (Some("forbidden"), _) => (403, b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>".to_vec(), false),
+                        (Some("html200"), _) => (200, b"\n  <!doctype html><html><body>Proxy error</body></html>".to_vec(), false),
+                        (Some("json200"), _) => (200, b"{\"error\": \"AuthorizationFailure\"}".to_vec(), false),
                         (Some("xml200"), _) => (200, b"\xef\xbb\xbf<?xml version=\"1.0\"?><Error><Code>AuthenticationFailed</Code></Error>".to_vec(), false),
                         _ => (404, b"<?xml version=\"1.0\"?><Error><Code>NoSuchKey</Code></Error>".to_vec(), false),
                     };

@@ -96,33 +96,47 @@ set -- -q --silent --show-error --connect-timeout 2 --max-time 5
 [ -z "${ETCD_TRUSTED_CA_FILE:-}" ] || set -- "$@" --cacert "$ETCD_TRUSTED_CA_FILE"
 [ -z "${ETCD_CERT_FILE:-}" ] || set -- "$@" --cert "$ETCD_CERT_FILE"
 [ -z "${ETCD_KEY_FILE:-}" ] || set -- "$@" --key "$ETCD_KEY_FILE"
-REST="$ETCD_INITIAL_CLUSTER,"
-while [ -n "$REST" ]; do
-	MEMBER=${REST%%,*}
-	REST=${REST#*,}
-	case $MEMBER in "" | "$NAME="*) continue ;; esac
-	HOST=${MEMBER#*=}
-	HOST=${HOST#*://}
-	HOST=${HOST%%/*}
-	HOST=${HOST%:*}
-	ENDPOINT="$CLIENT_SCHEME://$HOST:$CLIENT_PORT"
-	set +e
-	ANSWER=$(curl "$@" --url "$ENDPOINT/health" 2>&1)
-	RC=$?
-	set -e
-	case $RC in
-	0)
-		case $ANSWER in
-		*'"health":"true"'*)
-			log "a healthy etcd cluster answers at $ENDPOINT: $DATA_DIR is empty because this member is new or lost its volume; not restoring the snapshot (reset-member re-adds this member, which then syncs from the cluster)"
-			exit 0
+# A member that answers unhealthy may be a live cluster between leaders (an
+# election takes seconds) or a restored member waiting for its peers: ask
+# again for up to 20 s before concluding nobody runs.
+PROBE_UNTIL=$(($(date +%s) + 20))
+while :; do
+	ANSWERED=
+	REST="$ETCD_INITIAL_CLUSTER,"
+	while [ -n "$REST" ]; do
+		MEMBER=${REST%%,*}
+		REST=${REST#*,}
+		case $MEMBER in "" | "$NAME="*) continue ;; esac
+		HOST=${MEMBER#*=}
+		HOST=${HOST#*://}
+		HOST=${HOST%%/*}
+		HOST=${HOST%:*}
+		ENDPOINT="$CLIENT_SCHEME://$HOST:$CLIENT_PORT"
+		set +e
+		ANSWER=$(curl "$@" --url "$ENDPOINT/health" 2>&1)
+		RC=$?
+		set -e
+		case $RC in
+		0)
+			case $ANSWER in
+			*'"health":"true"'*)
+				log "a healthy etcd cluster answers at $ENDPOINT: $DATA_DIR is empty because this member is new or lost its volume; not restoring the snapshot (reset-member re-adds this member, which then syncs from the cluster)"
+				exit 0
+				;;
+			*)
+				log "$ENDPOINT answers but is not healthy (between leaders, or waiting for its peers)"
+				ANSWERED=yes
+				;;
+			esac
 			;;
-		*) log "$ENDPOINT answers but is not healthy (no quorum yet): no running cluster there" ;;
+		6 | 7 | 28) log "no etcd answers at $ENDPOINT (curl exit $RC)" ;;
+		*) fail "an etcd member may be running at $ENDPOINT, but its health could not be read (curl exit $RC: $ANSWER): refusing to restore into a possibly live cluster" ;;
 		esac
-		;;
-	6 | 7 | 28) log "no etcd answers at $ENDPOINT (curl exit $RC)" ;;
-	*) fail "an etcd member may be running at $ENDPOINT, but its health could not be read (curl exit $RC: $ANSWER): refusing to restore into a possibly live cluster" ;;
-	esac
+	done
+	if [ -z "$ANSWERED" ] || [ "$(date +%s)" -ge "$PROBE_UNTIL" ]; then
+		break
+	fi
+	sleep 2
 done
 
 # 3. Optional integrity: #sha256=<hex> (the fragment is never sent to the server).

@@ -347,7 +347,9 @@ fn kubelet_expansion_rules() {
 /// The container's command and args as the kubelet runs them (`$(VAR)` expanded).
 fn argv(c: &Value, env: &[(String, String)]) -> Vec<String> {
     let list = |k: &str| -> Vec<String> {
-        c[k].as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(|s| expand(s, env))).collect()).unwrap_or_default()
+        c[k].as_array()
+            .map(|a| a.iter().filter_map(|s| s.as_str().map(|s| expand(s, env))).collect())
+            .unwrap_or_default()
     };
     list("command").into_iter().chain(list("args")).collect()
 }
@@ -559,7 +561,8 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
     let hosts_file = root.join("hosts");
     std::fs::write(&hosts_file, hosts).expect("hosts");
     let bin = tool_dir(&root, &e);
-    let dns: Vec<(String, Ipv4Addr)> = members.iter().map(|m| (format!("{}.{service}.{ns}.svc", m.name), m.ip)).collect();
+    let dns: Vec<(String, Ipv4Addr)> =
+        members.iter().map(|m| (format!("{}.{service}.{ns}.svc", m.name), m.ip)).collect();
     let (peer_ca, pairs) = peer_certs(&root, &dns);
     let tls: Vec<(PathBuf, PathBuf, PathBuf)> =
         pairs.iter().map(|(c, k)| (peer_ca.clone(), c.clone(), k.clone())).collect();

@@ -135,10 +135,8 @@ pub fn build_init_container(
             "the peer host names (<pod>.<serviceName>.<namespace>.svc) are derived from it when the etcd container sets no ETCD_INITIAL_CLUSTER/ETCD_INITIAL_ADVERTISE_PEER_URLS",
         ));
     }
-    let image = settings
-        .etcd_init_image
-        .clone()
-        .or_else(|| etcd.get("image").and_then(Value::as_str).map(str::to_string));
+    let image =
+        settings.etcd_init_image.clone().or_else(|| etcd.get("image").and_then(Value::as_str).map(str::to_string));
     if image.is_none() {
         problems.push(
             FieldError::required(format!("{base}.image"))

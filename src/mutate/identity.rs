@@ -283,14 +283,17 @@ pub fn read(container: &Value, index: usize) -> Result<Identity, Vec<FieldError>
                         field_of(*fi),
                         go_quote(f),
                         format!(
-                            "--{} contradicts env {} ({}); etcd's identity must be unambiguous: set it once",
+                            "--{} contradicts env {} ({base}.env[{ei}]); etcd's identity must be unambiguous: set it once",
                             k.flag(),
                             k.env(),
-                            format!("{base}.env[{ei}]")
                         ),
                     ));
                 } else {
-                    id.settings.push(Setting { key: k, source: Source::Env(e.clone()), field: format!("{base}.env[{ei}]") });
+                    id.settings.push(Setting {
+                        key: k,
+                        source: Source::Env(e.clone()),
+                        field: format!("{base}.env[{ei}]"),
+                    });
                 }
             }
             (Some((_, ei, e)), None) => {
@@ -401,10 +404,12 @@ mod tests {
         assert_eq!(read(&args_only, 0).expect("args only").literal(Key::DataDir), Some("/d"));
         let same_twice = json!({"command": ["etcd", "--name=a", "--name", "a"]});
         assert!(read(&same_twice, 0).is_ok());
-        let both = json!({"command": ["etcd"], "args": ["--data-dir=/a"], "env": [{"name": "ETCD_DATA_DIR", "value": "/b"}]});
+        let both =
+            json!({"command": ["etcd"], "args": ["--data-dir=/a"], "env": [{"name": "ETCD_DATA_DIR", "value": "/b"}]});
         let e = read(&both, 0).expect_err("contradiction");
         assert!(e[0].to_string().contains("args[0]") && e[0].to_string().contains("contradicts env ETCD_DATA_DIR"));
-        let agree = json!({"command": ["etcd"], "args": ["--data-dir=/a"], "env": [{"name": "ETCD_DATA_DIR", "value": "/a"}]});
+        let agree =
+            json!({"command": ["etcd"], "args": ["--data-dir=/a"], "env": [{"name": "ETCD_DATA_DIR", "value": "/a"}]});
         assert!(read(&agree, 0).is_ok());
         let env_from = json!({"envFrom": [{"configMapRef": {"name": "etcd"}}]});
         assert!(read(&env_from, 0).is_err());

@@ -312,7 +312,11 @@ mod tests {
                 "could not be read (forbidden: RBAC)",
             ),
             (Some(Prefetched(Ok(vec![]))), DenyReason::NoHostedControlPlane, "no HostedControlPlane found"),
-            (Some(Prefetched(Ok(vec![json!({}), json!({})]))), DenyReason::SeveralHostedControlPlanes, "2 HostedControlPlanes"),
+            (
+                Some(Prefetched(Ok(vec![json!({}), json!({})]))),
+                DenyReason::SeveralHostedControlPlanes,
+                "2 HostedControlPlanes",
+            ),
         ];
         for (lookup, reason, needle) in cases {
             let m = etcd_init(&sts(), "ns", lookup.as_ref().map(|l| l as &dyn Lookup), &s);

@@ -149,7 +149,8 @@ enum Template {
     /// Upstream's way: env with `$(HOSTNAME)`/`$(NAMESPACE)` references.
     Env,
     /// Flags in command and args (`--flag=v` and `--flag v`), a separate WAL
-    /// dir, the data volume mounted with a subPath, another service name.
+    /// dir, the data volume mounted with a subPath, another service name, and
+    /// clients served over TLS with client certificates (the TLS volume at /srv).
     Args,
 }
 
@@ -182,13 +183,15 @@ fn etcd_statefulset(ns: &str, replicas: usize, template: Template) -> Value {
                 format!("--initial-cluster={}", members.join(",")),
                 "--initial-cluster-token", "args-token",
                 "--initial-advertise-peer-urls=https://$(POD_NAME).etcd-peers.$(POD_NAMESPACE).svc:2380",
-                "--advertise-client-urls", "http://$(POD_NAME).etcd-peers.$(POD_NAMESPACE).svc:2379"
+                "--advertise-client-urls", "https://$(POD_NAME).etcd-peers.$(POD_NAMESPACE).svc:2379",
+                "--cert-file=/srv/server.crt", "--key-file=/srv/server.key", "--trusted-ca-file=/srv/ca.crt",
+                "--client-cert-auth"
             ],
             "env": [
                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}}
             ],
-            "volumeMounts": [{"name": "data", "mountPath": "/var/lib", "subPath": "etcd"}]
+            "volumeMounts": [{"name": "data", "mountPath": "/var/lib", "subPath": "etcd"}, {"name": "etcd-tls", "mountPath": "/srv"}]
         }),
     };
     json!({
@@ -372,6 +375,8 @@ struct Member {
     ip: Ipv4Addr,
     /// The PersistentVolume of volume "data".
     pv: PathBuf,
+    /// The contents of volume "etcd-tls" (ca.crt, server.crt, server.key).
+    tls: PathBuf,
 }
 
 /// The mounts of `c` for `m` (a bind of the PV, with its subPath, onto the
@@ -382,8 +387,15 @@ fn mounts(c: &Value, m: &Member, hosts: Option<&Path>, tmpfs: Option<&str>) -> V
         setup.push(format!("mount --bind '{}' /etc/hosts", h.display()));
     }
     for vm in c["volumeMounts"].as_array().cloned().unwrap_or_default() {
-        assert_eq!(vm["name"], "data", "the e2e templates mount only the data volume");
         let target = vm["mountPath"].as_str().expect("mountPath");
+        if vm["name"] == "etcd-tls" {
+            setup.push(format!("mount --bind '{}' '{target}'", m.tls.display()));
+            if vm["readOnly"] == true {
+                setup.push(format!("mount -o remount,bind,ro '{target}'"));
+            }
+            continue;
+        }
+        assert_eq!(vm["name"], "data", "the e2e templates mount the data and TLS volumes only");
         let mut source = m.pv.clone();
         if let Some(size) = tmpfs {
             setup.push(format!("mount -t tmpfs -o size={size} tmpfs '{}'", source.display()));
@@ -441,9 +453,12 @@ fn run_init(sts: &Value, ns: &str, m: &Member, bin: &Path, ca: &Path, run: &Run<
 }
 
 fn peer_certs(root: &Path, names: &[(String, Ipv4Addr)]) -> (PathBuf, Vec<(PathBuf, PathBuf)>) {
-    use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
     let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Distinct subject names: OpenSSL (curl) takes a leaf whose subject equals
+    // its issuer's for self-signed.
+    ca.distinguished_name.push(DnType::CommonName, "etcd test CA");
     let ca_key = KeyPair::generate().expect("key");
     let ca_cert = ca.self_signed(&ca_key).expect("ca");
     let issuer = Issuer::new(ca, ca_key);
@@ -455,6 +470,7 @@ fn peer_certs(root: &Path, names: &[(String, Ipv4Addr)]) -> (PathBuf, Vec<(PathB
         // peer's client certificate against the remote address.
         let mut p = CertificateParams::new(vec![dns.clone(), ip.to_string(), "127.0.0.1".into()]).expect("params");
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        p.distinguished_name.push(DnType::CommonName, dns.as_str());
         let key = KeyPair::generate().expect("key");
         let cert = p.signed_by(&key, &issuer).expect("sign");
         let (c, k) = (root.join(format!("{dns}.crt")), root.join(format!("{dns}.key")));
@@ -503,7 +519,9 @@ fn start_member(
     argv[0] = e.etcd.to_string_lossy().into_owned();
     for (flag, v) in [
         ("--listen-peer-urls", format!("https://{}:2380", m.ip)),
-        ("--listen-client-urls", format!("http://{}:2379", m.ip)),
+        // The advertised client port (2379, http or https as the template
+        // says) and a plain one for the test's etcdctl (2389).
+        ("--listen-client-urls", format!("{}://{ip}:2379,http://{ip}:2389", client_scheme(sts), ip = m.ip)),
         ("--listen-metrics-urls", format!("http://{}:2381", m.ip)),
         ("--peer-trusted-ca-file", tls.0.to_string_lossy().into_owned()),
         ("--peer-cert-file", tls.1.to_string_lossy().into_owned()),
@@ -523,6 +541,15 @@ fn start_member(
     }
     let log = std::fs::File::create(log).expect("log");
     Proc(cmd.stdout(Stdio::null()).stderr(log).spawn().expect("member"))
+}
+
+/// The scheme of the etcd container's advertised client URL.
+fn client_scheme(sts: &Value) -> &'static str {
+    if container(sts, "containers", "etcd").to_string().contains("--client-cert-auth") {
+        "https"
+    } else {
+        "http"
+    }
 }
 
 fn get(e: &Etcd, ep: &str, key: &str) -> String {
@@ -551,6 +578,7 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
             name: format!("etcd-{i}"),
             ip: Ipv4Addr::new(127, 0, subnet, i as u8 + 1),
             pv: root.join(format!("pv-{i}")),
+            tls: root.join(format!("tls-{i}")),
         })
         .collect();
     let mut hosts = String::from("127.0.0.1 localhost\n");
@@ -566,6 +594,17 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
     let (peer_ca, pairs) = peer_certs(&root, &dns);
     let tls: Vec<(PathBuf, PathBuf, PathBuf)> =
         pairs.iter().map(|(c, k)| (peer_ca.clone(), c.clone(), k.clone())).collect();
+    // The TLS volume of each member: its certificate (server and client use) and the CA.
+    for (m, (ca, crt, key)) in members.iter().zip(&tls) {
+        std::fs::create_dir_all(&m.tls).expect("tls dir");
+        for (from, to) in [(ca, "ca.crt"), (crt, "server.crt"), (key, "server.key")] {
+            std::fs::copy(from, m.tls.join(to)).expect("tls file");
+        }
+    }
+    if template == Template::Args {
+        let mounts = &container(&sts, "initContainers", "etcd-init")["volumeMounts"];
+        assert_eq!(mounts[1], json!({"name": "etcd-tls", "mountPath": "/srv", "readOnly": true}), "{mounts}");
+    }
     let shells = ["/bin/dash", "busybox", "/bin/bash"];
     let start = |i: usize, state: Option<&str>| {
         start_member(&e, &sts, &ns, &members[i], &hosts_file, &tls[i], &root.join(format!("etcd-{i}.log")), state)
@@ -609,7 +648,7 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
     // The store saw the query (it is a presigned URL), one download per member.
     assert_eq!(store.requests().len(), replicas);
 
-    let endpoints: Vec<String> = members.iter().map(|m| format!("http://{}:2379", m.ip)).collect();
+    let endpoints: Vec<String> = members.iter().map(|m| format!("http://{}:2389", m.ip)).collect();
     let all = endpoints.join(",");
     wait_healthy(&e.etcdctl, &all);
     let cluster_ids = |eps: &[String]| -> Vec<u64> {
@@ -661,6 +700,10 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
         let (code, log) = run_init(&sts, &ns, m, &bin, &store.ca_file, &init_run(last));
         assert_eq!(code, 0, "{log}");
         assert!(log.contains("a healthy etcd cluster answers"), "{log}");
+        if template == Template::Args {
+            // Asked over TLS with the member's own client certificate from its TLS volume.
+            assert!(log.contains("a healthy etcd cluster answers at https://etcd-"), "{log}");
+        }
         assert!(!log.contains("restoring with etcd"), "restored into a live cluster:\n{log}");
         assert_eq!(store.requests().len(), downloads, "no download when a cluster answers");
         let data = host_path(&sts, m, "ETCD_DATA_DIR", &ns);
@@ -782,7 +825,12 @@ impl FailureRig {
     }
 
     fn member(&self, tag: &str) -> Member {
-        Member { name: "etcd-0".into(), ip: Ipv4Addr::LOCALHOST, pv: self.root.join(format!("pv-{tag}")) }
+        Member {
+            name: "etcd-0".into(),
+            ip: Ipv4Addr::LOCALHOST,
+            pv: self.root.join(format!("pv-{tag}")),
+            tls: self.root.join("no-tls"),
+        }
     }
 
     /// The webhook's patch for `url` with `settings`.

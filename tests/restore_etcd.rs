@@ -1079,6 +1079,67 @@ async fn revision_bump_is_required_and_passed_when_supported() {
     let _ = std::fs::remove_dir_all(&rig.root);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_health_cannot_be_read_stops_the_restore() {
+    let rig = FailureRig::new("unreadable", 56).await;
+    let ns = rig.ns.clone();
+    let sts = patched_in_process(
+        &etcd_statefulset(&ns, 3, Template::Args),
+        &rig.store.url("/snapshots/snap.db"),
+        &no_bump_settings(),
+    );
+    // Where etcd-1 answers, a TLS server whose certificate this member's CA did not sign.
+    let other =
+        hcp_etcd_admission::certs::generate("another CA", &[format!("etcd-1.etcd-peers.{ns}.svc")], 2).expect("certs");
+    let (crt, key) = (rig.root.join("other.crt"), rig.root.join("other.key"));
+    std::fs::write(&crt, &other.cert_pem).expect("crt");
+    std::fs::write(&key, &other.key_pem).expect("key");
+    let _server = Proc(
+        Command::new("openssl")
+            .args(["s_server", "-quiet", "-www", "-accept", "127.0.56.2:2379", "-cert"])
+            .arg(&crt)
+            .arg("-key")
+            .arg(&key)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("openssl s_server"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect("127.0.56.2:2379").is_err() {
+        assert!(Instant::now() < deadline, "openssl s_server never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let hosts = rig.root.join("hosts-3");
+    let mut text = String::from("127.0.0.1 localhost\n");
+    for i in 0..3 {
+        text.push_str(&format!("127.0.56.{} etcd-{i}.etcd-peers.{ns}.svc\n", i + 1));
+    }
+    std::fs::write(&hosts, text).expect("hosts");
+    let m = Member {
+        name: "etcd-2".into(),
+        ip: Ipv4Addr::new(127, 0, 56, 3),
+        pv: rig.root.join("pv-unreadable"),
+        tls: rig.root.join("tls-unreadable"),
+    };
+    std::fs::create_dir_all(&m.pv).expect("pv");
+    std::fs::create_dir_all(&m.tls).expect("tls");
+    let (ca, pairs) = peer_certs(&rig.root, &[(format!("etcd-2.etcd-peers.{ns}.svc"), m.ip)]);
+    std::fs::copy(&ca, m.tls.join("ca.crt")).expect("ca");
+    std::fs::copy(&pairs[0].0, m.tls.join("server.crt")).expect("crt");
+    std::fs::copy(&pairs[0].1, m.tls.join("server.key")).expect("key");
+    let run = Run { shell: "/bin/dash", hosts: Some(&hosts), tmpfs: None };
+    let (code, log) = run_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
+    assert_ne!(code, 0, "{log}");
+    assert!(log.contains("no etcd answers at https://etcd-0."), "{log}");
+    assert!(log.contains("its health could not be read (curl exit 60"), "{log}");
+    assert!(log.contains("refusing to restore into a possibly live cluster"), "{log}");
+    assert!(rig.store.requests().is_empty(), "nothing may be downloaded");
+    assert!(!m.pv.join("etcd/etcd-data").exists() && !m.pv.join("etcd/.etcd-init-restore").exists());
+    let _ = std::fs::remove_dir_all(&rig.root);
+}
+
 #[test]
 fn the_restore_script_is_shellcheck_clean() {
     let script = common::root().join("src/mutate/etcd-init.sh");

@@ -1019,7 +1019,8 @@ async fn space_time_and_termination() {
         assert!(Instant::now() < deadline, "the download never started");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
+    let kill =
+        Command::new("/bin/sh").args(["-c", "kill -TERM \"$0\"", &child.id().to_string()]).status().expect("kill");
     assert!(kill.success());
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {

@@ -23,6 +23,9 @@ pub struct GeneratedCerts {
     pub ca_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
+    /// The CA's private key, when the CA was made here (`ca.key`): keep it to
+    /// renew the serving pair with `certs --ca-cert/--ca-key` (same caBundle).
+    pub ca_key_pem: Option<String>,
 }
 
 /// Paths of a set written to a directory.
@@ -31,11 +34,13 @@ pub struct CertPaths {
     pub ca: PathBuf,
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// Written only when the CA was made here.
+    pub ca_key: PathBuf,
 }
 
 impl CertPaths {
     pub fn in_dir(dir: &Path) -> Self {
-        Self { ca: dir.join("ca.crt"), cert: dir.join("tls.crt"), key: dir.join("tls.key") }
+        Self { ca: dir.join("ca.crt"), cert: dir.join("tls.crt"), key: dir.join("tls.key"), ca_key: dir.join("ca.key") }
     }
 }
 
@@ -76,14 +81,48 @@ fn generate_for(
     leaf.not_after = start + days_duration(days);
     let leaf_key = KeyPair::generate()?;
     let leaf_cert = leaf.signed_by(&leaf_key, &issuer)?;
-    Ok(GeneratedCerts { ca_pem: ca_cert.pem(), cert_pem: leaf_cert.pem(), key_pem: leaf_key.serialize_pem() })
+    let ca_key_pem = Some(issuer.key().serialize_pem());
+    Ok(GeneratedCerts {
+        ca_pem: ca_cert.pem(),
+        cert_pem: leaf_cert.pem(),
+        key_pem: leaf_key.serialize_pem(),
+        ca_key_pem,
+    })
+}
+
+/// A serving certificate for `names` signed by an existing CA (PEM
+/// certificate and key): renewing the serving pair keeps the caBundle.
+pub fn generate_with_ca(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    names: &[String],
+    days: i64,
+) -> Result<GeneratedCerts, CertError> {
+    let ca_key = KeyPair::from_pem(ca_key_pem)?;
+    let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key)?;
+    let start = time::OffsetDateTime::now_utc() - time::Duration::days(1);
+    let mut leaf = CertificateParams::new(names.to_vec())?;
+    leaf.distinguished_name.push(DnType::CommonName, names.first().map(String::as_str).unwrap_or("hcp-etcd-admission"));
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    leaf.not_before = start;
+    leaf.not_after = start + days_duration(days);
+    let leaf_key = KeyPair::generate()?;
+    let leaf_cert = leaf.signed_by(&leaf_key, &issuer)?;
+    Ok(GeneratedCerts {
+        ca_pem: ca_cert_pem.to_string(),
+        cert_pem: leaf_cert.pem(),
+        key_pem: leaf_key.serialize_pem(),
+        ca_key_pem: None,
+    })
 }
 
 fn days_duration(days: i64) -> time::Duration {
     time::Duration::days(days)
 }
 
-/// Writes a set as `ca.crt`, `tls.crt`, `tls.key` (key mode 0600).
+/// Writes a set as `ca.crt`, `tls.crt`, `tls.key` and, when the CA was made
+/// here, `ca.key` (keys mode 0600).
 pub fn write(dir: &Path, certs: &GeneratedCerts) -> Result<CertPaths, CertError> {
     let paths = CertPaths::in_dir(dir);
     let w = |path: &Path, data: &str| {
@@ -93,10 +132,15 @@ pub fn write(dir: &Path, certs: &GeneratedCerts) -> Result<CertPaths, CertError>
     w(&paths.ca, &certs.ca_pem)?;
     w(&paths.cert, &certs.cert_pem)?;
     w(&paths.key, &certs.key_pem)?;
+    if let Some(ca_key) = &certs.ca_key_pem {
+        w(&paths.ca_key, ca_key)?;
+    }
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(&paths.key, std::fs::Permissions::from_mode(0o600));
+        for k in [&paths.key, &paths.ca_key] {
+            let _ = std::fs::set_permissions(k, std::fs::Permissions::from_mode(0o600));
+        }
     }
     Ok(paths)
 }

@@ -1,6 +1,7 @@
 //! `hcp-etcd-admission serve` as a process: the README's run command works
-//! with no certificates (a dev CA is made), and SIGTERM drains a request that
-//! is in flight while refusing new connections.
+//! with no certificates (a dev CA is made), and SIGTERM drains: `/readyz`
+//! turns 503 at once, new connections keep being served for the drain delay
+//! (zero failures), then accepting stops and the request in flight finishes.
 
 mod common;
 
@@ -14,10 +15,11 @@ use std::{
 use common::https::Client;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn spawn_serve(dir: &std::path::Path) -> (Child, SocketAddr) {
+fn spawn_serve(dir: &std::path::Path, extra: &[&str]) -> (Child, SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
         .args(["serve", "--listen", "127.0.0.1:0", "--dev-cert-dir"])
         .arg(dir)
+        .args(extra)
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -38,7 +40,20 @@ fn spawn_serve(dir: &std::path::Path) -> (Child, SocketAddr) {
 async fn serve_makes_a_dev_certificate_and_drains_on_sigterm() {
     let dir = std::env::temp_dir().join(format!("hcp-serve-proc-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let (mut child, addr) = spawn_serve(&dir);
+    // A 2 s drain; bodies may take 10 s so the in-flight request outlives it.
+    let (mut child, addr) = spawn_serve(
+        &dir,
+        &[
+            "--drain-seconds",
+            "2",
+            "--shutdown-grace-seconds",
+            "5",
+            "--body-timeout-ms",
+            "10000",
+            "--request-timeout-ms",
+            "12000",
+        ],
+    );
     let ca = std::fs::read_to_string(dir.join("ca.crt")).expect("dev CA written");
     let client = Client::new(&[&ca], None);
     assert_eq!(client.request(addr, "GET", "/readyz", vec![]).await.expect("readyz").status, 200);
@@ -77,11 +92,35 @@ async fn serve_makes_a_dev_certificate_and_drains_on_sigterm() {
     tls.flush().await.expect("flush");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let pid = child.id().to_string();
+    let term_at = std::time::Instant::now();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The drain window: not ready, yet every new connection is served.
+    let (mut served, mut failures, mut readyz_503) = (0, Vec::new(), 0);
+    while term_at.elapsed() < Duration::from_millis(1700) {
+        match client.request(addr, "POST", "/validate/hcpetcdbackups", sample.clone()).await {
+            Ok(r) if r.status == 200 && r.json()["response"]["allowed"] == true => served += 1,
+            Ok(r) => failures.push(format!("status {}: {}", r.status, r.text())),
+            Err(e) => failures.push(e),
+        }
+        match client.request(addr, "GET", "/readyz", vec![]).await {
+            Ok(r) if r.status == 503 => readyz_503 += 1,
+            Ok(r) => failures.push(format!("/readyz answered {} during the drain", r.status)),
+            Err(e) => failures.push(format!("/readyz: {e}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures during the drain: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+    assert!(served >= 5 && readyz_503 >= 5, "served {served}, /readyz 503 {readyz_503}");
+    // After the drain delay: accepting stops.
+    tokio::time::sleep(Duration::from_millis(2600).saturating_sub(term_at.elapsed())).await;
     assert!(
         client.request(addr, "GET", "/healthz", vec![]).await.is_err(),
-        "new connections must be refused after SIGTERM"
+        "new connections must be refused once the drain delay is over"
     );
     tls.write_all(&sample[half..]).await.expect("second half");
     tls.flush().await.expect("flush");

@@ -114,8 +114,9 @@ async fn bad_bodies_get_json_errors_never_a_crash() {
         assert_eq!(v["kind"], "Status", "{name}: JSON error body");
         assert!(v["message"].as_str().unwrap_or_default().contains(needle), "{name}: {}", v["message"]);
     }
-    // Over 3 MiB: 413 with a JSON body, even while the client is still writing.
-    let huge = vec![b' '; 3 * 1024 * 1024 + 1];
+    // Over the limit (7 MiB: object + oldObject of 3 MiB each + envelope): 413
+    // with a JSON body, even while the client is still writing.
+    let huge = vec![b' '; hcp_etcd_admission::server::limits::MAX_BODY + 1];
     let (status, body) = client.raw_post(srv.addr, path, &huge).await.expect("huge");
     assert_eq!(status, 413, "{body}");
     assert!(body.contains("\"kind\":\"Status\"") && body.contains("limit"), "{body}");
@@ -243,43 +244,167 @@ async fn certificate_rotation_under_load_fails_no_request() {
     assert_eq!(r.status, 200);
     let metrics = client.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
     assert!(metrics.contains("hcp_etcd_admission_certificate_reloads_total{result=\"success\"} 1"), "{metrics}");
-    assert!(metrics.contains("hcp_etcd_admission_certificate_reloads_total{result=\"failure\"}"), "{metrics}");
+    assert!(metrics.contains("hcp_etcd_admission_certificate_reloads_total{result=\"failure\"} 1"), "{metrics}");
+    assert!(metrics.contains("hcp_etcd_admission_certificate_rejected_total{reason=\"invalid\"} 1"), "{metrics}");
     srv.stop().await;
 }
 
+/// A client certificate (clientAuth) with common name `cn`, signed by `ca`.
+fn client_cert(ca: &certs::GeneratedCerts, cn: &str) -> (String, String) {
+    use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair};
+    let ca_key = KeyPair::from_pem(ca.ca_key_pem.as_deref().expect("CA key")).expect("ca key");
+    let issuer = Issuer::from_ca_cert_pem(&ca.ca_pem, ca_key).expect("issuer");
+    let mut p = CertificateParams::new(Vec::<String>::new()).expect("params");
+    p.distinguished_name.push(DnType::CommonName, cn);
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let key = KeyPair::generate().expect("key");
+    let cert = p.signed_by(&key, &issuer).expect("sign");
+    (cert.pem(), key.serialize_pem())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn client_certificates_are_enforced_with_client_ca() {
+async fn client_certificates_are_enforced_on_admission_paths_with_probes_open() {
     let dir = tempdir("mtls");
     let serving = localhost_certs("serving CA");
     certs::write(&dir, &serving).expect("write");
-    // A client CA and a client certificate signed by it (rcgen, like kube-apiserver's).
-    let client_set = certs::generate("apiserver client CA", &["kube-apiserver".into()], 30).expect("client");
-    std::fs::write(dir.join("client-ca.crt"), &client_set.ca_pem).expect("client ca");
-    let srv = start(&dir, Some(&dir.join("client-ca.crt")), Duration::from_secs(60)).await;
-    let anonymous = Client::new(&[&serving.ca_pem], None);
-    let review = review_file("hcpetcdbackup-create-s3.json");
-    assert!(
-        anonymous.post_json(srv.addr, "/validate/hcpetcdbackups", &review).await.is_err(),
-        "no client cert must be refused"
-    );
-    let stranger_set = certs::generate("stranger CA", &["kube-apiserver".into()], 30).expect("stranger");
-    let stranger = Client::new(&[&serving.ca_pem], Some((&stranger_set.cert_pem, &stranger_set.key_pem)));
-    assert!(
-        stranger.post_json(srv.addr, "/validate/hcpetcdbackups", &review).await.is_err(),
-        "foreign client cert must be refused"
-    );
-    let ok = Client::new(&[&serving.ca_pem], Some((&client_set.cert_pem, &client_set.key_pem)));
-    assert!(
-        ok.post_json(srv.addr, "/validate/hcpetcdbackups", &review).await.is_err(),
-        "a serverAuth-only certificate must not authenticate a client"
-    );
-    let apiserver = certs::generate_client("apiserver client CA 2", &["kube-apiserver".into()], 30).expect("client");
+    // The apiserver's client CA and its client certificate (CN kube-apiserver).
+    let apiserver = certs::generate_client("apiserver client CA", &["kube-apiserver".into()], 30).expect("client");
     std::fs::write(dir.join("client-ca.crt"), &apiserver.ca_pem).expect("client ca");
-    srv.stop().await;
-    let srv = start(&dir, Some(&dir.join("client-ca.crt")), Duration::from_secs(60)).await;
+    let mut opts = common::running::options(
+        &dir,
+        Some(&dir.join("client-ca.crt")),
+        Duration::from_millis(200),
+        LookupSource::None,
+    );
+    opts.allowed_client_names = vec!["kube-apiserver".into()];
+    let srv = common::running::start_with(opts).await;
+    let review = review_file("hcpetcdbackup-create-s3.json");
+    let path = "/validate/hcpetcdbackups";
+
+    // No certificate: probes and metrics answer, admission paths say 401.
+    let anonymous = Client::new(&[&serving.ca_pem], None);
+    for p in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(anonymous.request(srv.addr, "GET", p, vec![]).await.expect(p).status, 200, "{p} stays open");
+    }
+    for p in ["/validate/hcpetcdbackups", "/validate/hostedclusters", "/mutate/etcd-statefulsets"] {
+        let r = anonymous.post_json(srv.addr, p, &review).await.expect("anonymous");
+        assert_eq!(r.status, 401, "{p}: {}", r.text());
+        assert_eq!(r.json()["kind"], "Status");
+        assert!(r.json().get("response").is_none(), "{p}: nothing decided for an anonymous caller");
+    }
+    // A certificate from another CA: the handshake fails.
+    let stranger_ca = certs::generate_client("stranger CA", &["kube-apiserver".into()], 30).expect("stranger");
+    let stranger = Client::new(&[&serving.ca_pem], Some((&stranger_ca.cert_pem, &stranger_ca.key_pem)));
+    assert!(stranger.post_json(srv.addr, path, &review).await.is_err(), "foreign client cert must be refused");
+    // A serverAuth-only certificate from the trusted CA does not authenticate a client.
+    let server_only = certs::generate_with_ca(
+        &apiserver.ca_pem,
+        apiserver.ca_key_pem.as_deref().expect("ca key"),
+        &["kube-apiserver".into()],
+        30,
+    )
+    .expect("server-only");
+    let wrong_usage = Client::new(&[&serving.ca_pem], Some((&server_only.cert_pem, &server_only.key_pem)));
+    assert!(wrong_usage.post_json(srv.addr, path, &review).await.is_err(), "serverAuth-only must be refused");
+    // The trusted CA, but an identity not on the allow-list: 403.
+    let (cert, key) = client_cert(&apiserver, "intruder");
+    let intruder = Client::new(&[&serving.ca_pem], Some((&cert, &key)));
+    let r = intruder.post_json(srv.addr, path, &review).await.expect("intruder");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(intruder.request(srv.addr, "GET", "/readyz", vec![]).await.expect("probe").status, 200);
+    // The apiserver: reviewed.
     let ok = Client::new(&[&serving.ca_pem], Some((&apiserver.cert_pem, &apiserver.key_pem)));
-    let r = ok.post_json(srv.addr, "/validate/hcpetcdbackups", &review).await.expect("trusted client");
-    assert_eq!(r.json()["response"]["allowed"], true);
+    let r = ok.post_json(srv.addr, path, &review).await.expect("trusted client");
+    assert_eq!(r.json()["response"]["allowed"], true, "{}", r.text());
+    let metrics = ok.request(srv.addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
+    assert!(metrics.contains("hcp_etcd_admission_rejected_requests_total{reason=\"unauthenticated\"} 3"), "{metrics}");
+    assert!(metrics.contains("hcp_etcd_admission_rejected_requests_total{reason=\"forbidden\"} 1"), "{metrics}");
+
+    // The client CA rotates: reloaded without a restart.
+    let rotated = certs::generate_client("apiserver client CA 2", &["kube-apiserver".into()], 30).expect("client 2");
+    std::fs::write(dir.join("client-ca.crt"), &rotated.ca_pem).expect("rotate");
+    let new_client = Client::new(&[&serving.ca_pem], Some((&rotated.cert_pem, &rotated.key_pem)));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Ok(r) = new_client.post_json(srv.addr, path, &review).await {
+            assert_eq!(r.json()["response"]["allowed"], true, "{}", r.text());
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the rotated client CA was not picked up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ok.post_json(srv.addr, path, &review).await.is_err(), "the old client CA is no longer trusted");
+    srv.stop().await;
+}
+
+/// A CA and a localhost serving pair valid from `from` to `to` (Unix seconds).
+fn pair_valid(names: &[&str], from: i64, to: i64) -> certs::GeneratedCerts {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ts = |t: i64| time::OffsetDateTime::from_unix_timestamp(t).expect("time");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().expect("key");
+    let ca_cert = ca.self_signed(&ca_key).expect("ca");
+    let issuer = Issuer::new(ca, ca_key);
+    let mut leaf = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).expect("leaf");
+    leaf.not_before = ts(from);
+    leaf.not_after = ts(to);
+    let key = KeyPair::generate().expect("key");
+    let cert = leaf.signed_by(&key, &issuer).expect("sign");
+    certs::GeneratedCerts {
+        ca_pem: ca_cert.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        ca_key_pem: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_not_yet_valid_and_wrong_san_pairs_are_refused_at_load() {
+    common::https::install_provider();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64;
+    let day = 86_400;
+    let expired = pair_valid(&["localhost"], now - 30 * day, now - day);
+    let future = pair_valid(&["localhost"], now + day, now + 30 * day);
+    let wrong_san = pair_valid(&["other.example"], now - day, now + 30 * day);
+    let good = pair_valid(&["localhost", "127.0.0.1"], now - day, now + 30 * day);
+    // At start-up: the server does not start, and says why.
+    for (name, set, needle) in [
+        ("expired", &expired, "expired"),
+        ("future", &future, "not valid before"),
+        ("wrong-san", &wrong_san, "does not name [\"localhost\"]"),
+    ] {
+        let dir = tempdir(name);
+        certs::write(&dir, set).expect("write");
+        let mut opts = common::running::options(&dir, None, Duration::from_secs(60), LookupSource::None);
+        opts.expect_sans = vec!["localhost".into()];
+        match hcp_etcd_admission::server::Server::bind(opts).await {
+            Ok(_) => panic!("{name}: a bad pair was accepted"),
+            Err(e) => assert!(e.to_string().contains(needle), "{name}: {e}"),
+        }
+    }
+    // On reload: refused, counted by reason, and the good pair keeps serving.
+    let dir = tempdir("reload-bad");
+    certs::write(&dir, &good).expect("write");
+    let mut opts = common::running::options(&dir, None, Duration::from_millis(150), LookupSource::None);
+    opts.expect_sans = vec!["localhost".into()];
+    let srv = common::running::start_with(opts).await;
+    let client = Client::new(&[&good.ca_pem], None);
+    let served = client.request(srv.addr, "GET", "/healthz", vec![]).await.expect("good").server_cert;
+    for (set, reason) in [(&expired, "expired"), (&future, "not_yet_valid"), (&wrong_san, "wrong_san")] {
+        certs::write(&dir, set).expect("replace");
+        let want = format!("hcp_etcd_admission_certificate_rejected_total{{reason=\"{reason}\"}} 1");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let m = client.request(srv.addr, "GET", "/metrics", vec![]).await.expect("metrics");
+            assert_eq!(m.server_cert, served, "{reason}: the refused pair was served");
+            if m.text().contains(&want) {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{reason} not counted: {}", m.text());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     srv.stop().await;
 }
 

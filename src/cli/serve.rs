@@ -6,7 +6,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use anyhow::Context as _;
 use hcp_etcd_admission::{
     certs,
-    server::{shutdown_signal, LookupSource, ServeOptions, Server},
+    server::{limits::LimitOptions, shutdown_signal, LookupSource, ServeOptions, Server},
 };
 
 use super::DecisionArgs;
@@ -16,7 +16,9 @@ use super::DecisionArgs;
     after_help = "Example:\n  hcp-etcd-admission serve\n  curl --cacert certs/dev/ca.crt -H 'Content-Type: application/json' \\\n       --data @tests/reviews/hcpetcdbackup-create-s3.json https://127.0.0.1:8443/validate/hcpetcdbackups"
 )]
 pub struct ServeArgs {
-    /// Address to listen on (in a cluster the manifests pass 0.0.0.0:8443).
+    /// Address to listen on. In a cluster the manifests pass `[::]:8443`
+    /// (dual-stack: IPv6 and IPv4-mapped; falls back to 0.0.0.0 where the pod
+    /// has no IPv6).
     #[arg(long, default_value = "127.0.0.1:8443", env = "HCP_ADMISSION_LISTEN")]
     pub listen: SocketAddr,
     /// Serving certificate (PEM). Reloaded without restart when it changes.
@@ -25,19 +27,62 @@ pub struct ServeArgs {
     /// Serving key (PEM).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-    /// Require client certificates signed by this CA (PEM).
+    /// Admission paths require a client certificate signed by this CA (PEM;
+    /// reloaded when it changes). /healthz, /readyz and /metrics stay open.
     #[arg(long, value_name = "FILE")]
     pub client_ca: Option<PathBuf>,
+    /// With --client-ca: identities (certificate CN or DNS/URI SAN) allowed on
+    /// admission paths; repeat or separate with commas. Empty: any certificate
+    /// the CA signed.
+    #[arg(long = "allowed-client-names", value_name = "NAME", value_delimiter = ',', requires = "client_ca")]
+    pub allowed_client_names: Vec<String>,
+    /// Refuse a serving certificate that does not name this DNS name or IP
+    /// (repeat or separate with commas), at start and on reload.
+    #[arg(long = "expect-san", value_name = "NAME", value_delimiter = ',')]
+    pub expect_san: Vec<String>,
     /// Where the development certificate goes when no TLS files are given.
     #[arg(long, value_name = "DIR", default_value = "certs/dev")]
     pub dev_cert_dir: PathBuf,
     /// Seconds between certificate file checks.
     #[arg(long, default_value_t = 2)]
     pub reload_interval_seconds: u64,
-    /// Admission reviews decided at once.
-    #[arg(long, default_value_t = 256)]
-    pub max_concurrent: usize,
-    /// Seconds in-flight requests get after SIGTERM.
+    /// Decision units at once (one unit per started MiB of body); more wait
+    /// up to --queue-wait-ms, then get 429.
+    #[arg(long, default_value_t = 16)]
+    pub max_concurrent: u32,
+    /// How long a review waits for a decision slot before a 429.
+    #[arg(long, default_value_t = 1000)]
+    pub queue_wait_ms: u64,
+    /// Requests in flight at once (all connections); more get 503.
+    #[arg(long, default_value_t = 512)]
+    pub max_requests: usize,
+    /// Open connections at once; more are closed on accept.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Largest request body in bytes (413 above). Default: 2 × 3 MiB objects + 1 MiB envelope.
+    #[arg(long, default_value_t = hcp_etcd_admission::server::limits::MAX_BODY)]
+    pub max_body_bytes: usize,
+    /// Body bytes buffered for all requests together, beyond each request's first 64 KiB (503 when used up).
+    #[arg(long, default_value_t = 64)]
+    pub body_budget_mib: usize,
+    /// Time from request headers to the last body byte (408 after).
+    #[arg(long, default_value_t = 2000)]
+    pub body_timeout_ms: u64,
+    /// Time from request headers to the answer (503 after); keep it below the
+    /// webhooks' timeoutSeconds (5 s).
+    #[arg(long, default_value_t = 4000)]
+    pub request_timeout_ms: u64,
+    /// A new connection's time for its TLS handshake, and again for its first request.
+    #[arg(long, default_value_t = 5000)]
+    pub header_read_timeout_ms: u64,
+    /// A connection with no request in flight for this long is closed (HTTP/1.1 and HTTP/2).
+    #[arg(long, default_value_t = 30_000)]
+    pub idle_timeout_ms: u64,
+    /// After SIGTERM: seconds /readyz answers 503 while the server still
+    /// accepts and serves, so endpoints drop the pod before it stops accepting.
+    #[arg(long, default_value_t = 10.0)]
+    pub drain_seconds: f64,
+    /// Then: seconds in-flight requests get after accepting stops.
     #[arg(long, default_value_t = 20)]
     pub shutdown_grace_seconds: u64,
     /// Watch HostedControlPlanes in the cluster (kubeconfig or in-cluster
@@ -104,8 +149,23 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
         client_ca: args.client_ca.clone(),
         settings,
         reload_interval: Duration::from_secs(args.reload_interval_seconds.max(1)),
-        max_concurrent: args.max_concurrent,
+        limits: LimitOptions {
+            max_body: args.max_body_bytes,
+            body_timeout: Duration::from_millis(args.body_timeout_ms),
+            request_timeout: Duration::from_millis(args.request_timeout_ms),
+            max_requests: args.max_requests,
+            body_budget: args.body_budget_mib.saturating_mul(1024 * 1024),
+            max_decision_units: args.max_concurrent,
+            queue_wait: Duration::from_millis(args.queue_wait_ms),
+            max_connections: args.max_connections,
+            header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
+            idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+            ..LimitOptions::default()
+        },
+        drain_delay: Duration::try_from_secs_f64(args.drain_seconds).context("--drain-seconds")?,
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
+        expect_sans: args.expect_san.clone(),
+        allowed_client_names: args.allowed_client_names.clone(),
         lookups: LookupSource::None,
     };
     let _ = rustls::crypto::ring::default_provider().install_default();

@@ -1,30 +1,160 @@
 //! Prometheus metrics (prometheus-client, OpenMetrics text at `/metrics`).
-//! Labels never carry request data beyond webhook, operation and decision:
-//! no names, no URLs.
+//!
+//! Every label value comes from a closed set (an enum below): a request can
+//! never add a series. Whatever a request says its `operation` is, the label
+//! is one of `CREATE`, `UPDATE`, `DELETE`, `CONNECT` or `other`.
+//!
+//! Adding a metric: a field, its registration in [`Metrics::new`] and a method
+//! that records it; a new label set is an enum with [`label_enum!`].
 
 use std::sync::atomic::AtomicI64;
 
 use prometheus_client::{
-    encoding::{text::encode, EncodeLabelSet},
+    encoding::{text::encode, EncodeLabelSet, EncodeLabelValue, LabelValueEncoder},
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
 
+/// Declares a closed set of label values: an enum, its `as_str` and its
+/// Prometheus encoding.
+macro_rules! label_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+        pub enum $name { $($(#[$vm])* $variant),+ }
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+                EncodeLabelValue::encode(&self.as_str(), encoder)
+            }
+        }
+    };
+}
+
+label_enum!(
+    /// The webhook path a request came in on.
+    Webhook {
+        HcpEtcdBackups => "hcpetcdbackups",
+        HostedClusters => "hostedclusters",
+        HostedControlPlanes => "hostedcontrolplanes",
+        EtcdStatefulSets => "etcd-statefulsets",
+    }
+);
+
+label_enum!(
+    /// `request.operation`, or `other` for anything else (never the raw string).
+    Operation {
+        Create => "CREATE",
+        Update => "UPDATE",
+        Delete => "DELETE",
+        Connect => "CONNECT",
+        Other => "other",
+    }
+);
+
+impl Operation {
+    pub fn from_request(op: Option<&str>) -> Self {
+        match op {
+            Some("CREATE") => Self::Create,
+            Some("UPDATE") => Self::Update,
+            Some("DELETE") => Self::Delete,
+            Some("CONNECT") => Self::Connect,
+            _ => Self::Other,
+        }
+    }
+}
+
+label_enum!(
+    /// What the server answered.
+    Decision {
+        Allowed => "allowed",
+        /// Denied by a rule (422 Invalid).
+        Denied => "denied",
+        /// Denied because the request cannot be judged (400: wrong kind or
+        /// endpoint, unparseable object). A steady rate means a
+        /// misregistration or an API change, not a user mistake.
+        CannotDecide => "cannot_decide",
+        /// An HTTP error instead of an AdmissionReview (bad body, limits).
+        Error => "error",
+    }
+);
+
+label_enum!(
+    /// Why a request or connection was turned away before a decision.
+    RejectReason {
+        /// `--max-connections` reached: the connection was closed at once.
+        Connections => "connections",
+        /// `--max-requests` in flight reached: 503.
+        Requests => "requests",
+        /// The shared body-buffer budget is used up: 503.
+        BodyBudget => "body_budget",
+        /// No decision slot within the queue wait: 429.
+        Decisions => "decisions",
+        /// Body over the size limit: 413.
+        BodyTooLarge => "body_too_large",
+        /// Body did not arrive within the body deadline: 408.
+        BodyTimeout => "body_timeout",
+        /// The per-request deadline passed: 503.
+        Deadline => "deadline",
+        /// No client certificate on an admission path: 401.
+        Unauthenticated => "unauthenticated",
+        /// A client certificate whose identity is not allowed: 403.
+        Forbidden => "forbidden",
+    }
+);
+
+label_enum!(
+    /// Outcome of loading the serving pair.
+    ReloadResult {
+        Success => "success",
+        Failure => "failure",
+    }
+);
+
+label_enum!(
+    /// Why a serving pair was refused.
+    CertProblem {
+        /// Unreadable files, bad PEM, key not matching the certificate.
+        Invalid => "invalid",
+        Expired => "expired",
+        NotYetValid => "not_yet_valid",
+        /// The certificate does not name every `--expect-san` name.
+        WrongSan => "wrong_san",
+    }
+);
+
+/// One label set per family.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub webhook: String,
-    pub operation: String,
-    pub decision: String,
+    pub webhook: Webhook,
+    pub operation: Operation,
+    pub decision: Decision,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
-    pub webhook: String,
+    pub webhook: Webhook,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
-    pub result: String,
+    pub result: ReloadResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: RejectReason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertProblemLabels {
+    pub reason: CertProblem,
 }
 
 /// etcd-init decisions: `outcome` and `reason` come only from the closed
@@ -40,34 +170,65 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<WebhookLabels, Histogram>,
+    rejected: Family<ReasonLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
+    client_ca_reloads: Family<ResultLabels, Counter>,
+    cert_rejected: Family<CertProblemLabels, Counter>,
     cert_expiry: Gauge<i64, AtomicI64>,
+    connections: Gauge<i64, AtomicI64>,
+    draining: Gauge<i64, AtomicI64>,
     etcd_init: Family<EtcdInitLabels, Counter>,
 }
 
-/// Latency buckets from 100 µs to 10 s (seconds).
-const BUCKETS: [f64; 16] =
-    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// Latency buckets from 100 µs to 10 s (seconds); 4 s is the request deadline.
+const BUCKETS: [f64; 17] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 4.0, 5.0, 10.0];
 
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("hcp_etcd_admission");
         let requests = Family::<RequestLabels, Counter>::default();
         let latency = Family::<WebhookLabels, Histogram>::new_with_constructor(|| Histogram::new(BUCKETS));
+        let rejected = Family::<ReasonLabels, Counter>::default();
         let reloads = Family::<ResultLabels, Counter>::default();
+        let cert_rejected = Family::<CertProblemLabels, Counter>::default();
+        let client_ca_reloads = Family::<ResultLabels, Counter>::default();
         let cert_expiry = Gauge::<i64, AtomicI64>::default();
+        let connections = Gauge::<i64, AtomicI64>::default();
+        let draining = Gauge::<i64, AtomicI64>::default();
         registry.register(
             "admission_requests",
             "Admission reviews answered, by webhook, operation and decision",
             requests.clone(),
         );
-        registry.register("admission_duration_seconds", "Time to decide one admission review", latency.clone());
+        registry.register(
+            "admission_duration_seconds",
+            "Time from request headers to answer, per webhook",
+            latency.clone(),
+        );
+        registry.register(
+            "rejected_requests",
+            "Requests and connections turned away before a decision, by reason",
+            rejected.clone(),
+        );
         registry.register("certificate_reloads", "Serving certificate reload attempts by result", reloads.clone());
+        registry.register(
+            "client_ca_reloads",
+            "Client CA (--client-ca) reloads after a change, by result",
+            client_ca_reloads.clone(),
+        );
+        registry.register(
+            "certificate_rejected",
+            "Serving certificate pairs refused at load, by reason (the previous pair keeps serving)",
+            cert_rejected.clone(),
+        );
         registry.register(
             "certificate_expiry_timestamp_seconds",
             "NotAfter of the serving certificate, Unix seconds",
             cert_expiry.clone(),
         );
+        registry.register("open_connections", "TLS connections currently open", connections.clone());
+        registry.register("draining", "1 after SIGTERM while the server drains, else 0", draining.clone());
         let etcd_init = Family::<EtcdInitLabels, Counter>::default();
         registry.register(
             "etcd_init_decisions",
@@ -83,18 +244,35 @@ impl Metrics {
             let (outcome, reason) = o.labels();
             let _ = etcd_init.get_or_create(&EtcdInitLabels { outcome, reason });
         }
-        Self { registry, requests, latency, reloads, cert_expiry, etcd_init }
+        // Pre-create the zero series alerts look at, so `rate()` sees the first event.
+        for r in ReloadResult::ALL {
+            let _ = reloads.get_or_create(&ResultLabels { result: *r });
+            let _ = client_ca_reloads.get_or_create(&ResultLabels { result: *r });
+        }
+        for r in CertProblem::ALL {
+            let _ = cert_rejected.get_or_create(&CertProblemLabels { reason: *r });
+        }
+        for r in RejectReason::ALL {
+            let _ = rejected.get_or_create(&ReasonLabels { reason: *r });
+        }
+        Self {
+            registry,
+            requests,
+            latency,
+            rejected,
+            reloads,
+            client_ca_reloads,
+            cert_rejected,
+            cert_expiry,
+            connections,
+            draining,
+            etcd_init,
+        }
     }
 
-    pub fn observe(&self, webhook: &str, operation: &str, decision: &str, seconds: f64) {
-        self.requests
-            .get_or_create(&RequestLabels {
-                webhook: webhook.into(),
-                operation: operation.into(),
-                decision: decision.into(),
-            })
-            .inc();
-        self.latency.get_or_create(&WebhookLabels { webhook: webhook.into() }).observe(seconds);
+    pub fn observe(&self, webhook: Webhook, operation: Operation, decision: Decision, seconds: f64) {
+        self.requests.get_or_create(&RequestLabels { webhook, operation, decision }).inc();
+        self.latency.get_or_create(&WebhookLabels { webhook }).observe(seconds);
     }
 
     /// Counts one etcd-init decision (labels from [`crate::mutate::Outcome::labels`]).
@@ -102,15 +280,39 @@ impl Metrics {
         self.etcd_init.get_or_create(&EtcdInitLabels { outcome, reason }).inc();
     }
 
-    pub fn cert_reloaded(&self, ok: bool, not_after: i64) {
-        self.reloads.get_or_create(&ResultLabels { result: if ok { "success" } else { "failure" }.into() }).inc();
-        if ok {
-            self.cert_expiry.set(not_after);
-        }
+    pub fn rejected(&self, reason: RejectReason) {
+        self.rejected.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    pub fn cert_reloaded(&self, not_after: i64) {
+        self.reloads.get_or_create(&ResultLabels { result: ReloadResult::Success }).inc();
+        self.cert_expiry.set(not_after);
+    }
+
+    pub fn cert_reload_failed(&self, problem: CertProblem) {
+        self.reloads.get_or_create(&ResultLabels { result: ReloadResult::Failure }).inc();
+        self.cert_rejected.get_or_create(&CertProblemLabels { reason: problem }).inc();
+    }
+
+    pub fn client_ca_reloaded(&self, ok: bool) {
+        let result = if ok { ReloadResult::Success } else { ReloadResult::Failure };
+        self.client_ca_reloads.get_or_create(&ResultLabels { result }).inc();
     }
 
     pub fn set_cert_expiry(&self, not_after: i64) {
         self.cert_expiry.set(not_after);
+    }
+
+    pub fn connection_opened(&self) {
+        self.connections.inc();
+    }
+
+    pub fn connection_closed(&self) {
+        self.connections.dec();
+    }
+
+    pub fn set_draining(&self, on: bool) {
+        self.draining.set(i64::from(on));
     }
 
     pub fn render(&self) -> String {
@@ -124,5 +326,38 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary, with `…` when cut:
+/// request-supplied strings in logs.
+pub fn truncate(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.len() <= max {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut end = max;
+    while end > 0 && !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}…", s.get(..end).unwrap_or_default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_labels_are_a_closed_set() {
+        assert_eq!(Operation::from_request(Some("CREATE")), Operation::Create);
+        assert_eq!(Operation::from_request(Some("create")), Operation::Other);
+        assert_eq!(Operation::from_request(Some(&"X".repeat(20_000))), Operation::Other);
+        assert_eq!(Operation::from_request(None), Operation::Other);
+    }
+
+    #[test]
+    fn truncate_cuts_at_a_char_boundary() {
+        assert_eq!(truncate("abc", 5), "abc");
+        assert_eq!(truncate("abcdef", 3), "abc…");
+        assert_eq!(truncate("ééé", 3), "é…");
     }
 }

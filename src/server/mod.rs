@@ -1,33 +1,47 @@
 //! The HTTPS webhook shell: tokio + hyper + rustls, axum routes. It reads
 //! requests, calls the decision core and writes responses; it decides nothing.
 //!
-//! * TLS 1.2/1.3 only; the serving pair is reloaded without a restart
-//!   ([`tls::reload_loop`]); optional client-certificate verification.
-//! * Limits: 3 MiB bodies (413), TLS-handshake and header-read timeouts, a
-//!   concurrency limit; a handler panic is caught per connection by hyper/tokio
-//!   and never reachable from input.
-//! * Graceful shutdown: stop accepting, let in-flight requests finish within
-//!   a deadline.
+//! * TLS 1.2/1.3 only; the serving pair and the client CA are reloaded without
+//!   a restart ([`tls::reload_loop`]); expired, not-yet-valid or wrong-SAN
+//!   pairs are refused.
+//! * Who may call: with a client CA, admission paths need a verified client
+//!   certificate whose CN or SAN is allowed; `/healthz`, `/readyz` and
+//!   `/metrics` stay open for probes and Prometheus.
+//! * Bounded everything ([`limits`]): body read before a decision slot, body
+//!   and request deadlines under the webhook timeout, connection and in-flight
+//!   caps, header-read and idle timeouts for HTTP/1.1 and HTTP/2, fast 429/503
+//!   with `Retry-After` when saturated.
+//! * Drain: on SIGTERM `/readyz` turns 503 at once, the server keeps accepting
+//!   and serving for the drain delay (HTTP/1.1 answers carry
+//!   `Connection: close` meanwhile), then stops accepting and lets in-flight
+//!   requests finish within the shutdown grace.
 
 pub mod hcp_cache;
+pub mod limits;
 pub mod metrics;
 pub mod routes;
 pub mod tls;
 
 use std::{
+    convert::Infallible,
     net::SocketAddr,
     path::PathBuf,
-    sync::{atomic::AtomicBool, Arc},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        Arc,
+    },
     time::Duration,
 };
 
+use axum::body::Body;
+use hyper::{body::Incoming, header, http::HeaderValue, Request, Response, Version};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::{conn::auto::Builder, graceful::GracefulShutdown},
-    service::TowerToHyperService,
+    server::conn::auto::Builder,
 };
 use tokio::{net::TcpListener, sync::Semaphore};
 use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt as _;
 
 use crate::{admission, settings::Settings};
 
@@ -50,10 +64,18 @@ pub struct ServeOptions {
     pub settings: Settings,
     /// How often the certificate files are re-read.
     pub reload_interval: Duration,
-    /// Requests decided at once; more wait.
-    pub max_concurrent: usize,
-    /// How long in-flight requests get after SIGTERM.
+    /// Timeouts and caps.
+    pub limits: limits::LimitOptions,
+    /// After SIGTERM: how long `/readyz` says 503 while the server still
+    /// accepts and serves (endpoints need that long to drop the pod).
+    pub drain_delay: Duration,
+    /// Then: how long in-flight requests get after accepting stops.
     pub shutdown_grace: Duration,
+    /// The serving certificate must name every one of these (DNS or IP).
+    pub expect_sans: Vec<String>,
+    /// With `client_ca`: CNs or SANs allowed on admission paths (empty: any
+    /// certificate the CA signed).
+    pub allowed_client_names: Vec<String>,
     /// Where the mutation finds HostedControlPlanes.
     pub lookups: LookupSource,
 }
@@ -80,6 +102,21 @@ impl std::fmt::Debug for LookupSource {
     }
 }
 
+/// Client-certificate requirements of the admission paths.
+#[derive(Debug, Clone)]
+pub struct ClientAuth {
+    pub allowed: Vec<String>,
+}
+
+/// What the TLS handshake established about the client (a request extension).
+#[derive(Debug, Default)]
+pub struct PeerIdentity {
+    /// A certificate was presented and verified against the client CA.
+    pub verified: bool,
+    /// Its CNs and DNS/URI SANs.
+    pub names: Vec<String>,
+}
+
 /// Shared state of the handlers.
 pub struct App {
     pub settings: Settings,
@@ -89,7 +126,11 @@ pub struct App {
     pub hcp_cache: Option<Arc<hcp_cache::HcpCache>>,
     pub metrics: Arc<metrics::Metrics>,
     pub ready: AtomicBool,
-    pub limit: Arc<Semaphore>,
+    /// Set on SIGTERM: `/readyz` answers 503.
+    pub draining: AtomicBool,
+    pub limits: limits::Limits,
+    /// `Some` when `--client-ca` is given.
+    pub client_auth: Option<ClientAuth>,
 }
 
 /// A bound, not yet serving, server.
@@ -99,19 +140,19 @@ pub struct Server {
     app: Arc<App>,
     opts: ServeOptions,
     resolver: Arc<tls::ReloadingResolver>,
+    client_verifier: Option<Arc<tls::ReloadingClientVerifier>>,
     last_source: Vec<u8>,
 }
 
 impl Server {
     /// Loads the certificate, compiles the rules and binds the port.
     pub async fn bind(opts: ServeOptions) -> Result<Self, ServerError> {
-        let loaded = tls::load_pair(&opts.tls_cert, &opts.tls_key)?;
+        let loaded = tls::load_pair(&opts.tls_cert, &opts.tls_key, &opts.expect_sans, tls::unix_now())?;
         let resolver = tls::ReloadingResolver::new(loaded.key.clone());
-        let config = tls::server_config(resolver.clone(), opts.client_ca.as_deref())?;
+        let (config, client_verifier) = tls::server_config(resolver.clone(), opts.client_ca.as_deref())?;
         let metrics = Arc::new(metrics::Metrics::new());
         metrics.set_cert_expiry(loaded.not_after);
-        let listener =
-            TcpListener::bind(opts.listen).await.map_err(|source| ServerError::Bind { addr: opts.listen, source })?;
+        let listener = bind(opts.listen).await?;
         let (lookup, hcp_cache): (Option<Arc<dyn crate::lookup::Lookup + Send + Sync>>, _) = match &opts.lookups {
             LookupSource::None => (None, None),
             LookupSource::Static(objects) => (Some(Arc::new(objects.clone())), None),
@@ -126,7 +167,9 @@ impl Server {
             hcp_cache,
             metrics,
             ready: AtomicBool::new(false),
-            limit: Arc::new(Semaphore::new(opts.max_concurrent.max(1))),
+            draining: AtomicBool::new(false),
+            limits: limits::Limits::new(opts.limits.clone()),
+            client_auth: opts.client_ca.as_ref().map(|_| ClientAuth { allowed: opts.allowed_client_names.clone() }),
         });
         // Compile every schema before reporting ready.
         admission::warm_up();
@@ -137,6 +180,7 @@ impl Server {
             app,
             opts,
             resolver,
+            client_verifier,
             last_source: loaded.source,
         })
     }
@@ -145,23 +189,57 @@ impl Server {
         self.listener.local_addr().ok()
     }
 
-    /// Serves until `shutdown` resolves, then drains in-flight requests.
+    /// Serves until `shutdown` resolves, keeps serving (not ready) for the
+    /// drain delay, then stops accepting and drains in-flight requests.
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) {
-        let Server { listener, acceptor, app, opts, resolver, last_source } = self;
+        let Server { listener, acceptor, app, opts, resolver, client_verifier, last_source } = self;
         let reloader = tokio::spawn(tls::reload_loop(
-            opts.tls_cert.clone(),
-            opts.tls_key.clone(),
-            resolver,
+            tls::ReloadTargets {
+                cert: opts.tls_cert.clone(),
+                key: opts.tls_key.clone(),
+                expect_sans: opts.expect_sans.clone(),
+                resolver,
+                client_ca: opts.client_ca.clone().zip(client_verifier),
+            },
             last_source,
             opts.reload_interval,
             app.metrics.clone(),
         ));
         let router = routes::router(app.clone());
-        let graceful = GracefulShutdown::new();
-        tokio::pin!(shutdown);
+        let lim = &app.limits.opts;
+        let max_conns = lim.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+        let conns = Arc::new(Semaphore::new(max_conns));
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut builder = Builder::new(TokioExecutor::new());
+        // HTTP/1.1 (what kube-apiserver uses for webhooks): hyper's header-read
+        // timer also runs while a keep-alive connection waits for its next
+        // request, so it is the idle timeout there; a new connection's first
+        // request is bounded by the shorter header-read timeout below.
+        builder.http1().timer(TokioTimer::new()).header_read_timeout(lim.idle_timeout).keep_alive(true);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(lim.h2_max_streams)
+            .max_header_list_size(64 * 1024)
+            .keep_alive_interval(Some(Duration::from_secs(30)))
+            .keep_alive_timeout(Duration::from_secs(10));
+        let drain_until = tokio::time::sleep(Duration::MAX / 4);
+        tokio::pin!(shutdown, drain_until);
+        let mut draining = false;
         loop {
             let (tcp, peer) = tokio::select! {
-                _ = &mut shutdown => break,
+                _ = &mut shutdown, if !draining => {
+                    draining = true;
+                    app.draining.store(true, Ordering::Release);
+                    app.metrics.set_draining(true);
+                    drain_until.as_mut().reset(tokio::time::Instant::now() + opts.drain_delay);
+                    tracing::info!(
+                        drain_s = opts.drain_delay.as_secs_f64(),
+                        "SIGTERM: /readyz now 503; still serving until endpoints drop this pod"
+                    );
+                    continue;
+                }
+                _ = &mut drain_until, if draining => break,
                 accepted = listener.accept() => match accepted {
                     Ok(a) => a,
                     Err(e) => {
@@ -171,35 +249,31 @@ impl Server {
                     }
                 },
             };
+            let Ok(permit) = conns.clone().try_acquire_owned() else {
+                // Over the cap: close at once rather than queue.
+                app.metrics.rejected(metrics::RejectReason::Connections);
+                drop(tcp);
+                continue;
+            };
             let _ = tcp.set_nodelay(true);
-            let acceptor = acceptor.clone();
-            let service = TowerToHyperService::new(router.clone());
-            let watcher = graceful.watcher();
+            let conn = Connection {
+                app: app.clone(),
+                acceptor: acceptor.clone(),
+                router: router.clone(),
+                builder: builder.clone(),
+                stop: stop_rx.clone(),
+            };
             tokio::spawn(async move {
-                let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
-                        return;
-                    }
-                };
-                let mut builder = Builder::new(TokioExecutor::new());
-                builder.http1().timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(10)).keep_alive(true);
-                builder.http2().timer(TokioTimer::new()).max_concurrent_streams(250);
-                let conn = builder.serve_connection(TokioIo::new(tls), service).into_owned();
-                if let Err(e) = watcher.watch(conn).await {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
-                }
+                conn.run(tcp, peer).await;
+                drop(permit);
             });
         }
         drop(listener);
-        app.ready.store(false, std::sync::atomic::Ordering::Release);
-        tracing::info!("shutting down: draining in-flight requests");
-        if tokio::time::timeout(opts.shutdown_grace, graceful.shutdown()).await.is_err() {
+        app.ready.store(false, Ordering::Release);
+        tracing::info!("drain delay over: not accepting; finishing in-flight requests");
+        let _ = stop_tx.send(true);
+        let all = u32::try_from(max_conns).unwrap_or(u32::MAX);
+        if tokio::time::timeout(opts.shutdown_grace, conns.acquire_many(all)).await.is_err() {
             tracing::warn!(
                 grace_s = opts.shutdown_grace.as_secs(),
                 "in-flight requests did not finish before the deadline"
@@ -207,6 +281,155 @@ impl Server {
         }
         reloader.abort();
     }
+}
+
+/// Binds `addr`; `[::]` where the pod has no IPv6 falls back to `0.0.0.0`.
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    match TcpListener::bind(addr).await {
+        Ok(l) => Ok(l),
+        Err(e) if addr.ip() == std::net::Ipv6Addr::UNSPECIFIED => {
+            let v4 = SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, addr.port()));
+            tracing::warn!(error = %e, "no IPv6 here: listening on {v4} instead of {addr}");
+            TcpListener::bind(v4).await.map_err(|source| ServerError::Bind { addr: v4, source })
+        }
+        Err(source) => Err(ServerError::Bind { addr, source }),
+    }
+}
+
+/// Per-connection request accounting for the idle timer.
+#[derive(Default)]
+struct Activity {
+    in_flight: AtomicUsize,
+    seen: AtomicU64,
+    changed: tokio::sync::Notify,
+}
+
+/// Decrements `in_flight` when a request's handler finishes (or is dropped).
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_one();
+    }
+}
+
+impl Activity {
+    fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.seen.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_one();
+        InFlight(self.clone())
+    }
+
+    /// Resolves when the connection has had no request in flight for the
+    /// idle timeout (or, before its first request, the header-read timeout).
+    async fn idle(&self, header_read: Duration, idle: Duration) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.in_flight.load(Ordering::Acquire) > 0 {
+                changed.await;
+                continue;
+            }
+            let wait = if self.seen.load(Ordering::Acquire) == 0 { header_read } else { idle };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => return,
+                _ = changed => {}
+            }
+        }
+    }
+}
+
+/// One accepted TCP connection.
+struct Connection {
+    app: Arc<App>,
+    acceptor: TlsAcceptor,
+    router: axum::Router,
+    builder: Builder<TokioExecutor>,
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Connection {
+    async fn run(mut self, tcp: tokio::net::TcpStream, peer: SocketAddr) {
+        let app = self.app.clone();
+        app.metrics.connection_opened();
+        let _closed = scopeguard(app.clone());
+        let lim = &app.limits.opts;
+        let tls = match tokio::time::timeout(lim.header_read_timeout, self.acceptor.accept(tcp)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "TLS handshake timed out");
+                return;
+            }
+        };
+        let identity = Arc::new(match tls.get_ref().1.peer_certificates().and_then(|c| c.first()) {
+            Some(leaf) => PeerIdentity { verified: true, names: tls::client_names(leaf.as_ref()) },
+            None => PeerIdentity::default(),
+        });
+        let activity = Arc::new(Activity::default());
+        let router = self.router.clone();
+        let svc_activity = activity.clone();
+        let svc_app = app.clone();
+        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            let guard = svc_activity.begin();
+            req.extensions_mut().insert(identity.clone());
+            let h1 = req.version() < Version::HTTP_2;
+            let router = router.clone();
+            let app = svc_app.clone();
+            async move {
+                let mut resp: Response<Body> = match router.oneshot(req.map(Body::new)).await {
+                    Ok(r) => r,
+                    Err(e) => match e {},
+                };
+                // While draining, HTTP/1.1 clients are told to reconnect (and
+                // so reach a pod that is still in the endpoints).
+                if h1 && app.draining.load(Ordering::Acquire) {
+                    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                drop(guard);
+                Ok::<_, Infallible>(resp)
+            }
+        });
+        let conn = self.builder.serve_connection(TokioIo::new(tls), service);
+        tokio::pin!(conn);
+        let (header_read, idle) = (lim.header_read_timeout, lim.idle_timeout);
+        let why = tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            _ = activity.idle(header_read, idle) => "idle",
+            _ = self.stop.wait_for(|s| *s) => "shutdown",
+        };
+        tracing::debug!(%peer, why, "closing connection");
+        // HTTP/1.1: close once the current exchange is done; HTTP/2: GOAWAY.
+        conn.as_mut().graceful_shutdown();
+        // In-flight requests end by their deadline; a peer that ignores the close is dropped.
+        if tokio::time::timeout(lim.request_timeout + Duration::from_secs(1), conn.as_mut()).await.is_err() {
+            tracing::debug!(%peer, "connection did not close in time; dropped");
+        }
+    }
+}
+
+/// Counts the connection closed when dropped.
+struct ConnGauge(Arc<App>);
+
+impl Drop for ConnGauge {
+    fn drop(&mut self) {
+        self.0.metrics.connection_closed();
+    }
+}
+
+fn scopeguard(app: Arc<App>) -> ConnGauge {
+    ConnGauge(app)
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -1,36 +1,50 @@
 //! HTTP routes. Each admission path runs exactly the code path `review` runs
-//! ([`crate::admission::review`]); this file only moves bytes.
+//! ([`crate::admission::review`]); this file only moves bytes and applies the
+//! limits of [`super::limits`].
 
-use std::{sync::Arc, time::Instant};
+use std::sync::Arc;
 
 use axum::{
-    body::{to_bytes, Body},
+    body::{Body, Bytes, HttpBody},
     extract::State,
-    http::{header, Request, StatusCode},
+    http::{header, HeaderValue, Request, StatusCode},
     response::{IntoResponse, Response},
     routing::{get, post},
     Json, Router,
 };
+use hyper::body::{Frame, SizeHint};
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
-use super::App;
+use super::{
+    limits::BodyError,
+    metrics::{truncate, Decision, Operation, RejectReason, Webhook},
+    App, PeerIdentity,
+};
 use crate::admission::{self, DecisionInput, Target};
 use crate::lookup as hcp_lookup;
 
-/// Largest AdmissionReview body accepted (kube-apiserver's own request limit is 3 MiB).
-pub const MAX_BODY: usize = 3 * 1024 * 1024;
-/// Longest a request body may take to arrive (kube-apiserver's webhook timeout is at most 30 s).
-pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub use super::limits::MAX_BODY;
+
+/// Bodies at least this large are decided on the blocking pool, so a big
+/// review never holds up the async workers (probes, accepts, small reviews).
+const BLOCKING_DECISION_BYTES: usize = 256 * 1024;
+
+/// Longest request-supplied string written to a log line.
+const LOG_FIELD_MAX: usize = 256;
 
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
-        .route("/validate/hcpetcdbackups", post(|s, r| admit(s, r, Target::HcpEtcdBackups, "hcpetcdbackups")))
-        .route("/validate/hostedclusters", post(|s, r| admit(s, r, Target::HostedClusters, "hostedclusters")))
+        .route("/validate/hcpetcdbackups", post(|s, r| admit(s, r, Target::HcpEtcdBackups, Webhook::HcpEtcdBackups)))
+        .route("/validate/hostedclusters", post(|s, r| admit(s, r, Target::HostedClusters, Webhook::HostedClusters)))
         .route(
             "/validate/hostedcontrolplanes",
-            post(|s, r| admit(s, r, Target::HostedControlPlanes, "hostedcontrolplanes")),
+            post(|s, r| admit(s, r, Target::HostedControlPlanes, Webhook::HostedControlPlanes)),
         )
-        .route("/mutate/etcd-statefulsets", post(|s, r| admit(s, r, Target::EtcdStatefulSets, "etcd-statefulsets")))
+        .route(
+            "/mutate/etcd-statefulsets",
+            post(|s, r| admit(s, r, Target::EtcdStatefulSets, Webhook::EtcdStatefulSets)),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -43,7 +57,62 @@ fn error(code: StatusCode, message: impl Into<String>) -> Response {
     (code, Json(body)).into_response()
 }
 
+/// A response body that owns the unread request body until the answer has
+/// been sent. Dropping a request body early makes HTTP/2 reset the stream
+/// (CANCEL) before the answer goes out; kept until after it, the stream ends
+/// with the answer and then RST_STREAM(NO_ERROR), as RFC 9113 §8.1 describes
+/// for a server that answers before the request is complete.
+struct AnswerFirst {
+    answer: Option<Bytes>,
+    _request: Body,
+}
+
+impl HttpBody for AnswerFirst {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.answer.take().map(|b| Ok(Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.answer.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.answer.as_ref().map_or(0, |b| b.len() as u64))
+    }
+}
+
+/// [`error`] (with `Retry-After` when `retry`), sent before the unread
+/// request body is dropped.
+fn error_before_body(code: StatusCode, message: String, request: Body, retry: bool) -> Response {
+    let body =
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code.as_u16(), "message": message});
+    let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+    let mut r = Response::new(Body::new(AnswerFirst { answer: Some(bytes), _request: request }));
+    *r.status_mut() = code;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if retry {
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    r
+}
+
+/// An error that tells the client when to come back.
+fn busy(code: StatusCode, message: impl Into<String>) -> Response {
+    let mut r = error(code, message);
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
 async fn readyz(State(app): State<Arc<App>>) -> Response {
+    if app.draining.load(std::sync::atomic::Ordering::Acquire) {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "not ready: shutting down (draining)");
+    }
     if app.hcp_cache.as_ref().is_some_and(|c| !c.synced()) {
         return error(StatusCode::SERVICE_UNAVAILABLE, "not ready: HostedControlPlane cache not synced yet");
     }
@@ -59,44 +128,105 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
-async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, webhook: &'static str) -> Response {
+/// Who may call an admission path, when client certificates are configured.
+fn authorize(app: &App, req: &Request<Body>) -> Result<(), (StatusCode, String)> {
+    let Some(auth) = &app.client_auth else { return Ok(()) };
+    let peer = req.extensions().get::<Arc<PeerIdentity>>();
+    let Some(peer) = peer.filter(|p| !p.names.is_empty() || p.verified) else {
+        app.metrics.rejected(RejectReason::Unauthenticated);
+        return Err((
+            StatusCode::UNAUTHORIZED,
+            "a client certificate signed by the configured client CA is required on admission paths".into(),
+        ));
+    };
+    if auth.allowed.is_empty() || peer.names.iter().any(|n| auth.allowed.iter().any(|a| a == n)) {
+        return Ok(());
+    }
+    app.metrics.rejected(RejectReason::Forbidden);
+    tracing::warn!(
+        client = %truncate(&peer.names.join(","), LOG_FIELD_MAX),
+        "client certificate identity not in --allowed-client-names"
+    );
+    Err((
+        StatusCode::FORBIDDEN,
+        "this client certificate's identity (CN or SAN) is not allowed to call admission paths".into(),
+    ))
+}
+
+async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, webhook: Webhook) -> Response {
     let started = Instant::now();
+    let deadline = started + app.limits.opts.request_timeout;
+    if let Err((code, message)) = authorize(&app, &req) {
+        return error_before_body(code, message, req.into_body(), false);
+    }
+    let reject = |reason: RejectReason| {
+        app.metrics.rejected(reason);
+        app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
+    };
+    let Some(_slot) = app.limits.request_slot() else {
+        reject(RejectReason::Requests);
+        let msg = "too many requests in flight; retry".to_string();
+        return error_before_body(StatusCode::SERVICE_UNAVAILABLE, msg, req.into_body(), true);
+    };
+    let max = app.limits.opts.max_body;
     let declared =
         req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY) {
-        app.metrics.observe(webhook, "", "error", started.elapsed().as_secs_f64());
-        return error(StatusCode::PAYLOAD_TOO_LARGE, format!("request body over the {MAX_BODY}-byte limit"));
-    }
-    let Ok(_permit) = app.limit.clone().acquire_owned().await else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
-    };
-    // A body that trickles in must not hold a decision slot forever.
-    let body = tokio::time::timeout(BODY_TIMEOUT, to_bytes(req.into_body(), MAX_BODY)).await;
-    let Ok(body) = body else {
-        app.metrics.observe(webhook, "", "error", started.elapsed().as_secs_f64());
-        return error(StatusCode::REQUEST_TIMEOUT, format!("the request body did not arrive within {BODY_TIMEOUT:?}"));
-    };
-    let bytes = match body {
+    // The body is read completely (bounded in size and time) before a decision
+    // slot is taken: a client that stalls its body holds no decision slot.
+    let body_deadline = deadline.min(started + app.limits.opts.body_timeout);
+    let (bytes, _held) = match app.limits.read_body(req.into_body(), declared, body_deadline).await {
         Ok(b) => b,
-        Err(e) => {
-            app.metrics.observe(webhook, "", "error", started.elapsed().as_secs_f64());
-            let too_big = std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"))
-                || e.to_string().contains("length limit");
-            return if too_big {
-                error(StatusCode::PAYLOAD_TOO_LARGE, format!("request body over the {MAX_BODY}-byte limit"))
-            } else {
-                error(StatusCode::BAD_REQUEST, format!("reading the request body: {e}"))
-            };
+        Err((BodyError::TooLarge, rest)) => {
+            reject(RejectReason::BodyTooLarge);
+            // Read (and discard) a moderately oversize body to its end before
+            // answering: an HTTP/2 client still uploading treats an early
+            // answer plus RST_STREAM as a stream error (curl does), and an
+            // HTTP/1.1 connection stays usable. A body far over the limit is
+            // answered at once.
+            let rest = discard(rest, declared, max, body_deadline).await;
+            return error_before_body(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body over the {max}-byte limit"),
+                rest,
+                false,
+            );
+        }
+        Err((BodyError::Timeout, rest)) => {
+            reject(RejectReason::BodyTimeout);
+            let msg = format!("the request body did not arrive within {:?}", body_deadline - started);
+            return error_before_body(StatusCode::REQUEST_TIMEOUT, msg, rest, false);
+        }
+        Err((BodyError::Budget, rest)) => {
+            reject(RejectReason::BodyBudget);
+            let msg = "request body buffers are full; retry".to_string();
+            return error_before_body(StatusCode::SERVICE_UNAVAILABLE, msg, rest, true);
+        }
+        Err((BodyError::Read(e), rest)) => {
+            app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
+            let msg = format!("reading the request body: {}", truncate(&e, LOG_FIELD_MAX));
+            return error_before_body(StatusCode::BAD_REQUEST, msg, rest, false);
         }
     };
-    let parsed: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => {
-            app.metrics.observe(webhook, "", "error", started.elapsed().as_secs_f64());
-            return error(StatusCode::BAD_REQUEST, format!("body is not JSON: {e}"));
+    let slot = tokio::time::timeout_at(deadline, app.limits.decision_slot(bytes.len())).await.ok().flatten();
+    let Some(slot) = slot else {
+        reject(RejectReason::Decisions);
+        return busy(StatusCode::TOO_MANY_REQUESTS, "every decision slot is busy; retry");
+    };
+    let big = bytes.len() >= BLOCKING_DECISION_BYTES;
+    let parsed = if big {
+        tokio::task::spawn_blocking(move || parse(&bytes)).await.unwrap_or_else(|e| Err(task_failed(e)))
+    } else {
+        parse(&bytes)
+    };
+    let parsed = match parsed {
+        Ok(p) => p,
+        Err((code, message)) => {
+            app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
+            return error(code, message);
         }
     };
-    // The etcd StatefulSet's decision reads the namespace live on a cache miss.
+    // The etcd StatefulSet's decision reads the namespace live on a cache miss
+    // (bounded by the request deadline as well as the cache's own timeout).
     let prefetched = match (&app.hcp_cache, target) {
         (Some(cache), Target::EtcdStatefulSets)
             if parsed.pointer("/request/object/metadata/name").and_then(Value::as_str)
@@ -107,47 +237,127 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
                 .and_then(Value::as_str)
                 .filter(|n| !n.is_empty())
                 .or_else(|| parsed.pointer("/request/object/metadata/namespace").and_then(Value::as_str))
-                .unwrap_or_default();
-            Some(cache.lookup_for(ns).await)
+                .unwrap_or_default()
+                .to_string();
+            match tokio::time::timeout_at(deadline, cache.lookup_for(&ns)).await {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    reject(RejectReason::Deadline);
+                    return busy(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "the HostedControlPlane read did not finish within the request deadline",
+                    );
+                }
+            }
         }
         _ => None,
     };
-    let lookup: Option<&dyn hcp_lookup::Lookup> = match &prefetched {
-        Some(p) => Some(p),
-        None => app.lookup.as_deref().map(|l| l as &dyn hcp_lookup::Lookup),
-    };
-    let decision = DecisionInput { settings: &app.settings, lookup, now: now_unix(), expect: Some(target) };
-    let review = match admission::review_with_outcome(&parsed, &decision) {
-        Ok((r, outcome)) => {
-            if let Some(o) = outcome {
-                let (outcome, reason) = o.labels();
-                app.metrics.etcd_init(outcome, reason);
+    let outcome = if big {
+        let app2 = app.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            decide(&app2, parsed, prefetched.as_ref(), target)
+        });
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(o)) => o,
+            Ok(Err(e)) => Err(task_failed(e)),
+            Err(_) => {
+                reject(RejectReason::Deadline);
+                return busy(StatusCode::SERVICE_UNAVAILABLE, "the review was not decided within the request deadline");
             }
-            r
         }
-        Err(e) => {
-            app.metrics.observe(webhook, "", "error", started.elapsed().as_secs_f64());
-            return error(StatusCode::BAD_REQUEST, e.to_string());
+    } else {
+        let o = decide(&app, parsed, prefetched.as_ref(), target);
+        drop(slot);
+        o
+    };
+    let (parsed, review) = match outcome {
+        Ok(pr) => pr,
+        Err((code, message)) => {
+            app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
+            return error(code, message);
         }
     };
     let elapsed = started.elapsed();
     let req = &parsed["request"];
     let resp = &review["response"];
-    let operation = req["operation"].as_str().unwrap_or_default();
-    let decision = if resp["allowed"] == true { "allowed" } else { "denied" };
+    let operation = Operation::from_request(req["operation"].as_str());
+    let decision = match (resp["allowed"].as_bool(), resp["status"]["code"].as_u64()) {
+        (Some(true), _) => Decision::Allowed,
+        (_, Some(400)) => Decision::CannotDecide,
+        _ => Decision::Denied,
+    };
     app.metrics.observe(webhook, operation, decision, elapsed.as_secs_f64());
+    let field = |v: &Value| truncate(v.as_str().unwrap_or_default(), LOG_FIELD_MAX).into_owned();
     tracing::info!(
-        uid = req["uid"].as_str().unwrap_or_default(),
-        kind = req["kind"]["kind"].as_str().unwrap_or_default(),
-        namespace = req["namespace"].as_str().unwrap_or_default(),
-        name = req["name"].as_str().unwrap_or_default(),
-        operation,
+        uid = field(&req["uid"]),
+        kind = field(&req["kind"]["kind"]),
+        namespace = field(&req["namespace"]),
+        name = field(&req["name"]),
+        operation = field(&req["operation"]),
         dry_run = req["dryRun"].as_bool().unwrap_or(false),
-        decision,
+        decision = decision.as_str(),
         latency_us = elapsed.as_micros() as u64,
         "admission review"
     );
     Json(review).into_response()
+}
+
+/// Reads and drops what is left of a body of at most twice `max` bytes, until
+/// `deadline`; hands back what could not be read (the answer goes first).
+async fn discard(mut body: Body, declared: Option<usize>, max: usize, deadline: Instant) -> Body {
+    use http_body_util::BodyExt as _;
+    let bound = max.saturating_mul(2);
+    if declared.is_some_and(|n| n > bound) {
+        return body;
+    }
+    let mut read = 0usize;
+    while read <= bound {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(f))) => read += f.data_ref().map_or(0, |d| d.len()),
+            Ok(None) => return body,
+            Ok(Some(Err(e))) => {
+                tracing::debug!(read, error = %e, "oversize body: reading the rest failed");
+                break;
+            }
+            Err(_) => {
+                tracing::debug!(read, "oversize body: the rest did not arrive by the body deadline");
+                break;
+            }
+        }
+    }
+    tracing::debug!(read, "oversize body: answering before the end of the body");
+    body
+}
+
+fn parse(bytes: &[u8]) -> Result<Value, (StatusCode, String)> {
+    serde_json::from_slice(bytes).map_err(|e| (StatusCode::BAD_REQUEST, format!("body is not JSON: {e}")))
+}
+
+fn task_failed(e: tokio::task::JoinError) -> (StatusCode, String) {
+    (StatusCode::INTERNAL_SERVER_ERROR, format!("decision task failed: {e}"))
+}
+
+/// Decides a parsed review (counting what the etcd-init mutation did); hands
+/// the request back with the answer. An HTTP error when it is not a review.
+fn decide(
+    app: &App,
+    parsed: Value,
+    prefetched: Option<&hcp_lookup::Prefetched>,
+    target: Target,
+) -> Result<(Value, Value), (StatusCode, String)> {
+    let lookup: Option<&dyn hcp_lookup::Lookup> = match prefetched {
+        Some(p) => Some(p),
+        None => app.lookup.as_deref().map(|l| l as &dyn hcp_lookup::Lookup),
+    };
+    let decision = DecisionInput { settings: &app.settings, lookup, now: now_unix(), expect: Some(target) };
+    let (review, outcome) =
+        admission::review_with_outcome(&parsed, &decision).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+    if let Some(o) = outcome {
+        let (outcome, reason) = o.labels();
+        app.metrics.etcd_init(outcome, reason);
+    }
+    Ok((parsed, review))
 }
 
 fn now_unix() -> i64 {

@@ -8,6 +8,17 @@
 //! Kubernetes Secret volumes swap a `..data` symlink atomically, which a watch
 //! on the old inode can miss, while reading the paths again always sees the
 //! new pair. A pair that fails to load is logged and the old one kept.
+//!
+//! A pair is refused (at start-up: the server does not start; on reload: the
+//! previous pair keeps serving) when it does not parse, the key does not match,
+//! the leaf is expired or not yet valid, or it does not name every
+//! `--expect-san` name. Each refusal is logged with its reason and counted in
+//! `certificate_rejected_total{reason}`.
+//!
+//! The client CA (`--client-ca`) is reloaded the same way: the verifier is
+//! swapped, so a rotated apiserver client CA needs no restart. Clients without
+//! a certificate still complete the handshake (probes, Prometheus); the
+//! admission paths then refuse them (see `routes::authorize`).
 
 use std::{
     path::{Path, PathBuf},
@@ -24,7 +35,40 @@ use rustls::{
     RootCertStore, ServerConfig,
 };
 
-use super::{metrics::Metrics, ServerError};
+use rustls::{
+    client::danger::HandshakeSignatureValid,
+    pki_types::UnixTime,
+    server::danger::{ClientCertVerified, ClientCertVerifier},
+    DigitallySignedStruct, DistinguishedName, SignatureScheme,
+};
+
+use super::{
+    metrics::{CertProblem, Metrics},
+    ServerError,
+};
+
+/// Why a pair was refused, and the message for the log.
+#[derive(Debug)]
+pub struct CertRefused {
+    pub problem: CertProblem,
+    pub message: String,
+}
+
+impl std::fmt::Display for CertRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<CertRefused> for ServerError {
+    fn from(e: CertRefused) -> Self {
+        ServerError::Tls(e.message)
+    }
+}
+
+fn invalid(message: String) -> CertRefused {
+    CertRefused { problem: CertProblem::Invalid, message }
+}
 
 /// A serving certificate and what is known about it.
 pub struct LoadedCert {
@@ -60,51 +104,200 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// Loads a certificate chain and key from PEM files.
-pub fn load_pair(cert: &Path, key: &Path) -> Result<LoadedCert, ServerError> {
-    let cert_pem = std::fs::read(cert).map_err(|e| ServerError::Tls(format!("reading {}: {e}", cert.display())))?;
-    let key_pem = std::fs::read(key).map_err(|e| ServerError::Tls(format!("reading {}: {e}", key.display())))?;
+/// Loads a certificate chain and key from PEM files and checks the leaf: valid
+/// now (`now`, Unix seconds) and naming every one of `expect_sans`.
+pub fn load_pair(cert: &Path, key: &Path, expect_sans: &[String], now: i64) -> Result<LoadedCert, CertRefused> {
+    let cert_pem = std::fs::read(cert).map_err(|e| invalid(format!("reading {}: {e}", cert.display())))?;
+    let key_pem = std::fs::read(key).map_err(|e| invalid(format!("reading {}: {e}", key.display())))?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<_, _>>()
-        .map_err(|e| ServerError::Tls(format!("{}: {e}", cert.display())))?;
+        .map_err(|e| invalid(format!("{}: {e}", cert.display())))?;
     let Some(leaf) = chain.first() else {
-        return Err(ServerError::Tls(format!("{}: no certificate in the file", cert.display())));
+        return Err(invalid(format!("{}: no certificate in the file", cert.display())));
     };
-    let not_after = x509_parser::parse_x509_certificate(leaf.as_ref())
-        .map(|(_, c)| c.validity().not_after.timestamp())
-        .map_err(|e| ServerError::Tls(format!("{}: {e}", cert.display())))?;
-    let private =
-        PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| ServerError::Tls(format!("{}: {e}", key.display())))?;
+    let (_, parsed) =
+        x509_parser::parse_x509_certificate(leaf.as_ref()).map_err(|e| invalid(format!("{}: {e}", cert.display())))?;
+    let not_before = parsed.validity().not_before.timestamp();
+    let not_after = parsed.validity().not_after.timestamp();
+    if now > not_after {
+        return Err(CertRefused {
+            problem: CertProblem::Expired,
+            message: format!(
+                "{}: the certificate expired at {} (now {now}, Unix seconds); renew it",
+                cert.display(),
+                parsed.validity().not_after
+            ),
+        });
+    }
+    if now < not_before {
+        return Err(CertRefused {
+            problem: CertProblem::NotYetValid,
+            message: format!(
+                "{}: the certificate is not valid before {} (now {now}, Unix seconds); check the clock or the issuer",
+                cert.display(),
+                parsed.validity().not_before
+            ),
+        });
+    }
+    let names = san_names(&parsed);
+    let missing: Vec<&String> =
+        expect_sans.iter().filter(|want| !names.iter().any(|have| san_matches(have, want))).collect();
+    if !missing.is_empty() {
+        return Err(CertRefused {
+            problem: CertProblem::WrongSan,
+            message: format!(
+                "{}: the certificate does not name {missing:?} (its subjectAltNames: {names:?}); the apiserver would refuse it",
+                cert.display()
+            ),
+        });
+    }
+    let private = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| invalid(format!("{}: {e}", key.display())))?;
     let certified = CertifiedKey::from_der(chain, private, &provider())
-        .map_err(|e| ServerError::Tls(format!("{} / {}: {e}", cert.display(), key.display())))?;
+        .map_err(|e| invalid(format!("{} / {}: {e}", cert.display(), key.display())))?;
     let mut source = cert_pem;
     source.extend_from_slice(&key_pem);
     Ok(LoadedCert { key: Arc::new(certified), not_after, source })
 }
 
-/// The rustls config: TLS 1.2 + 1.3, h2 and http/1.1, optional client CA.
-pub fn server_config(resolver: Arc<ReloadingResolver>, client_ca: Option<&Path>) -> Result<ServerConfig, ServerError> {
+/// DNS and IP subjectAltNames of a certificate, as text.
+fn san_names(cert: &x509_parser::certificate::X509Certificate<'_>) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let mut out = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            match n {
+                GeneralName::DNSName(d) => out.push(d.to_ascii_lowercase()),
+                GeneralName::IPAddress(b) => {
+                    if let Ok(a) = <[u8; 4]>::try_from(*b) {
+                        out.push(std::net::IpAddr::from(a).to_string());
+                    } else if let Ok(a) = <[u8; 16]>::try_from(*b) {
+                        out.push(std::net::IpAddr::from(a).to_string());
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Whether SAN `have` covers `want` (exact, case-insensitive; `*.` covers one label).
+fn san_matches(have: &str, want: &str) -> bool {
+    let want = want.to_ascii_lowercase();
+    if have == want {
+        return true;
+    }
+    match (have.strip_prefix("*."), want.split_once('.')) {
+        (Some(suffix), Some((label, rest))) => !label.is_empty() && rest == suffix,
+        _ => false,
+    }
+}
+
+/// The identities a client certificate carries: its subject CNs, DNS and URI
+/// subjectAltNames.
+pub fn client_names(der: &[u8]) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else { return Vec::new() };
+    let mut out: Vec<String> =
+        cert.subject().iter_common_name().filter_map(|cn| cn.as_str().ok().map(str::to_string)).collect();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            match n {
+                GeneralName::DNSName(d) | GeneralName::URI(d) => out.push((*d).to_string()),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// A client-certificate verifier that can be swapped when the CA file changes.
+#[derive(Debug)]
+pub struct ReloadingClientVerifier {
+    current: ArcSwap<Arc<dyn ClientCertVerifier>>,
+}
+
+impl ReloadingClientVerifier {
+    pub fn store(&self, v: Arc<dyn ClientCertVerifier>) {
+        self.current.store(Arc::new(v));
+    }
+}
+
+impl ClientCertVerifier for ReloadingClientVerifier {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+    fn client_auth_mandatory(&self) -> bool {
+        // Probes and Prometheus connect without one; admission paths check.
+        false
+    }
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        // No hints (the CA can change under us); clients send their certificate anyway.
+        &[]
+    }
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.current.load().verify_client_cert(end_entity, intermediates, now)
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current.load().verify_tls12_signature(message, cert, dss)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current.load().verify_tls13_signature(message, cert, dss)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.current.load().supported_verify_schemes()
+    }
+}
+
+/// A verifier for the CA bundle in `pem` (bytes of the `--client-ca` file).
+pub fn client_verifier(pem: &[u8], path: &Path) -> Result<Arc<dyn ClientCertVerifier>, ServerError> {
+    let mut roots = RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(pem) {
+        let c = c.map_err(|e| ServerError::Tls(format!("{}: {e}", path.display())))?;
+        roots.add(c).map_err(|e| ServerError::Tls(format!("{}: {e}", path.display())))?;
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| ServerError::Tls(format!("client CA {}: {e}", path.display())))
+}
+
+/// The rustls config: TLS 1.2 + 1.3, h2 and http/1.1, optional client CA
+/// (then also the verifier, for [`reload_loop`] to swap).
+pub fn server_config(
+    resolver: Arc<ReloadingResolver>,
+    client_ca: Option<&Path>,
+) -> Result<(ServerConfig, Option<Arc<ReloadingClientVerifier>>), ServerError> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| ServerError::Tls(e.to_string()))?;
-    let builder = match client_ca {
-        None => builder.with_no_client_auth(),
+    let (builder, verifier) = match client_ca {
+        None => (builder.with_no_client_auth(), None),
         Some(path) => {
             let pem = std::fs::read(path).map_err(|e| ServerError::Tls(format!("reading {}: {e}", path.display())))?;
-            let mut roots = RootCertStore::empty();
-            for c in CertificateDer::pem_slice_iter(&pem) {
-                let c = c.map_err(|e| ServerError::Tls(format!("{}: {e}", path.display())))?;
-                roots.add(c).map_err(|e| ServerError::Tls(format!("{}: {e}", path.display())))?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-                .build()
-                .map_err(|e| ServerError::Tls(format!("client CA {}: {e}", path.display())))?;
-            builder.with_client_cert_verifier(verifier)
+            let inner = client_verifier(&pem, path)?;
+            let v = Arc::new(ReloadingClientVerifier { current: ArcSwap::new(Arc::new(inner)) });
+            (builder.with_client_cert_verifier(v.clone()), Some(v))
         }
     };
     let mut cfg = builder.with_cert_resolver(resolver);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(cfg)
+    Ok((cfg, verifier))
 }
 
 /// Watches the directories of `files`; every event wakes `wake`. `None`
@@ -128,18 +321,30 @@ pub fn watch(files: &[&Path], wake: Arc<tokio::sync::Notify>) -> Option<notify::
     Some(watcher)
 }
 
-/// Reloads the certificate files when watched or every `interval`, and swaps
-/// in a changed, valid pair.
-pub async fn reload_loop(
-    cert: PathBuf,
-    key: PathBuf,
-    resolver: Arc<ReloadingResolver>,
-    mut last: Vec<u8>,
-    interval: Duration,
-    metrics: Arc<Metrics>,
-) {
+/// What [`reload_loop`] keeps current.
+pub struct ReloadTargets {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub expect_sans: Vec<String>,
+    pub resolver: Arc<ReloadingResolver>,
+    /// The client CA file and the verifier built from it.
+    pub client_ca: Option<(PathBuf, Arc<ReloadingClientVerifier>)>,
+}
+
+/// Reloads the certificate files (and the client CA) when watched or every
+/// `interval`, and swaps in a changed, valid pair.
+pub async fn reload_loop(t: ReloadTargets, mut last: Vec<u8>, interval: Duration, metrics: Arc<Metrics>) {
     let wake = Arc::new(tokio::sync::Notify::new());
-    let _watcher = watch(&[&cert, &key], wake.clone());
+    let mut watched: Vec<&Path> = vec![&t.cert, &t.key];
+    if let Some((ca, _)) = &t.client_ca {
+        watched.push(ca);
+    }
+    let _watcher = watch(&watched, wake.clone());
+    let mut last_ca: Option<Vec<u8>> = match &t.client_ca {
+        Some((ca, _)) => std::fs::read(ca).ok(),
+        None => None,
+    };
+    let (mut pending, mut reported): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -150,25 +355,64 @@ pub async fn reload_loop(
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-        let (c, k) = (cert.clone(), key.clone());
+        let (c, k, sans) = (t.cert.clone(), t.key.clone(), t.expect_sans.clone());
         // File reads are blocking: keep them off the async workers.
-        let loaded = tokio::task::spawn_blocking(move || load_pair(&c, &k)).await;
+        let loaded = tokio::task::spawn_blocking(move || {
+            let seen = [std::fs::read(&c).unwrap_or_default(), std::fs::read(&k).unwrap_or_default()].concat();
+            (seen, load_pair(&c, &k, &sans, unix_now()))
+        })
+        .await;
         match loaded {
-            Ok(Ok(pair)) if pair.source != last => {
-                resolver.store(pair.key);
+            Ok((_, Ok(pair))) if pair.source != last => {
+                t.resolver.store(pair.key);
                 last = pair.source;
-                metrics.cert_reloaded(true, pair.not_after);
-                tracing::info!(cert = %cert.display(), not_after = pair.not_after, "serving certificate reloaded");
+                (pending, reported) = (None, None);
+                metrics.cert_reloaded(pair.not_after);
+                tracing::info!(cert = %t.cert.display(), not_after = pair.not_after, "serving certificate reloaded");
             }
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                // Mid-rotation (cert written, key not yet) or broken: keep the old pair.
-                if std::fs::read(&cert).map(|c| !last.starts_with(&c)).unwrap_or(true) {
-                    metrics.cert_reloaded(false, 0);
-                    tracing::warn!(error = %e, "new certificate pair does not load; still serving the previous one");
+            Ok((_, Ok(_))) => {}
+            Ok((seen, Err(e))) => {
+                // Each refused content is reported once, and only when it is
+                // still there at the next look: a pair caught mid-rotation
+                // (certificate written, key not yet) is not a failure.
+                if reported.as_ref() != Some(&seen) {
+                    if pending.as_ref() == Some(&seen) {
+                        metrics.cert_reload_failed(e.problem);
+                        tracing::error!(
+                            reason = e.problem.as_str(),
+                            error = %e,
+                            "new serving certificate refused; still serving the previous one"
+                        );
+                        reported = Some(seen);
+                        pending = None;
+                    } else {
+                        pending = Some(seen);
+                    }
                 }
             }
             Err(e) => tracing::error!(error = %e, "certificate reload task failed"),
         }
+        if let Some((ca, verifier)) = &t.client_ca {
+            let now = std::fs::read(ca).ok();
+            if now.is_some() && now != last_ca {
+                let pem = now.clone().unwrap_or_default();
+                match client_verifier(&pem, ca) {
+                    Ok(v) => {
+                        verifier.store(v);
+                        metrics.client_ca_reloaded(true);
+                        tracing::info!(client_ca = %ca.display(), "client CA reloaded");
+                    }
+                    Err(e) => {
+                        metrics.client_ca_reloaded(false);
+                        tracing::error!(error = %e, "new client CA refused; still trusting the previous one");
+                    }
+                }
+                last_ca = now;
+            }
+        }
     }
+}
+
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }

@@ -20,6 +20,8 @@ pub fn install_provider() {
 
 pub struct Client {
     config: Arc<ClientConfig>,
+    /// The same, offering only `h2` in ALPN.
+    h2_config: Arc<ClientConfig>,
 }
 
 pub struct Reply {
@@ -61,7 +63,42 @@ impl Client {
         let mut config = config;
         // Fresh handshakes only: a resumed session would hide a rotated certificate.
         config.resumption = rustls::client::Resumption::disabled();
-        Self { config: Arc::new(config) }
+        let mut h2 = config.clone();
+        h2.alpn_protocols = vec![b"h2".to_vec()];
+        Self { config: Arc::new(config), h2_config: Arc::new(h2) }
+    }
+
+    /// A TLS connection that has finished its handshake (HTTP/1.1 ALPN-less).
+    pub async fn connect(&self, addr: SocketAddr) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+        let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+        TlsConnector::from(self.config.clone())
+            .connect(ServerName::try_from("localhost").map_err(|e| e.to_string())?, tcp)
+            .await
+            .map_err(|e| format!("tls: {e}"))
+    }
+
+    /// An HTTP/2 connection (ALPN h2): a request sender.
+    pub async fn h2(&self, addr: SocketAddr) -> Result<hyper::client::conn::http2::SendRequest<H2Body>, String> {
+        let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+        let tls = TlsConnector::from(self.h2_config.clone())
+            .connect(ServerName::try_from("localhost").map_err(|e| e.to_string())?, tcp)
+            .await
+            .map_err(|e| format!("tls: {e}"))?;
+        if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+            return Err("the server did not negotiate h2".into());
+        }
+        let (sender, conn) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), TokioIo::new(tls))
+                .await
+                .map_err(|e| format!("h2 handshake: {e}"))?;
+        tokio::spawn(conn);
+        Ok(sender)
+    }
+
+    /// One request over HTTP/2 on a fresh connection.
+    pub async fn request_h2(&self, addr: SocketAddr, method: &str, path: &str, body: H2Body) -> Result<Reply, String> {
+        let mut sender = self.h2(addr).await?;
+        send_h2(&mut sender, method, path, body).await
     }
 
     /// Writes a POST by hand (ignoring write errors, as Go's client does when
@@ -120,7 +157,44 @@ impl Client {
         Ok(Reply { status, body, server_cert })
     }
 
+    pub async fn post_json_h2(&self, addr: SocketAddr, path: &str, v: &serde_json::Value) -> Result<Reply, String> {
+        self.request_h2(addr, "POST", path, full(serde_json::to_vec(v).unwrap_or_default())).await
+    }
+
     pub async fn post_json(&self, addr: SocketAddr, path: &str, v: &serde_json::Value) -> Result<Reply, String> {
         self.request(addr, "POST", path, serde_json::to_vec(v).unwrap_or_default()).await
     }
+}
+
+/// Request bodies of the HTTP/2 client: whole or streamed.
+pub type H2Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
+
+pub fn full(body: Vec<u8>) -> H2Body {
+    Full::new(Bytes::from(body)).boxed()
+}
+
+/// A body sent in `chunk`-byte frames with no declared length.
+pub fn streamed(body: Vec<u8>, chunk: usize) -> H2Body {
+    let frames: Vec<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>> =
+        body.chunks(chunk.max(1)).map(|c| Ok(hyper::body::Frame::data(Bytes::copy_from_slice(c)))).collect();
+    http_body_util::StreamBody::new(futures::stream::iter(frames)).boxed()
+}
+
+pub async fn send_h2(
+    sender: &mut hyper::client::conn::http2::SendRequest<H2Body>,
+    method: &str,
+    path: &str,
+    body: H2Body,
+) -> Result<Reply, String> {
+    sender.ready().await.map_err(|e| format!("ready: {e}"))?;
+    let req = Request::builder()
+        .method(method)
+        .uri(format!("https://localhost{path}"))
+        .header("content-type", "application/json")
+        .body(body)
+        .map_err(|e| e.to_string())?;
+    let resp = sender.send_request(req).await.map_err(|e| format!("send: {e}"))?;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.map_err(|e| format!("body: {e}"))?.to_bytes().to_vec();
+    Ok(Reply { status, body, server_cert: Vec::new() })
 }

@@ -25,20 +25,33 @@ impl Running {
     }
 }
 
-/// Serves with `dir/tls.crt` and `dir/tls.key`.
-pub async fn start(dir: &Path, client_ca: Option<&Path>, reload: Duration, lookups: LookupSource) -> Running {
-    super::https::install_provider();
-    let opts = ServeOptions {
+/// Default options serving `dir/tls.crt` and `dir/tls.key`.
+pub fn options(dir: &Path, client_ca: Option<&Path>, reload: Duration, lookups: LookupSource) -> ServeOptions {
+    ServeOptions {
         listen: "127.0.0.1:0".parse().expect("addr"),
         tls_cert: dir.join("tls.crt"),
         tls_key: dir.join("tls.key"),
         client_ca: client_ca.map(Path::to_path_buf),
         settings: Settings::default(),
         reload_interval: reload,
-        max_concurrent: 64,
+        limits: hcp_etcd_admission::server::limits::LimitOptions::default(),
+        drain_delay: Duration::ZERO,
         shutdown_grace: Duration::from_secs(5),
+        expect_sans: Vec::new(),
+        allowed_client_names: Vec::new(),
         lookups,
-    };
+    }
+}
+
+/// Serves with `dir/tls.crt` and `dir/tls.key`.
+pub async fn start(dir: &Path, client_ca: Option<&Path>, reload: Duration, lookups: LookupSource) -> Running {
+    start_with(options(dir, client_ca, reload, lookups)).await
+}
+
+/// Serves with `opts` (its `listen` is replaced by an ephemeral loopback port
+/// only if it is port 0 already).
+pub async fn start_with(opts: ServeOptions) -> Running {
+    super::https::install_provider();
     let server = Server::bind(opts).await.expect("bind");
     let addr = server.local_addr().expect("addr");
     let (tx, rx) = oneshot::channel::<()>();

@@ -1,0 +1,205 @@
+//! What bounds the server's memory and time, and the bounded body reader.
+//!
+//! A request goes through, in order:
+//!
+//! 1. an **in-flight slot** (`max_requests`; none free: 503 + `Retry-After`);
+//! 2. the **body**, read to the end before any decision slot is taken, within
+//!    the body deadline (408) and the size limit (413). The first
+//!    [`Limits::body_free`] bytes of every body are covered by its in-flight
+//!    slot; anything beyond is charged to a shared **body budget** (none left:
+//!    503 + `Retry-After`), so clients that stall big bodies can hold at most
+//!    that budget, and small reviews never wait for it;
+//! 3. a **decision slot**, weighted by body size (one unit per started MiB),
+//!    waited for at most `queue_wait` (then 429 + `Retry-After`);
+//! 4. the decision, all of it inside the per-request deadline (503 after it).
+//!
+//! Worst-case memory is therefore about `max_requests × body_free +
+//! body_budget + max_decision_units MiB × (parse expansion)`; the README's
+//! deploy section has the numbers behind the Deployment's memory limit.
+
+use std::{sync::Arc, time::Duration};
+
+use axum::body::{Body, Bytes};
+use http_body_util::BodyExt as _;
+use tokio::{
+    sync::{OwnedSemaphorePermit, Semaphore},
+    time::Instant,
+};
+
+/// Largest AdmissionReview body accepted: an UPDATE carries `object` and
+/// `oldObject`, each up to kube-apiserver's 3 MiB request limit, plus the
+/// envelope (userInfo, options, names): 2 × 3 MiB + 1 MiB.
+pub const MAX_BODY: usize = 7 * 1024 * 1024;
+
+/// The limits of one server (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct LimitOptions {
+    /// Largest body (413 above).
+    pub max_body: usize,
+    /// Time from request headers to the last body byte (408 after).
+    pub body_timeout: Duration,
+    /// Time from request headers to the answer (503 after); below the
+    /// webhook's `timeoutSeconds` so the apiserver gets an answer, not a timeout.
+    pub request_timeout: Duration,
+    /// Requests in flight at once, all connections and streams together.
+    pub max_requests: usize,
+    /// Bytes of body buffered for all requests together beyond each request's
+    /// first `body_free` bytes.
+    pub body_budget: usize,
+    /// Bytes of every body not charged to the shared budget.
+    pub body_free: usize,
+    /// Decision units (one per started MiB of body) at once.
+    pub max_decision_units: u32,
+    /// Longest a request waits for a decision slot before a 429.
+    pub queue_wait: Duration,
+    /// Open TLS connections at once; more are closed on accept.
+    pub max_connections: usize,
+    /// A new connection has this long for its TLS handshake, and again for its
+    /// first request.
+    pub header_read_timeout: Duration,
+    /// A connection with no request in flight for this long is closed
+    /// (HTTP/1.1 keep-alive and HTTP/2 alike).
+    pub idle_timeout: Duration,
+    /// Streams one HTTP/2 connection may have open at once.
+    pub h2_max_streams: u32,
+}
+
+impl Default for LimitOptions {
+    fn default() -> Self {
+        Self {
+            max_body: MAX_BODY,
+            body_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(4),
+            max_requests: 512,
+            body_budget: 64 * 1024 * 1024,
+            body_free: 64 * 1024,
+            max_decision_units: 16,
+            queue_wait: Duration::from_millis(1000),
+            max_connections: 1024,
+            header_read_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(30),
+            h2_max_streams: 16,
+        }
+    }
+}
+
+/// The live limits: options plus the semaphores that enforce them.
+pub struct Limits {
+    pub opts: LimitOptions,
+    requests: Arc<Semaphore>,
+    /// In KiB.
+    body_budget: Arc<Semaphore>,
+    decisions: Arc<Semaphore>,
+}
+
+/// Why a body was not read.
+#[derive(Debug)]
+pub enum BodyError {
+    TooLarge,
+    Timeout,
+    Budget,
+    Read(String),
+}
+
+/// Holds what a request was granted; released when dropped.
+pub struct Held {
+    _budget: Option<OwnedSemaphorePermit>,
+}
+
+impl Limits {
+    pub fn new(opts: LimitOptions) -> Self {
+        let budget_kib = (opts.body_budget / 1024).min(Semaphore::MAX_PERMITS);
+        Self {
+            requests: Arc::new(Semaphore::new(opts.max_requests.clamp(1, Semaphore::MAX_PERMITS))),
+            body_budget: Arc::new(Semaphore::new(budget_kib)),
+            decisions: Arc::new(Semaphore::new(opts.max_decision_units.max(1) as usize)),
+            opts,
+        }
+    }
+
+    /// An in-flight slot, or `None` when all are taken.
+    pub fn request_slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.requests.clone().try_acquire_owned().ok()
+    }
+
+    /// Reads the whole body by `deadline`, charging the shared budget for
+    /// bytes beyond the free allowance. On error the unread rest of the body
+    /// is handed back: the answer must be sent before it is dropped (HTTP/2
+    /// then ends the request stream with NO_ERROR after the answer, not with
+    /// CANCEL before it).
+    pub async fn read_body(
+        &self,
+        mut body: Body,
+        declared: Option<usize>,
+        deadline: Instant,
+    ) -> Result<(Bytes, Held), (BodyError, Body)> {
+        match self.read_into(&mut body, declared, deadline).await {
+            Ok(done) => Ok(done),
+            Err(e) => Err((e, body)),
+        }
+    }
+
+    async fn read_into(
+        &self,
+        body: &mut Body,
+        declared: Option<usize>,
+        deadline: Instant,
+    ) -> Result<(Bytes, Held), BodyError> {
+        let max = self.opts.max_body;
+        if declared.is_some_and(|n| n > max) {
+            return Err(BodyError::TooLarge);
+        }
+        let mut budget: Option<OwnedSemaphorePermit> = None;
+        let mut charged_kib = 0usize;
+        let mut charge = |bytes: usize, budget: &mut Option<OwnedSemaphorePermit>| -> Result<(), BodyError> {
+            let kib = bytes.saturating_sub(self.opts.body_free).div_ceil(1024);
+            if kib > charged_kib {
+                let more = u32::try_from(kib - charged_kib).map_err(|_| BodyError::Budget)?;
+                let permit = self.body_budget.clone().try_acquire_many_owned(more).map_err(|_| BodyError::Budget)?;
+                match budget {
+                    Some(p) => p.merge(permit),
+                    None => *budget = Some(permit),
+                }
+                charged_kib = kib;
+            }
+            Ok(())
+        };
+        // Memory is charged as it is allocated, and it is only allocated as
+        // bytes arrive: a client that declares a large body and stalls holds
+        // nothing. Growth doubles, capped by the declared length.
+        let cap_limit = declared.unwrap_or(max);
+        let mut buf: Vec<u8> = Vec::new();
+        loop {
+            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+                Err(_) => return Err(BodyError::Timeout),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => return Err(BodyError::Read(e.to_string())),
+                Ok(Some(Ok(f))) => f,
+            };
+            let Ok(data) = frame.into_data() else { continue };
+            let len = buf.len().saturating_add(data.len());
+            if len > max {
+                return Err(BodyError::TooLarge);
+            }
+            if len > buf.capacity() {
+                let want = buf.capacity().saturating_mul(2).max(len).max(16 * 1024).min(cap_limit.max(len));
+                charge(want, &mut budget)?;
+                buf.reserve_exact(want - buf.len());
+            }
+            buf.extend_from_slice(&data);
+        }
+        Ok((Bytes::from(buf), Held { _budget: budget }))
+    }
+
+    /// Decision units for a body of `len` bytes: one per started MiB.
+    pub fn units_for(&self, len: usize) -> u32 {
+        let units = u32::try_from(len / (1024 * 1024) + 1).unwrap_or(u32::MAX);
+        units.clamp(1, self.opts.max_decision_units.max(1))
+    }
+
+    /// A decision slot for a body of `len` bytes, waiting at most `queue_wait`.
+    pub async fn decision_slot(&self, len: usize) -> Option<OwnedSemaphorePermit> {
+        let units = self.units_for(len);
+        tokio::time::timeout(self.opts.queue_wait, self.decisions.clone().acquire_many_owned(units)).await.ok()?.ok()
+    }
+}

@@ -54,7 +54,7 @@ fn kustomizations_reference_existing_files() {
         }
         n += 1;
     }
-    assert_eq!(n, 3, "base + two overlays");
+    assert_eq!(n, 5, "base, three overlays, monitoring");
 }
 
 #[test]
@@ -85,7 +85,205 @@ fn registrations_are_explicit_and_safe() {
         }
     }
     let vwc = objects.iter().find(|(_, d)| d["kind"] == "ValidatingWebhookConfiguration").expect("vwc");
-    assert!(vwc.1.to_string().contains("hcpetcdbackups/status"), "status updates are validated");
+    assert!(
+        !vwc.1.to_string().contains("hcpetcdbackups/status"),
+        "status writes are judged by the CRD itself, not sent here (README)"
+    );
+}
+
+/// Evaluates a webhook's matchConditions the way the apiserver does (CEL over
+/// `request`, `object`, `oldObject`; all must be true).
+fn matches(conditions: &Value, review: &Value) -> bool {
+    use kube_cel::cel::{Context, Program, Value as Cel};
+    let req = &review["request"];
+    let mut ctx = Context::default();
+    ctx.add_variable("request", req).expect("request");
+    ctx.add_variable("object", &req["object"]).expect("object");
+    ctx.add_variable("oldObject", &req["oldObject"]).expect("oldObject");
+    conditions.as_array().expect("matchConditions").iter().all(|c| {
+        let expr = c["expression"].as_str().expect("expression");
+        let program = Program::compile(expr).unwrap_or_else(|e| panic!("{expr}: {e:?}"));
+        match program.execute(&ctx) {
+            Ok(Cel::Bool(b)) => b,
+            other => panic!("{}: {other:?}", c["name"]),
+        }
+    })
+}
+
+#[test]
+fn match_conditions_send_only_what_is_judged() {
+    let objects = all_objects();
+    let hc = serde_json::json!({
+        "apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedCluster",
+        "metadata": {"name": "prod", "namespace": "clusters", "finalizers": ["hypershift.openshift.io/finalizer"]},
+        "spec": {"etcd": {"managementType": "Managed", "managed": {"storage": {"type": "PersistentVolume"}}}},
+        "status": {"conditions": []}
+    });
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut o = hc.clone();
+        f(&mut o);
+        o
+    };
+    let url_added = with(&|o| {
+        o["spec"]["etcd"]["managed"]["storage"]["restoreSnapshotURL"] = serde_json::json!(["https://b.example/x.db"])
+    });
+    let status_only = with(&|o| o["status"]["conditions"] = serde_json::json!([{"type": "Available"}]));
+    let other_spec = with(&|o| o["spec"]["release"] = serde_json::json!({"image": "x"}));
+    let deleting = with(&|o| {
+        o["metadata"]["deletionTimestamp"] = serde_json::json!("2026-11-29T15:00:00Z");
+        o["metadata"]["finalizers"] = serde_json::json!([]);
+    });
+    let no_etcd = with(&|o| o["spec"] = serde_json::json!({}));
+    let mut kubewarden = None;
+    let mut checked = 0;
+    for (_, doc) in &objects {
+        let hooks: Vec<Value> = match doc["kind"].as_str() {
+            Some("ValidatingWebhookConfiguration") => doc["webhooks"].as_array().cloned().unwrap_or_default(),
+            Some("ClusterAdmissionPolicy") if doc["spec"]["mutating"] == false => {
+                kubewarden = Some(doc["spec"].clone());
+                vec![doc["spec"].clone()]
+            }
+            _ => continue,
+        };
+        for w in hooks {
+            let resources = w["rules"][0]["resources"].as_array().cloned().unwrap_or_default();
+            for resource in resources.iter().filter_map(Value::as_str) {
+                let conds = &w["matchConditions"];
+                let send = |op: &str, new: &Value, old: Option<&Value>| {
+                    let mut new = new.clone();
+                    let mut old = old.cloned();
+                    if resource == "hcpetcdbackups" {
+                        new["kind"] = "HCPEtcdBackup".into();
+                        if let Some(o) = old.as_mut() {
+                            o["kind"] = "HCPEtcdBackup".into();
+                        }
+                    }
+                    matches(conds, &common::admission_review("u", resource, None, op, Some(&new), old.as_ref()))
+                };
+                let what = format!("{}: {resource}", w["name"].as_str().or(Some("kubewarden")).unwrap_or_default());
+                assert!(send("CREATE", &hc, None), "{what}: CREATE is judged");
+                assert!(!send("UPDATE", &deleting, Some(&hc)), "{what}: an object being deleted is skipped");
+                if resource == "hcpetcdbackups" {
+                    assert!(send("UPDATE", &status_only, Some(&hc)), "{what}: backups UPDATEs are judged");
+                    continue;
+                }
+                assert!(send("UPDATE", &url_added, Some(&hc)), "{what}: a spec.etcd change is judged");
+                assert!(!send("UPDATE", &status_only, Some(&hc)), "{what}: status-only UPDATE is skipped");
+                assert!(!send("UPDATE", &other_spec, Some(&hc)), "{what}: spec.etcd unchanged is skipped");
+                assert!(send("UPDATE", &hc, Some(&no_etcd)), "{what}: spec.etcd added is judged");
+                assert!(send("UPDATE", &no_etcd, Some(&hc)), "{what}: spec.etcd removed is judged");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 4, "HostedCluster and HostedControlPlane, webhook and Kubewarden policy");
+    let kw = kubewarden.expect("kubewarden validate policy");
+    assert_eq!(kw["backgroundAudit"], false, "audit has no oldObject: ratcheted rules would report falsely");
+}
+
+#[test]
+fn network_policy_admits_only_the_apiserver_and_monitoring() {
+    let objects = all_objects();
+    let np = &objects.iter().find(|(_, d)| d["kind"] == "NetworkPolicy").expect("NetworkPolicy in webhooks/").1;
+    let deploy = &objects.iter().find(|(_, d)| d["kind"] == "Deployment").expect("deployment").1;
+    assert_eq!(np["spec"]["podSelector"]["matchLabels"], deploy["spec"]["template"]["metadata"]["labels"]);
+    assert_eq!(np["spec"]["policyTypes"], serde_json::json!(["Ingress"]));
+    let ingress = np["spec"]["ingress"].as_array().expect("ingress");
+    assert_eq!(ingress.len(), 2, "apiserver and monitoring, nothing else");
+    assert_eq!(
+        ingress[0]["from"][0]["namespaceSelector"]["matchLabels"]["policy-group.network.openshift.io/host-network"],
+        ""
+    );
+    assert_eq!(
+        ingress[1]["from"][0]["namespaceSelector"]["matchLabels"]["network.openshift.io/policy-group"],
+        "monitoring"
+    );
+    for rule in ingress {
+        assert_eq!(rule["ports"][0]["port"], 8443);
+    }
+    let base = &docs(&common::root().join("webhooks/base/kustomization.yaml"))[0];
+    assert!(base["resources"].to_string().contains("networkpolicy.yaml"));
+}
+
+#[test]
+fn kubewarden_policy_server_may_list_hostedcontrolplanes() {
+    let objects = all_objects();
+    let role = objects
+        .iter()
+        .map(|(_, d)| d)
+        .find(|d| {
+            d["kind"] == "ClusterRole" && d["metadata"]["name"].as_str().unwrap_or_default().contains("kubewarden")
+        })
+        .expect("ClusterRole for the PolicyServer");
+    assert!(role["rules"][0]["resources"].to_string().contains("hostedcontrolplanes"));
+    assert!(role["rules"][0]["verbs"].to_string().contains("list"));
+    let binding = objects
+        .iter()
+        .map(|(_, d)| d)
+        .find(|d| d["kind"] == "ClusterRoleBinding" && d["roleRef"]["name"] == role["metadata"]["name"])
+        .expect("binding");
+    assert_eq!(binding["subjects"][0]["name"], "policy-server");
+    assert_eq!(binding["subjects"][0]["namespace"], "kubewarden");
+    for (_, p) in objects.iter().filter(|(_, d)| d["kind"] == "ClusterAdmissionPolicy") {
+        assert_eq!(p["spec"]["backgroundAudit"], false, "{}", p["metadata"]["name"]);
+    }
+}
+
+#[test]
+fn cert_manager_overlay_is_a_ca_chain() {
+    let objs = docs(&common::root().join("webhooks/overlays/cert-manager/certificate.yaml"));
+    let find = |kind: &str, name: &str| {
+        objs.iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"))
+    };
+    let ca = find("Certificate", "hcp-etcd-admission-ca");
+    assert_eq!(ca["spec"]["isCA"], true);
+    let selfsigned = find("Issuer", ca["spec"]["issuerRef"]["name"].as_str().expect("issuer"));
+    assert!(selfsigned["spec"]["selfSigned"].is_object());
+    let serving = find("Certificate", "hcp-etcd-admission");
+    let ca_issuer = find("Issuer", serving["spec"]["issuerRef"]["name"].as_str().expect("issuer"));
+    assert_eq!(ca_issuer["spec"]["ca"]["secretName"], ca["spec"]["secretName"]);
+    assert!(serving["spec"]["dnsNames"].to_string().contains("hcp-etcd-admission.hcp-etcd-admission.svc"));
+    let k =
+        std::fs::read_to_string(common::root().join("webhooks/overlays/cert-manager/kustomization.yaml")).expect("k");
+    assert!(
+        k.contains("inject-ca-from: hcp-etcd-admission/hcp-etcd-admission-ca"),
+        "the injected bundle is the CA, stable across serving renewals"
+    );
+}
+
+#[test]
+fn prometheus_rule_alerts_on_metrics_the_server_exports() {
+    let rule = &docs(&common::root().join("webhooks/monitoring/prometheusrule.yaml"))[0];
+    use hcp_etcd_admission::server::metrics::{Decision, Metrics, Operation, Webhook};
+    let m = Metrics::new();
+    m.observe(Webhook::HostedClusters, Operation::Create, Decision::Allowed, 0.001);
+    let metrics = m.render();
+    let rules = rule["spec"]["groups"][0]["rules"].as_array().expect("rules");
+    let text: String = rules.iter().filter_map(|r| r["expr"].as_str()).collect();
+    for needle in [
+        "certificate_expiry_timestamp_seconds",
+        "result=\"failure\"",
+        "decision=\"error\"",
+        "cannot_decide",
+        "histogram_quantile(0.99",
+    ] {
+        assert!(text.contains(needle), "no alert uses {needle}");
+    }
+    for r in rules {
+        let expr = r["expr"].as_str().expect("expr");
+        for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if let Some(name) = word.strip_prefix("hcp_etcd_admission_") {
+                let base = name.trim_end_matches("_bucket").trim_end_matches("_total");
+                assert!(
+                    metrics.contains(&format!("hcp_etcd_admission_{base}")),
+                    "{}: unknown metric {word}",
+                    r["alert"]
+                );
+            }
+        }
+    }
 }
 
 #[test]
@@ -103,12 +301,23 @@ fn deployment_flags_exist_and_settings_parse() {
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let args = c["args"].to_string();
+    assert!(args.contains("--listen=[::]:8443"), "dual-stack listener");
+    assert!(args.contains("--drain-seconds=10") && args.contains("--shutdown-grace-seconds=20"));
+    let grace = deploy["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as_u64().expect("grace");
+    assert!(grace > 10 + 20, "terminationGracePeriodSeconds {grace} must cover drain + shutdown grace");
+    let user = deploy["spec"]["template"]["spec"]["securityContext"]["runAsUser"].as_u64().expect("runAsUser");
+    let containerfile = std::fs::read_to_string(common::root().join("Containerfile")).expect("Containerfile");
+    assert!(containerfile.contains(&format!("USER {user}:")), "Deployment runAsUser matches the image's USER");
+    assert!(containerfile.contains("FROM scratch"));
+    let kustomization = &docs(&common::root().join("webhooks/base/kustomization.yaml"))[0];
+    assert_eq!(kustomization["images"][0]["name"], c["image"], "the Deployment's image is the one kustomize sets");
     assert!(objects.iter().any(|(_, d)| d["kind"] == "PodDisruptionBudget"));
     let cm = &objects.iter().find(|(_, d)| d["kind"] == "ConfigMap").expect("configmap").1;
     let settings: Value =
         serde_yaml_ng::from_str(cm["data"]["settings.yaml"].as_str().expect("settings")).expect("yaml");
     Settings::from_json(&settings).expect("the shipped settings are valid");
-    let rbac = objects.iter().find(|(_, d)| d["kind"] == "ClusterRole").expect("role");
+    let rbac = objects.iter().find(|(p, d)| d["kind"] == "ClusterRole" && p.ends_with("base/rbac.yaml")).expect("role");
     assert_eq!(rbac.1["rules"][0]["verbs"], serde_json::json!(["get", "list", "watch"]));
 }
 
@@ -180,6 +389,43 @@ fn certs_inject_fills_every_ca_bundle() {
     }
     let leaf = std::fs::read_to_string(dir.join("certs/tls.crt")).expect("leaf");
     assert!(leaf.contains("BEGIN CERTIFICATE"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certs_renews_with_an_existing_ca_and_keeps_the_bundle() {
+    let dir = std::env::temp_dir().join(format!("hcp-reuse-ca-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let certs_cmd = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
+            .arg("certs")
+            .args(["--service", "localhost", "--namespace", "ns"])
+            .args(args)
+            .output()
+            .expect("certs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let first = certs_cmd(&["--out", &dir.join("one").display().to_string()]);
+    assert!(dir.join("one/ca.key").is_file(), "the CA key is kept for renewals");
+    let second = certs_cmd(&[
+        "--out",
+        &dir.join("two").display().to_string(),
+        "--ca-cert",
+        &dir.join("one/ca.crt").display().to_string(),
+        "--ca-key",
+        &dir.join("one/ca.key").display().to_string(),
+    ]);
+    assert_eq!(first, second, "the caBundle is unchanged");
+    assert!(!dir.join("two/ca.key").exists(), "the CA key is not copied");
+    let leaf = |d: &str| std::fs::read(dir.join(d).join("tls.crt")).expect("leaf");
+    assert_ne!(leaf("one"), leaf("two"), "a new serving pair");
+    // The renewed pair is trusted by a client that only knows the old bundle.
+    let srv = common::running::start(&dir.join("two"), None, Duration::from_secs(60), LookupSource::None).await;
+    let ca = std::fs::read_to_string(dir.join("one/ca.crt")).expect("ca");
+    let r = Client::new(&[&ca], None).request(srv.addr, "GET", "/healthz", vec![]).await.expect("trusted");
+    assert_eq!(r.status, 200);
+    srv.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 

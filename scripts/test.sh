@@ -32,6 +32,9 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --locked --lib --bins --tests 2>&1 | tee "$log"
 
+step "container image: static musl binary FROM scratch, built offline with buildah and smoke-tested"
+scripts/build-image.sh
+
 step "benchmarks, quick mode: each runs once so they cannot rot (no timing assertions)"
 cargo bench --locked --bench decision -- --test
 scripts/bench-load.sh --quick

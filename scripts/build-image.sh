@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds the container image offline and smoke-tests the binary in it.
+#
+#   scripts/build-image.sh [TAG]     (default: hcp-etcd-admission:<crate version>)
+#
+# 1. cargo builds a static x86_64-unknown-linux-musl release binary;
+# 2. buildah (vfs storage, chroot isolation: no daemon, no registry, works as
+#    root in an unprivileged CI container) builds Containerfile FROM scratch;
+# 3. the image is checked: a numeric non-root USER, one file, a static binary
+#    that runs `--version` and `review` from inside the image's filesystem
+#    (buildah mount), and `buildah run` of the entrypoint as that user.
+# Storage lives under $CARGO_TARGET_DIR/buildah, so nothing global is touched.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hcp-etcd-admission/target}"
+target=x86_64-unknown-linux-musl
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+tag="${1:-hcp-etcd-admission:$version}"
+
+command -v buildah >/dev/null || { echo "buildah not installed (Debian: apt-get install buildah)" >&2; exit 1; }
+cargo build --release --locked --target "$target" --bin hcp-etcd-admission
+bin="$CARGO_TARGET_DIR/$target/release/hcp-etcd-admission"
+
+# Static: no program interpreter, no shared libraries.
+if readelf -l "$bin" | grep -q 'INTERP'; then
+  echo "$bin is dynamically linked" >&2; exit 1
+fi
+
+store="$CARGO_TARGET_DIR/buildah"
+b() { buildah --root "$store/root" --runroot "$store/run" --storage-driver vfs "$@"; }
+ctx=$(mktemp -d)
+ctr=""
+cleanup() {
+  if [ -n "$ctr" ]; then b rm "$ctr" >/dev/null 2>&1 || true; fi
+  rm -rf "$ctx"
+}
+trap cleanup EXIT
+cp Containerfile "$ctx/"
+cp "$bin" "$ctx/hcp-etcd-admission"
+b bud --quiet --isolation chroot --layers=false -f "$ctx/Containerfile" -t "$tag" "$ctx" >/dev/null
+
+user=$(b inspect --type image --format '{{.OCIv1.Config.User}}' "$tag")
+[[ "$user" =~ ^[1-9][0-9]*:[0-9]+$ ]] || { echo "image USER is '$user', want numeric non-root uid:gid" >&2; exit 1; }
+entry=$(b inspect --type image --format '{{json .OCIv1.Config.Entrypoint}}' "$tag")
+[ "$entry" = '["/hcp-etcd-admission"]' ] || { echo "entrypoint is $entry" >&2; exit 1; }
+
+ctr=$(b from --quiet "$tag")
+mnt=$(b mount "$ctr")
+files=$(cd "$mnt" && find . -mindepth 1 | sort | tr '\n' ' ')
+[ "$files" = "./hcp-etcd-admission " ] || { echo "unexpected image contents: $files" >&2; exit 1; }
+"$mnt/hcp-etcd-admission" --version | grep -q "hcp-etcd-admission $version"
+"$mnt/hcp-etcd-admission" review tests/reviews/hcpetcdbackup-create-s3.json | grep -Eq '"allowed": ?true'
+"$mnt/hcp-etcd-admission" review tests/reviews/hcpetcdbackup-create-invalid.json | grep -Eq '"allowed": ?false'
+# The entrypoint as the image's user, in the image's root (chroot isolation).
+b run --isolation chroot "$ctr" -- /hcp-etcd-admission --version | grep -q "hcp-etcd-admission $version"
+b umount "$ctr" >/dev/null
+size=$(stat -c %s "$bin")
+echo "built $tag (USER $user, static binary $size bytes) and ran it"

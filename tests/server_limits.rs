@@ -103,6 +103,7 @@ async fn a_review_is_answered_while_hundreds_of_connections_stall_bodies_or_sit_
         assert_eq!(r.json()["response"]["allowed"], true);
         // The webhook timeout is 5 s; the review must not wait for the stallers.
         assert!(took < Duration::from_millis(2500), "attempt {attempt}: answered after {took:?}");
+        eprintln!("attempt {attempt}: review answered in {took:?} beside 300 stalled and 200 idle connections");
         let r = client.post_json_h2(srv.addr, "/validate/hcpetcdbackups", &small_review()).await.expect("h2 review");
         assert_eq!(r.status, 200, "{}", r.text());
     }

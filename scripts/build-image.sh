@@ -36,23 +36,31 @@ cleanup() {
 }
 trap cleanup EXIT
 cp Containerfile "$ctx/"
-cp "$bin" "$ctx/hcp-etcd-admission"
+# Symbols are not needed in the image.
+strip -o "$ctx/hcp-etcd-admission" "$bin"
+# One image per tag: the previous build's layers are dropped.
+b rmi -f "$tag" >/dev/null 2>&1 || true
 b bud --quiet --isolation chroot --layers=false -f "$ctx/Containerfile" -t "$tag" "$ctx" >/dev/null
 
 user=$(b inspect --type image --format '{{.OCIv1.Config.User}}' "$tag")
 [[ "$user" =~ ^[1-9][0-9]*:[0-9]+$ ]] || { echo "image USER is '$user', want numeric non-root uid:gid" >&2; exit 1; }
-entry=$(b inspect --type image --format '{{json .OCIv1.Config.Entrypoint}}' "$tag")
-[ "$entry" = '["/hcp-etcd-admission"]' ] || { echo "entrypoint is $entry" >&2; exit 1; }
+entry=$(b inspect --type image --format '{{.OCIv1.Config.Entrypoint}}' "$tag")
+[ "$entry" = '[/hcp-etcd-admission]' ] || { echo "entrypoint is $entry" >&2; exit 1; }
 
 ctr=$(b from --quiet "$tag")
 mnt=$(b mount "$ctr")
 files=$(cd "$mnt" && find . -mindepth 1 | sort | tr '\n' ' ')
 [ "$files" = "./hcp-etcd-admission " ] || { echo "unexpected image contents: $files" >&2; exit 1; }
-"$mnt/hcp-etcd-admission" --version | grep -q "hcp-etcd-admission $version"
-"$mnt/hcp-etcd-admission" review tests/reviews/hcpetcdbackup-create-s3.json | grep -Eq '"allowed": ?true'
-"$mnt/hcp-etcd-admission" review tests/reviews/hcpetcdbackup-create-invalid.json | grep -Eq '"allowed": ?false'
+# Outputs are captured first: `grep -q` closing the pipe early would fail the writer.
+out=$("$mnt/hcp-etcd-admission" --version)
+grep -q "hcp-etcd-admission $version" <<<"$out"
+out=$("$mnt/hcp-etcd-admission" review tests/reviews/hcpetcdbackup-create-s3.json)
+grep -Eq '"allowed": ?true' <<<"$out"
+out=$("$mnt/hcp-etcd-admission" review tests/reviews/hcpetcdbackup-create-invalid.json)
+grep -Eq '"allowed": ?false' <<<"$out"
 # The entrypoint as the image's user, in the image's root (chroot isolation).
-b run --isolation chroot "$ctr" -- /hcp-etcd-admission --version | grep -q "hcp-etcd-admission $version"
+out=$(b run --isolation chroot "$ctr" -- /hcp-etcd-admission --version)
+grep -q "hcp-etcd-admission $version" <<<"$out"
 b umount "$ctr" >/dev/null
-size=$(stat -c %s "$bin")
+size=$(stat -c %s "$ctx/hcp-etcd-admission")
 echo "built $tag (USER $user, static binary $size bytes) and ran it"

@@ -58,10 +58,9 @@ fn error(code: StatusCode, message: impl Into<String>) -> Response {
 }
 
 /// A response body that owns the unread request body until the answer has
-/// been sent. Dropping a request body early makes HTTP/2 reset the stream
-/// (CANCEL) before the answer goes out; kept until after it, the stream ends
-/// with the answer and then RST_STREAM(NO_ERROR), as RFC 9113 §8.1 describes
-/// for a server that answers before the request is complete.
+/// been sent, so that whatever ends the request stream (HTTP/2:
+/// RST_STREAM(NO_ERROR), RFC 9113 §8.1; HTTP/1.1: closing the connection)
+/// comes after the answer, never before it.
 struct AnswerFirst {
     answer: Option<Bytes>,
     _request: Body,

@@ -285,6 +285,31 @@ async fn saturation_is_answered_at_once_with_retry_after() {
     assert!(metrics.contains("hcp_etcd_admission_rejected_requests_total{reason=\"body_budget\"} 1"), "{metrics}");
     drop(hog);
     srv.stop().await;
+
+    // The connection cap: one over it is closed at once, not queued.
+    let limits = LimitOptions { max_connections: 3, ..LimitOptions::default() };
+    let srv = start(&dir, limits).await;
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(client.connect(srv.addr).await.expect("within the cap"));
+    }
+    let started = std::time::Instant::now();
+    assert!(client.connect(srv.addr).await.is_err(), "a connection over the cap must be refused");
+    assert!(started.elapsed() < Duration::from_secs(1), "refused at once, not queued");
+    drop(open);
+    // Closed connections free their places.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        match client.request(srv.addr, "GET", "/metrics", vec![]).await {
+            Ok(r) => {
+                assert!(r.text().contains("hcp_etcd_admission_rejected_requests_total{reason=\"connections\"} 1"));
+                break;
+            }
+            Err(e) => assert!(tokio::time::Instant::now() < deadline, "places not freed: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    srv.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the container image offline and smoke-tests the binary in it.
 #
-#   scripts/build-image.sh [TAG]     (default: hcp-etcd-admission:<crate version>)
+#   scripts/build-image.sh [TAG]     (default: the image webhooks/base names,
+#                                     quay.io/example/hcp-etcd-admission:<crate version>)
 #
 # 1. cargo builds a static x86_64-unknown-linux-musl release binary;
 # 2. buildah (vfs storage, chroot isolation: no daemon, no registry, works as
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hcp-etcd-admission/target}"
 target=x86_64-unknown-linux-musl
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
-tag="${1:-hcp-etcd-admission:$version}"
+tag="${1:-quay.io/example/hcp-etcd-admission:$version}"
 
 command -v buildah >/dev/null || { echo "buildah not installed (Debian: apt-get install buildah)" >&2; exit 1; }
 cargo build --release --locked --target "$target" --bin hcp-etcd-admission

@@ -312,6 +312,10 @@ fn deployment_flags_exist_and_settings_parse() {
     assert!(containerfile.contains("FROM scratch"));
     let kustomization = &docs(&common::root().join("webhooks/base/kustomization.yaml"))[0];
     assert_eq!(kustomization["images"][0]["name"], c["image"], "the Deployment's image is the one kustomize sets");
+    let built = std::fs::read_to_string(common::root().join("scripts/build-image.sh")).expect("build-image.sh");
+    let image = kustomization["images"][0]["newName"].as_str().expect("newName");
+    assert!(built.contains(&format!("{image}:$version")), "build-image.sh tags the image the manifests deploy");
+    assert_eq!(kustomization["images"][0]["newTag"], env!("CARGO_PKG_VERSION"));
     assert!(objects.iter().any(|(_, d)| d["kind"] == "PodDisruptionBudget"));
     let cm = &objects.iter().find(|(_, d)| d["kind"] == "ConfigMap").expect("configmap").1;
     let settings: Value =

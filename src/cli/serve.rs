@@ -193,7 +193,16 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
         let addr = server.local_addr().map(|a| a.to_string()).unwrap_or_default();
         tracing::info!(listen = %addr, "serving admission webhooks over HTTPS");
         eprintln!("listening on https://{addr}");
-        server.serve(shutdown_signal()).await;
+        // The first SIGTERM/SIGINT drains; a second one stops at once (an
+        // operator at a terminal does not have to wait for the drain).
+        let twice = async {
+            shutdown_signal().await;
+            shutdown_signal().await;
+        };
+        tokio::select! {
+            _ = server.serve(shutdown_signal()) => {}
+            _ = twice => tracing::warn!("second signal: stopping without finishing the drain"),
+        }
         tracing::info!("stopped");
         anyhow::Ok(0)
     })

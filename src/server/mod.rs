@@ -235,7 +235,7 @@ impl Server {
                     drain_until.as_mut().reset(tokio::time::Instant::now() + opts.drain_delay);
                     tracing::info!(
                         drain_s = opts.drain_delay.as_secs_f64(),
-                        "SIGTERM: /readyz now 503; still serving until endpoints drop this pod"
+                        "shutdown signal: /readyz now 503; still serving until endpoints drop this pod"
                     );
                     continue;
                 }

@@ -182,6 +182,38 @@ fn match_conditions_send_only_what_is_judged() {
 }
 
 #[test]
+fn the_mutation_skips_statefulsets_being_deleted() {
+    let sts = |name: &str, deleting: bool| {
+        let mut o = serde_json::json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": "clusters-prod"}, "spec": {}});
+        if deleting {
+            o["metadata"]["deletionTimestamp"] = serde_json::json!("2026-11-29T15:00:00Z");
+        }
+        o
+    };
+    let mut checked = 0;
+    for (_, doc) in all_objects() {
+        let conds = match doc["kind"].as_str() {
+            Some("MutatingWebhookConfiguration") => doc["webhooks"][0]["matchConditions"].clone(),
+            Some("ClusterAdmissionPolicy") if doc["spec"]["mutating"] == true => doc["spec"]["matchConditions"].clone(),
+            _ => continue,
+        };
+        let send = |op: &str, o: &Value| {
+            matches(
+                &conds,
+                &common::admission_review("u", "statefulsets", None, op, Some(o), Some(&sts("etcd", false))),
+            )
+        };
+        assert!(send("CREATE", &sts("etcd", false)), "the etcd StatefulSet is sent");
+        assert!(send("UPDATE", &sts("etcd", false)), "and its updates");
+        assert!(!send("UPDATE", &sts("etcd", true)), "not while it is being deleted (finalizer removal)");
+        assert!(!send("CREATE", &sts("kube-apiserver", false)), "other StatefulSets are not sent");
+        checked += 1;
+    }
+    assert_eq!(checked, 2, "webhook and Kubewarden policy");
+}
+
+#[test]
 fn network_policy_admits_only_the_apiserver_and_monitoring() {
     let objects = all_objects();
     let np = &objects.iter().find(|(_, d)| d["kind"] == "NetworkPolicy").expect("NetworkPolicy in webhooks/").1;

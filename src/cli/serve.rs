@@ -53,12 +53,23 @@ pub struct ServeArgs {
     /// How long a review waits for a decision slot before a 429.
     #[arg(long, default_value_t = 1000)]
     pub queue_wait_ms: u64,
-    /// Requests in flight at once (all connections); more get 503.
+    /// Requests in flight at once (all connections). When all are taken the
+    /// request that has been reading its body the longest gets 408 and its
+    /// slot; when every one is past its body, new ones get 503.
     #[arg(long, default_value_t = 512)]
     pub max_requests: usize,
-    /// Open connections at once; more are closed on accept.
-    #[arg(long, default_value_t = 1024)]
+    /// Open connections at once. At the cap a new connection replaces the
+    /// oldest one that has not started a request, else the longest idle one;
+    /// only when all have a request in flight is it closed on accept.
+    #[arg(long, default_value_t = 512)]
     pub max_connections: usize,
+    /// A new connection's time for its TLS handshake.
+    #[arg(long, default_value_t = 1000)]
+    pub tls_handshake_timeout_ms: u64,
+    /// Largest request line + headers (HTTP/1.1 read buffer; HTTP/2 header
+    /// list); 431 above. At least 8192.
+    #[arg(long, default_value_t = 16 * 1024)]
+    pub max_header_bytes: usize,
     /// Largest request body in bytes (413 above). Default: 2 × 3 MiB objects + 1 MiB envelope.
     #[arg(long, default_value_t = hcp_etcd_admission::server::limits::MAX_BODY)]
     pub max_body_bytes: usize,
@@ -72,7 +83,7 @@ pub struct ServeArgs {
     /// webhooks' timeoutSeconds (5 s).
     #[arg(long, default_value_t = 4000)]
     pub request_timeout_ms: u64,
-    /// A new connection's time for its TLS handshake, and again for its first request.
+    /// After the TLS handshake: the time for the first request's headers.
     #[arg(long, default_value_t = 5000)]
     pub header_read_timeout_ms: u64,
     /// A connection with no request in flight for this long is closed (HTTP/1.1 and HTTP/2).
@@ -158,6 +169,8 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
             max_decision_units: args.max_concurrent,
             queue_wait: Duration::from_millis(args.queue_wait_ms),
             max_connections: args.max_connections,
+            tls_handshake_timeout: Duration::from_millis(args.tls_handshake_timeout_ms),
+            max_header_bytes: args.max_header_bytes,
             header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
             idle_timeout: Duration::from_millis(args.idle_timeout_ms),
             ..LimitOptions::default()

@@ -2,7 +2,13 @@
 //!
 //! A request goes through, in order:
 //!
-//! 1. an **in-flight slot** (`max_requests`; none free: 503 + `Retry-After`);
+//! 1. an **in-flight slot** (`max_requests`). When none is free, the request
+//!    that has been reading its body the longest is evicted (answered 408) and
+//!    its slot goes to the new request: a client trickling bodies cannot fill
+//!    the slots, because a real caller sends its body in milliseconds and the
+//!    tricklers are evicted oldest first. Only when every slot holds a request
+//!    past its body (queued for or in a decision) does a new one wait up to
+//!    `queue_wait` and then get 503 + `Retry-After`;
 //! 2. the **body**, read to the end before any decision slot is taken, within
 //!    the body deadline (408) and the size limit (413). The first
 //!    [`Limits::body_free`] bytes of every body are covered by its in-flight
@@ -14,15 +20,24 @@
 //! 4. the decision, all of it inside the per-request deadline (503 after it).
 //!
 //! Worst-case memory is therefore about `max_requests × body_free +
-//! body_budget + max_decision_units MiB × (parse expansion)`; the README's
+//! body_budget + max_decision_units MiB × (parse expansion)`, plus per
+//! connection: rustls buffers, the HTTP/1.1 read buffer (`max_header_bytes`)
+//! or the HTTP/2 receive window (`h2_window`) and send buffer. The README's
 //! deploy section has the numbers behind the Deployment's memory limit.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::BTreeMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
 
 use axum::body::{Body, Bytes};
 use http_body_util::BodyExt as _;
 use tokio::{
-    sync::{OwnedSemaphorePermit, Semaphore},
+    sync::{Notify, OwnedSemaphorePermit, Semaphore},
     time::Instant,
 };
 
@@ -52,11 +67,21 @@ pub struct LimitOptions {
     pub max_decision_units: u32,
     /// Longest a request waits for a decision slot before a 429.
     pub queue_wait: Duration,
-    /// Open TLS connections at once; more are closed on accept.
+    /// Open connections at once. At the cap a new connection replaces the
+    /// oldest one that has not started a request (TLS handshake or headers
+    /// still coming), else the longest idle one; only when every connection
+    /// has a request in flight is the new one closed.
     pub max_connections: usize,
-    /// A new connection has this long for its TLS handshake, and again for its
-    /// first request.
+    /// A new connection has this long for its TLS handshake.
+    pub tls_handshake_timeout: Duration,
+    /// After the handshake, the first request's headers must arrive within this.
     pub header_read_timeout: Duration,
+    /// HTTP/1.1 read buffer (the request line and headers must fit: 431
+    /// above) and HTTP/2 header list limit.
+    pub max_header_bytes: usize,
+    /// HTTP/2 receive window, per stream and per connection: what a client
+    /// can make the server buffer on one connection without it being read.
+    pub h2_window: u32,
     /// A connection with no request in flight for this long is closed
     /// (HTTP/1.1 keep-alive and HTTP/2 alike).
     pub idle_timeout: Duration,
@@ -75,10 +100,13 @@ impl Default for LimitOptions {
             body_free: 64 * 1024,
             max_decision_units: 16,
             queue_wait: Duration::from_millis(1000),
-            max_connections: 1024,
+            max_connections: 512,
+            tls_handshake_timeout: Duration::from_secs(1),
             header_read_timeout: Duration::from_secs(5),
+            max_header_bytes: 16 * 1024,
+            h2_window: 64 * 1024,
             idle_timeout: Duration::from_secs(30),
-            h2_max_streams: 16,
+            h2_max_streams: 8,
         }
     }
 }
@@ -90,6 +118,34 @@ pub struct Limits {
     /// In KiB.
     body_budget: Arc<Semaphore>,
     decisions: Arc<Semaphore>,
+    /// Requests holding an in-flight slot while their body is still coming,
+    /// oldest first, each with the signal that evicts it.
+    readers: Arc<Mutex<BTreeMap<u64, Arc<Notify>>>>,
+    next_reader: AtomicU64,
+}
+
+/// An in-flight slot. While its body is being read the request is listed as
+/// a reader and can be evicted for a newer request.
+pub struct RequestSlot {
+    _permit: OwnedSemaphorePermit,
+    id: u64,
+    evict: Arc<Notify>,
+    readers: Arc<Mutex<BTreeMap<u64, Arc<Notify>>>>,
+}
+
+impl RequestSlot {
+    /// The body is in: no longer evictable.
+    fn done_reading(&self) {
+        if let Ok(mut r) = self.readers.lock() {
+            r.remove(&self.id);
+        }
+    }
+}
+
+impl Drop for RequestSlot {
+    fn drop(&mut self) {
+        self.done_reading();
+    }
 }
 
 /// Why a body was not read.
@@ -98,6 +154,8 @@ pub enum BodyError {
     TooLarge,
     Timeout,
     Budget,
+    /// Its slot was taken for a newer request while the body was still coming.
+    Evicted,
     Read(String),
 }
 
@@ -113,13 +171,38 @@ impl Limits {
             requests: Arc::new(Semaphore::new(opts.max_requests.clamp(1, Semaphore::MAX_PERMITS))),
             body_budget: Arc::new(Semaphore::new(budget_kib)),
             decisions: Arc::new(Semaphore::new(opts.max_decision_units.max(1) as usize)),
+            readers: Arc::default(),
+            next_reader: AtomicU64::new(0),
             opts,
         }
     }
 
-    /// An in-flight slot, or `None` when all are taken.
-    pub fn request_slot(&self) -> Option<OwnedSemaphorePermit> {
-        self.requests.clone().try_acquire_owned().ok()
+    /// An in-flight slot. When none is free, the request that has been
+    /// reading its body the longest is evicted and its slot awaited; `None`
+    /// when no slot frees up within `queue_wait` (every slot is past its body).
+    pub async fn request_slot(&self) -> Option<RequestSlot> {
+        let permit = match self.requests.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                let victim = self.readers.lock().ok().and_then(|mut r| r.pop_first());
+                if let Some((_, evict)) = victim {
+                    evict.notify_one();
+                }
+                let wait = self.requests.clone().acquire_owned();
+                tokio::time::timeout(self.opts.queue_wait, wait).await.ok()?.ok()?
+            }
+        };
+        let id = self.next_reader.fetch_add(1, Ordering::Relaxed);
+        let evict = Arc::new(Notify::new());
+        if let Ok(mut r) = self.readers.lock() {
+            r.insert(id, evict.clone());
+        }
+        Some(RequestSlot { _permit: permit, id, evict, readers: self.readers.clone() })
+    }
+
+    /// Requests reading their body now (evictable).
+    pub fn readers(&self) -> usize {
+        self.readers.lock().map(|r| r.len()).unwrap_or(0)
     }
 
     /// Reads the whole body by `deadline`, charging the shared budget for
@@ -132,8 +215,14 @@ impl Limits {
         mut body: Body,
         declared: Option<usize>,
         deadline: Instant,
+        slot: &RequestSlot,
     ) -> Result<(Bytes, Held), (BodyError, Body)> {
-        match self.read_into(&mut body, declared, deadline).await {
+        let read = tokio::select! {
+            r = self.read_into(&mut body, declared, deadline) => r,
+            _ = slot.evict.notified() => Err(BodyError::Evicted),
+        };
+        slot.done_reading();
+        match read {
             Ok(done) => Ok(done),
             Err(e) => Err((e, body)),
         }

@@ -88,8 +88,12 @@ label_enum!(
 label_enum!(
     /// Why a request or connection was turned away before a decision.
     RejectReason {
-        /// `--max-connections` reached: the connection was closed at once.
+        /// `--max-connections` reached and every connection had a request in
+        /// flight: the new connection was closed at once.
         Connections => "connections",
+        /// `--max-connections` reached: the oldest connection that had not
+        /// started a request (or the longest idle one) was closed for a new one.
+        ConnectionEvicted => "connection_evicted",
         /// `--max-requests` in flight reached: 503.
         Requests => "requests",
         /// The shared body-buffer budget is used up: 503.
@@ -100,6 +104,9 @@ label_enum!(
         BodyTooLarge => "body_too_large",
         /// Body did not arrive within the body deadline: 408.
         BodyTimeout => "body_timeout",
+        /// Every in-flight slot was taken: the request that had been reading
+        /// its body the longest was answered 408 to free its slot.
+        BodyEvicted => "body_evicted",
         /// The per-request deadline passed: 503.
         Deadline => "deadline",
         /// No client certificate on an admission path: 401.

@@ -9,8 +9,10 @@
 //!   `/metrics` stay open for probes and Prometheus.
 //! * Bounded everything ([`limits`]): body read before a decision slot, body
 //!   and request deadlines under the webhook timeout, connection and in-flight
-//!   caps, header-read and idle timeouts for HTTP/1.1 and HTTP/2, fast 429/503
-//!   with `Retry-After` when saturated.
+//!   caps that evict the oldest unproven connection / slowest body instead of
+//!   refusing a newcomer, handshake, header-read and idle timeouts for
+//!   HTTP/1.1 and HTTP/2, bounded header buffers and HTTP/2 windows, fast
+//!   429/503 with `Retry-After` when saturated.
 //! * Drain: on SIGTERM `/readyz` turns 503 at once, the server keeps accepting
 //!   and serving for the drain delay (HTTP/1.1 answers carry
 //!   `Connection: close` meanwhile), then stops accepting and lets in-flight
@@ -23,12 +25,13 @@ pub mod routes;
 pub mod tls;
 
 use std::{
+    collections::BTreeMap,
     convert::Infallible,
     net::SocketAddr,
     path::PathBuf,
     sync::{
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-        Arc,
+        Arc, Mutex,
     },
     time::Duration,
 };
@@ -39,7 +42,11 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto::Builder,
 };
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::{
+    net::TcpListener,
+    sync::{Notify, Semaphore},
+    time::Instant,
+};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
@@ -207,20 +214,35 @@ impl Server {
         ));
         let router = routes::router(app.clone());
         let lim = &app.limits.opts;
-        let max_conns = lim.max_connections.clamp(1, Semaphore::MAX_PERMITS);
-        let conns = Arc::new(Semaphore::new(max_conns));
+        let conns = Arc::new(ConnTable::new(lim.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let mut builder = Builder::new(TokioExecutor::new());
         // HTTP/1.1 (what kube-apiserver uses for webhooks): hyper's header-read
         // timer also runs while a keep-alive connection waits for its next
         // request, so it is the idle timeout there; a new connection's first
         // request is bounded by the shorter header-read timeout below.
-        builder.http1().timer(TokioTimer::new()).header_read_timeout(lim.idle_timeout).keep_alive(true);
+        // The read buffer bounds what a client sending endless headers makes
+        // the server hold (hyper answers 431 and closes above it).
+        let header_bytes = lim.max_header_bytes.max(8192);
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(lim.idle_timeout)
+            .keep_alive(true)
+            .max_buf_size(header_bytes);
+        // Small fixed receive windows: a client that sends body data and never
+        // lets it be read pins at most one window per connection.
+        let window = lim.h2_window.max(65_535);
         builder
             .http2()
             .timer(TokioTimer::new())
             .max_concurrent_streams(lim.h2_max_streams)
-            .max_header_list_size(64 * 1024)
+            .max_header_list_size(u32::try_from(header_bytes).unwrap_or(u32::MAX))
+            .initial_stream_window_size(window)
+            .initial_connection_window_size(window)
+            .adaptive_window(false)
+            .max_send_buf_size(64 * 1024)
+            .max_pending_accept_reset_streams(Some(16))
             .keep_alive_interval(Some(Duration::from_secs(30)))
             .keep_alive_timeout(Duration::from_secs(10));
         let drain_until = tokio::time::sleep(Duration::MAX / 4);
@@ -249,8 +271,12 @@ impl Server {
                     }
                 },
             };
-            let Ok(permit) = conns.clone().try_acquire_owned() else {
-                // Over the cap: close at once rather than queue.
+            let (place, evicted) = conns.admit();
+            if evicted {
+                app.metrics.rejected(metrics::RejectReason::ConnectionEvicted);
+            }
+            let Some(place) = place else {
+                // Every connection has a request in flight: close at once.
                 app.metrics.rejected(metrics::RejectReason::Connections);
                 drop(tcp);
                 continue;
@@ -264,16 +290,15 @@ impl Server {
                 stop: stop_rx.clone(),
             };
             tokio::spawn(async move {
-                conn.run(tcp, peer).await;
-                drop(permit);
+                conn.run(tcp, peer, &place).await;
+                drop(place);
             });
         }
         drop(listener);
         app.ready.store(false, Ordering::Release);
         tracing::info!("drain delay over: not accepting; finishing in-flight requests");
         let _ = stop_tx.send(true);
-        let all = u32::try_from(max_conns).unwrap_or(u32::MAX);
-        if tokio::time::timeout(opts.shutdown_grace, conns.acquire_many(all)).await.is_err() {
+        if tokio::time::timeout(opts.shutdown_grace, conns.empty()).await.is_err() {
             tracing::warn!(
                 grace_s = opts.shutdown_grace.as_secs(),
                 "in-flight requests did not finish before the deadline"
@@ -296,12 +321,103 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
     }
 }
 
-/// Per-connection request accounting for the idle timer.
-#[derive(Default)]
+/// Per-connection request accounting for the idle timer and the connection cap.
 struct Activity {
     in_flight: AtomicUsize,
     seen: AtomicU64,
-    changed: tokio::sync::Notify,
+    changed: Notify,
+    /// When the last request ended (milliseconds since `epoch`).
+    last_done_ms: AtomicU64,
+    epoch: Instant,
+    /// Closes the connection at once (evicted for a newer one).
+    kill: Notify,
+}
+
+impl Activity {
+    fn new(epoch: Instant) -> Self {
+        Self {
+            in_flight: AtomicUsize::new(0),
+            seen: AtomicU64::new(0),
+            changed: Notify::new(),
+            last_done_ms: AtomicU64::new(0),
+            epoch,
+            kill: Notify::new(),
+        }
+    }
+}
+
+/// The open connections, oldest first, for the connection cap.
+struct ConnTable {
+    max: usize,
+    next: AtomicU64,
+    epoch: Instant,
+    open: Mutex<BTreeMap<u64, Arc<Activity>>>,
+    emptied: Notify,
+}
+
+/// A connection's place in the table; given back when dropped.
+struct Place {
+    id: u64,
+    activity: Arc<Activity>,
+    table: Arc<ConnTable>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if let Ok(mut open) = self.table.open.lock() {
+            open.remove(&self.id);
+            if open.is_empty() {
+                self.table.emptied.notify_waiters();
+            }
+        }
+    }
+}
+
+impl ConnTable {
+    fn new(max: usize) -> Self {
+        Self { max, next: AtomicU64::new(0), epoch: Instant::now(), open: Mutex::default(), emptied: Notify::new() }
+    }
+
+    /// A place for a new connection. At the cap the oldest connection that
+    /// has not started a request (TLS handshake, or first request's headers
+    /// still coming) is closed for it; failing that, the one idle the
+    /// longest; when every connection has a request in flight, no place.
+    /// The flag says whether a connection was evicted.
+    fn admit(self: &Arc<Self>) -> (Option<Place>, bool) {
+        let Ok(mut open) = self.open.lock() else { return (None, false) };
+        let mut evicted = false;
+        if open.len() >= self.max {
+            let idle = |a: &Activity| a.in_flight.load(Ordering::Acquire) == 0;
+            let unproven =
+                open.iter().find(|(_, a)| idle(a) && a.seen.load(Ordering::Acquire) == 0).map(|(id, _)| *id);
+            let victim = unproven.or_else(|| {
+                open.iter()
+                    .filter(|(_, a)| idle(a))
+                    .min_by_key(|(_, a)| a.last_done_ms.load(Ordering::Acquire))
+                    .map(|(id, _)| *id)
+            });
+            let Some(victim) = victim.and_then(|id| open.remove(&id)) else { return (None, false) };
+            victim.kill.notify_one();
+            evicted = true;
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let activity = Arc::new(Activity::new(self.epoch));
+        open.insert(id, activity.clone());
+        (Some(Place { id, activity, table: self.clone() }), evicted)
+    }
+
+    /// Resolves when no connection is open.
+    async fn empty(&self) {
+        loop {
+            let emptied = self.emptied.notified();
+            tokio::pin!(emptied);
+            emptied.as_mut().enable();
+            if self.open.lock().map(|o| o.is_empty()).unwrap_or(true) {
+                return;
+            }
+            emptied.await;
+        }
+    }
 }
 
 /// Decrements `in_flight` when a request's handler finishes (or is dropped).
@@ -309,6 +425,8 @@ struct InFlight(Arc<Activity>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        let ms = u64::try_from(self.0.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.0.last_done_ms.store(ms, Ordering::Release);
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.0.changed.notify_one();
     }
@@ -352,19 +470,27 @@ struct Connection {
 }
 
 impl Connection {
-    async fn run(mut self, tcp: tokio::net::TcpStream, peer: SocketAddr) {
+    async fn run(mut self, tcp: tokio::net::TcpStream, peer: SocketAddr, place: &Place) {
         let app = self.app.clone();
         app.metrics.connection_opened();
         let _closed = scopeguard(app.clone());
         let lim = &app.limits.opts;
-        let tls = match tokio::time::timeout(lim.header_read_timeout, self.acceptor.accept(tcp)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                return;
-            }
-            Err(_) => {
-                tracing::debug!(%peer, "TLS handshake timed out");
+        let activity = place.activity.clone();
+        let handshake = tokio::time::timeout(lim.tls_handshake_timeout, self.acceptor.accept(tcp));
+        let tls = tokio::select! {
+            r = handshake => match r {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            },
+            _ = activity.kill.notified() => {
+                tracing::debug!(%peer, "connection cap: closed during its TLS handshake for a newer connection");
                 return;
             }
         };
@@ -372,7 +498,6 @@ impl Connection {
             Some(leaf) => PeerIdentity { verified: true, names: tls::client_names(leaf.as_ref()) },
             None => PeerIdentity::default(),
         });
-        let activity = Arc::new(Activity::default());
         let router = self.router.clone();
         let svc_activity = activity.clone();
         let svc_app = app.clone();
@@ -408,12 +533,19 @@ impl Connection {
             }
             _ = activity.idle(header_read, idle) => "idle",
             _ = self.stop.wait_for(|s| *s) => "shutdown",
+            _ = activity.kill.notified() => {
+                tracing::debug!(%peer, "connection cap: closed for a newer connection");
+                return;
+            }
         };
         tracing::debug!(%peer, why, "closing connection");
         // HTTP/1.1: close once the current exchange is done; HTTP/2: GOAWAY.
         conn.as_mut().graceful_shutdown();
-        // In-flight requests end by their deadline; a peer that ignores the close is dropped.
-        if tokio::time::timeout(lim.request_timeout + Duration::from_secs(1), conn.as_mut()).await.is_err() {
+        // Idle: nothing is in flight, so a peer halfway through headers (which
+        // graceful shutdown does not interrupt) is dropped after a second. On
+        // shutdown in-flight requests end by their deadline.
+        let wait = if why == "idle" { Duration::from_secs(1) } else { lim.request_timeout + Duration::from_secs(1) };
+        if tokio::time::timeout(wait, conn.as_mut()).await.is_err() {
             tracing::debug!(%peer, "connection did not close in time; dropped");
         }
     }

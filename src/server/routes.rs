@@ -57,13 +57,19 @@ fn error(code: StatusCode, message: impl Into<String>) -> Response {
     (code, Json(body)).into_response()
 }
 
-/// A response body that owns the unread request body until the answer has
-/// been sent, so that whatever ends the request stream (HTTP/2:
-/// RST_STREAM(NO_ERROR), RFC 9113 §8.1; HTTP/1.1: closing the connection)
-/// comes after the answer, never before it.
+/// Longest the unread request body is kept waiting for the answer to go out.
+/// A client that never reads its answer (HTTP/2 receive window 0) would
+/// otherwise pin up to a receive window of buffered body per stream.
+const ANSWER_HOLD: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A response body that keeps the unread request body alive until the answer
+/// has been sent (or [`ANSWER_HOLD`] passed), so that whatever ends the
+/// request stream (HTTP/2: RST_STREAM(NO_ERROR), RFC 9113 §8.1; HTTP/1.1:
+/// closing the connection) comes after the answer, never before it.
 struct AnswerFirst {
     answer: Option<Bytes>,
-    _request: Body,
+    /// Dropped with the answer body: releases the request body.
+    _sent: tokio::sync::oneshot::Sender<()>,
 }
 
 impl HttpBody for AnswerFirst {
@@ -87,12 +93,17 @@ impl HttpBody for AnswerFirst {
 }
 
 /// [`error`] (with `Retry-After` when `retry`), sent before the unread
-/// request body is dropped.
+/// request body is dropped (at most [`ANSWER_HOLD`] later).
 fn error_before_body(code: StatusCode, message: String, request: Body, retry: bool) -> Response {
     let body =
         json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code.as_u16(), "message": message});
     let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
-    let mut r = Response::new(Body::new(AnswerFirst { answer: Some(bytes), _request: request }));
+    let (sent, answered) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(ANSWER_HOLD, answered).await;
+        drop(request);
+    });
+    let mut r = Response::new(Body::new(AnswerFirst { answer: Some(bytes), _sent: sent }));
     *r.status_mut() = code;
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if retry {
@@ -162,7 +173,7 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
         app.metrics.rejected(reason);
         app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
     };
-    let Some(_slot) = app.limits.request_slot() else {
+    let Some(in_flight) = app.limits.request_slot().await else {
         reject(RejectReason::Requests);
         let msg = "too many requests in flight; retry".to_string();
         return error_before_body(StatusCode::SERVICE_UNAVAILABLE, msg, req.into_body(), true);
@@ -173,7 +184,7 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
     // The body is read completely (bounded in size and time) before a decision
     // slot is taken: a client that stalls its body holds no decision slot.
     let body_deadline = deadline.min(started + app.limits.opts.body_timeout);
-    let (bytes, _held) = match app.limits.read_body(req.into_body(), declared, body_deadline).await {
+    let (bytes, _held) = match app.limits.read_body(req.into_body(), declared, body_deadline, &in_flight).await {
         Ok(b) => b,
         Err((BodyError::TooLarge, rest)) => {
             reject(RejectReason::BodyTooLarge);
@@ -193,6 +204,15 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
         Err((BodyError::Timeout, rest)) => {
             reject(RejectReason::BodyTimeout);
             let msg = format!("the request body did not arrive within {:?}", body_deadline - started);
+            return error_before_body(StatusCode::REQUEST_TIMEOUT, msg, rest, false);
+        }
+        Err((BodyError::Evicted, rest)) => {
+            reject(RejectReason::BodyEvicted);
+            let msg = format!(
+                "the request body was still arriving after {:?} when every in-flight slot was taken; \
+                 the slowest body was dropped for a newer request",
+                started.elapsed()
+            );
             return error_before_body(StatusCode::REQUEST_TIMEOUT, msg, rest, false);
         }
         Err((BodyError::Budget, rest)) => {

@@ -271,7 +271,7 @@ impl Server {
                     }
                 },
             };
-            let (place, evicted) = conns.admit();
+            let (place, evicted) = conns.admit(peer.ip());
             if evicted {
                 app.metrics.rejected(metrics::RejectReason::ConnectionEvicted);
             }
@@ -331,11 +331,17 @@ struct Activity {
     epoch: Instant,
     /// Closes the connection at once (evicted for a newer one).
     kill: Notify,
+    /// The TLS handshake is done.
+    tls_done: AtomicBool,
+    /// The peer's address.
+    ip: std::net::IpAddr,
 }
 
 impl Activity {
-    fn new(epoch: Instant) -> Self {
+    fn new(epoch: Instant, ip: std::net::IpAddr) -> Self {
         Self {
+            tls_done: AtomicBool::new(false),
+            ip,
             in_flight: AtomicUsize::new(0),
             seen: AtomicU64::new(0),
             changed: Notify::new(),
@@ -378,30 +384,42 @@ impl ConnTable {
         Self { max, next: AtomicU64::new(0), epoch: Instant::now(), open: Mutex::default(), emptied: Notify::new() }
     }
 
-    /// A place for a new connection. At the cap the oldest connection that
-    /// has not started a request (TLS handshake, or first request's headers
-    /// still coming) is closed for it; failing that, the one idle the
-    /// longest; when every connection has a request in flight, no place.
-    /// The flag says whether a connection was evicted.
-    fn admit(self: &Arc<Self>) -> (Option<Place>, bool) {
+    /// A place for a new connection from `ip`. At the cap a connection is
+    /// closed for it, the first found of: the oldest still in its TLS
+    /// handshake, the oldest whose first request has not started, the one
+    /// idle the longest. When `ip` already holds an eighth of the places with
+    /// connections that have not started a request, the victim is its own
+    /// oldest such connection (a flood from one address evicts itself, not
+    /// the apiserver). When every connection has a request in flight, no
+    /// place. The flag says whether a connection was evicted.
+    fn admit(self: &Arc<Self>, ip: std::net::IpAddr) -> (Option<Place>, bool) {
         let Ok(mut open) = self.open.lock() else { return (None, false) };
         let mut evicted = false;
         if open.len() >= self.max {
             let idle = |a: &Activity| a.in_flight.load(Ordering::Acquire) == 0;
-            let unproven =
-                open.iter().find(|(_, a)| idle(a) && a.seen.load(Ordering::Acquire) == 0).map(|(id, _)| *id);
-            let victim = unproven.or_else(|| {
+            let unproven = |a: &Activity| idle(a) && a.seen.load(Ordering::Acquire) == 0;
+            let handshaking = |a: &Activity| unproven(a) && !a.tls_done.load(Ordering::Acquire);
+            let share = (self.max / 8).max(1);
+            let mine = open.iter().filter(|(_, a)| a.ip == ip && unproven(a));
+            let victim = if mine.clone().count() >= share {
+                mine.clone().find(|(_, a)| handshaking(a)).or_else(|| mine.clone().next()).map(|(id, _)| *id)
+            } else {
                 open.iter()
-                    .filter(|(_, a)| idle(a))
-                    .min_by_key(|(_, a)| a.last_done_ms.load(Ordering::Acquire))
+                    .find(|(_, a)| handshaking(a))
+                    .or_else(|| open.iter().find(|(_, a)| unproven(a)))
+                    .or_else(|| {
+                        open.iter()
+                            .filter(|(_, a)| idle(a))
+                            .min_by_key(|(_, a)| a.last_done_ms.load(Ordering::Acquire))
+                    })
                     .map(|(id, _)| *id)
-            });
+            };
             let Some(victim) = victim.and_then(|id| open.remove(&id)) else { return (None, false) };
             victim.kill.notify_one();
             evicted = true;
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let activity = Arc::new(Activity::new(self.epoch));
+        let activity = Arc::new(Activity::new(self.epoch, ip));
         open.insert(id, activity.clone());
         (Some(Place { id, activity, table: self.clone() }), evicted)
     }
@@ -494,6 +512,7 @@ impl Connection {
                 return;
             }
         };
+        activity.tls_done.store(true, Ordering::Release);
         let identity = Arc::new(match tls.get_ref().1.peer_certificates().and_then(|c| c.first()) {
             Some(leaf) => PeerIdentity { verified: true, names: tls::client_names(leaf.as_ref()) },
             None => PeerIdentity::default(),

@@ -18,6 +18,13 @@ pub fn install_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// A plain TCP connection from the loopback source address `src`.
+pub async fn connect_from(addr: SocketAddr, src: std::net::IpAddr) -> Result<TcpStream, String> {
+    let sock = tokio::net::TcpSocket::new_v4().map_err(|e| format!("socket: {e}"))?;
+    sock.bind(SocketAddr::new(src, 0)).map_err(|e| format!("bind {src}: {e}"))?;
+    sock.connect(addr).await.map_err(|e| format!("connect: {e}"))
+}
+
 pub struct Client {
     config: Arc<ClientConfig>,
     /// The same, offering only `h2` in ALPN.
@@ -71,6 +78,20 @@ impl Client {
     /// A TLS connection that has finished its handshake (HTTP/1.1 ALPN-less).
     pub async fn connect(&self, addr: SocketAddr) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
         let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+        TlsConnector::from(self.config.clone())
+            .connect(ServerName::try_from("localhost").map_err(|e| e.to_string())?, tcp)
+            .await
+            .map_err(|e| format!("tls: {e}"))
+    }
+
+    /// [`Client::connect`] from the loopback source address `src` (to tell
+    /// one caller from another by address on one machine).
+    pub async fn connect_from(
+        &self,
+        addr: SocketAddr,
+        src: std::net::IpAddr,
+    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+        let tcp = connect_from(addr, src).await?;
         TlsConnector::from(self.config.clone())
             .connect(ServerName::try_from("localhost").map_err(|e| e.to_string())?, tcp)
             .await

@@ -1,0 +1,326 @@
+//! Hostile in-cluster clients that EXCEED the server's caps, over real TLS on
+//! loopback; in each, a real review is still answered (200, allowed) within
+//! the webhooks' 5 s timeout:
+//!
+//! * more silent sockets (plain TCP, and TLS with no request) than the
+//!   connection cap, kept reopened: the oldest unproven connection is evicted;
+//! * more trickling bodies than in-flight slots, kept reopened: the slowest
+//!   body is evicted (408), the real review takes its slot;
+//! * hundreds of connections sending endless headers to a spawned `serve`
+//!   process: its resident memory (`/proc/<pid>/status` VmRSS) stays bounded.
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader},
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    path::PathBuf,
+    process::{Command, Stdio},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use common::https::{connect_from, Client};
+use hcp_etcd_admission::{
+    certs,
+    server::{limits::LimitOptions, LookupSource},
+};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The webhooks' `timeoutSeconds`.
+const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(5);
+/// The attackers' source address (the real caller uses 127.0.0.1).
+const ATTACKER: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hcp-atk-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmp");
+    d
+}
+
+fn setup(tag: &str) -> (PathBuf, Client, String) {
+    let dir = tempdir(tag);
+    let c = certs::generate(&format!("{tag} CA"), &["localhost".into(), "127.0.0.1".into()], 30).expect("certs");
+    certs::write(&dir, &c).expect("write");
+    let client = Client::new(&[&c.ca_pem], None);
+    (dir, client, c.ca_pem)
+}
+
+async fn start(dir: &std::path::Path, limits: LimitOptions) -> common::running::Running {
+    let mut opts = common::running::options(dir, None, Duration::from_secs(60), LookupSource::None);
+    opts.limits = limits;
+    common::running::start_with(opts).await
+}
+
+fn small_review() -> Value {
+    let text =
+        std::fs::read_to_string(common::root().join("tests/reviews/hcpetcdbackup-create-s3.json")).expect("review");
+    serde_json::from_str(&text).expect("json")
+}
+
+/// A real review over HTTP/1.1 and one over HTTP/2, each on a new connection:
+/// both allowed within the webhook timeout. Returns the slower latency.
+async fn real_reviews_pass(client: &Client, addr: SocketAddr, what: &str) -> Duration {
+    let mut worst = Duration::ZERO;
+    for h2 in [false, true] {
+        let started = Instant::now();
+        let call = async {
+            if h2 {
+                client.post_json_h2(addr, "/validate/hcpetcdbackups", &small_review()).await
+            } else {
+                client.post_json(addr, "/validate/hcpetcdbackups", &small_review()).await
+            }
+        };
+        let r = tokio::time::timeout(WEBHOOK_TIMEOUT, call)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: no answer within the webhook timeout (h2: {h2})"))
+            .unwrap_or_else(|e| panic!("{what}: review failed (h2: {h2}): {e}"));
+        let took = started.elapsed();
+        assert_eq!(r.status, 200, "{what} (h2: {h2}): {}", r.text());
+        assert_eq!(r.json()["response"]["allowed"], true, "{what}: {}", r.text());
+        eprintln!("{what}: real review (h2: {h2}) answered 200 in {took:?}");
+        worst = worst.max(took);
+    }
+    worst
+}
+
+fn metric(text: &str, reason: &str) -> u64 {
+    let key = format!("hcp_etcd_admission_rejected_requests_total{{reason=\"{reason}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(&key)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_sockets_beyond_the_connection_cap_do_not_lock_out_a_real_caller() {
+    let (dir, client, _ca) = setup("conns");
+    let cap = 16;
+    let limits = LimitOptions { max_connections: cap, ..LimitOptions::default() };
+    let srv = start(&dir, limits).await;
+    let mut held = Vec::new();
+    // 10 × the cap of plain TCP sockets that never send a ClientHello, and
+    // 2 × the cap of TLS connections that never send a request.
+    for _ in 0..10 * cap {
+        held.push(Box::new(connect_from(srv.addr, ATTACKER).await.expect("tcp")) as Box<dyn Send>);
+    }
+    let mut tls_idle = 0;
+    for _ in 0..2 * cap {
+        if let Ok(s) = client.connect_from(srv.addr, ATTACKER).await {
+            held.push(Box::new(s) as Box<dyn Send>);
+            tls_idle += 1;
+        }
+    }
+    eprintln!("holding {} silent TCP + {tls_idle} silent TLS connections, cap {cap}", 10 * cap);
+    let still = real_reviews_pass(&client, srv.addr, "silent sockets held").await;
+    // Reopening all the time (the attack that kept the old cap locked).
+    let stop = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(AtomicU64::new(0));
+    let flood = {
+        let (stop, opened, addr) = (stop.clone(), opened.clone(), srv.addr);
+        tokio::spawn(async move {
+            let mut socks = std::collections::VecDeque::new();
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(s) = connect_from(addr, ATTACKER).await {
+                    socks.push_back(s);
+                    opened.fetch_add(1, Ordering::Relaxed);
+                }
+                if socks.len() > 20 * cap {
+                    socks.pop_front();
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut worst = still;
+    for _ in 0..3 {
+        worst = worst.max(real_reviews_pass(&client, srv.addr, "silent sockets reopened").await);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = flood.await;
+    let metrics = client.request(srv.addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
+    let evicted = metric(&metrics, "connection_evicted");
+    eprintln!(
+        "cap {cap}: {} reopened silent sockets, {evicted} evictions; slowest real review {worst:?}",
+        opened.load(Ordering::Relaxed)
+    );
+    assert!(evicted >= (10 * cap) as u64, "evictions: {evicted}");
+    drop(held);
+    srv.stop().await;
+}
+
+/// Request headers with a declared body, then `sent` bytes of it.
+async fn trickler(
+    client: &Client,
+    addr: SocketAddr,
+    sent: usize,
+) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let mut tls = client.connect_from(addr, ATTACKER).await.ok()?;
+    let head = "POST /validate/hcpetcdbackups HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n";
+    tls.write_all(head.as_bytes()).await.ok()?;
+    tls.write_all(&vec![b' '; sent]).await.ok()?;
+    tls.flush().await.ok()?;
+    Some(tls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trickling_bodies_beyond_the_in_flight_slots_do_not_fail_a_real_review() {
+    let (dir, client, _) = setup("slots");
+    let slots = 8;
+    let limits = LimitOptions { max_requests: slots, body_timeout: Duration::from_secs(3), ..LimitOptions::default() };
+    let srv = start(&dir, limits).await;
+    // 5 × the slots of bodies that send 3 bytes and stall (the review's attack).
+    let mut held = Vec::new();
+    for _ in 0..5 * slots {
+        held.push(trickler(&client, srv.addr, 3).await.expect("trickler"));
+    }
+    let first = real_reviews_pass(&client, srv.addr, "trickling bodies held").await;
+    // The oldest tricklers were told why they lost their slot.
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(1), held[0].read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("\"kind\":\"Status\"") && text.contains("in-flight slot"), "{text}");
+    // New tricklers all the time, one byte every 100 ms each.
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let (stop, addr) = (stop.clone(), srv.addr);
+        let ca = std::fs::read_to_string(dir.join("ca.crt")).expect("ca");
+        tokio::spawn(async move {
+            let client = Client::new(&[&ca], None);
+            let mut open = std::collections::VecDeque::new();
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(t) = trickler(&client, addr, 1).await {
+                    open.push_back(t);
+                }
+                for t in open.iter_mut() {
+                    let _ = tokio::time::timeout(Duration::from_millis(5), t.write_all(b" ")).await;
+                }
+                if open.len() > 10 * slots {
+                    open.pop_front();
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut worst = first;
+    for _ in 0..3 {
+        worst = worst.max(real_reviews_pass(&client, srv.addr, "trickling bodies reopened").await);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = flood.await;
+    let metrics = client.request(srv.addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
+    let evicted = metric(&metrics, "body_evicted");
+    eprintln!("{slots} slots: {evicted} trickling bodies evicted; slowest real review {worst:?}");
+    assert!(evicted >= (4 * slots) as u64, "evictions: {evicted}");
+    assert_eq!(metric(&metrics, "requests"), 0, "no request was turned away for want of a slot");
+    drop(held);
+    srv.stop().await;
+}
+
+fn vm_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_headers_on_hundreds_of_connections_keep_the_server_memory_bounded() {
+    let dir = tempdir("mem");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "never", "--dev-cert-dir"])
+        .arg(&dir)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn serve");
+    let pid = child.id();
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let addr: SocketAddr = loop {
+        let line = lines.next().expect("serve printed its address").expect("line");
+        if let Some(a) = line.strip_prefix("listening on https://") {
+            break a.parse().expect("addr");
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let ca = std::fs::read_to_string(dir.join("ca.crt")).expect("dev CA");
+    let client = Arc::new(Client::new(&[&ca], None));
+    real_reviews_pass(&client, addr, "warm-up").await;
+    let before = vm_rss_kib(pid);
+    let peak = Arc::new(AtomicU64::new(before));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (peak, sampling) = (peak.clone(), sampling.clone());
+        std::thread::spawn(move || {
+            while sampling.load(Ordering::Relaxed) {
+                peak.fetch_max(vm_rss_kib(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    // 480 connections (under the default cap of 512, so none is evicted),
+    // each sending up to 256 KiB of headers with no blank line, and kept open.
+    let (conns, per_conn) = (480usize, 256 * 1024usize);
+    let mut tasks = Vec::new();
+    for i in 0..conns {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tls = client.connect(addr).await.ok()?;
+            let _ = tls.write_all(b"POST /validate/hcpetcdbackups HTTP/1.1\r\nhost: localhost\r\n").await;
+            let line = format!("x-pad-{i}: {}\r\n", "a".repeat(1000));
+            let mut sent = 0;
+            while sent < per_conn {
+                match tokio::time::timeout(Duration::from_secs(2), tls.write_all(line.as_bytes())).await {
+                    Ok(Ok(())) => sent += line.len(),
+                    _ => break,
+                }
+            }
+            let _ = tls.flush().await;
+            Some((tls, sent))
+        }));
+    }
+    let mut held = Vec::new();
+    let mut total_sent = 0;
+    for t in tasks {
+        if let Ok(Some((tls, sent))) = t.await {
+            total_sent += sent;
+            held.push(tls);
+        }
+    }
+    let during = real_reviews_pass(&client, addr, "endless headers").await;
+    // An answer to one of them: 431, not a read that goes on forever.
+    let mut out = Vec::new();
+    if let Some(first) = held.first_mut() {
+        let _ = tokio::time::timeout(Duration::from_secs(2), first.read_to_end(&mut out)).await;
+    }
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.is_empty() || text.starts_with("HTTP/1.1 431"), "{text}");
+    sampling.store(false, Ordering::Relaxed);
+    let _ = sampler.join();
+    let peak = peak.load(Ordering::Relaxed);
+    let grown_mib = peak.saturating_sub(before) / 1024;
+    eprintln!(
+        "{} connections, {} MiB of headers sent (up to {} KiB each): VmRSS {} MiB -> peak {} MiB (+{grown_mib} MiB); review {during:?}",
+        held.len(),
+        total_sent / (1024 * 1024),
+        per_conn / 1024,
+        before / 1024,
+        peak / 1024
+    );
+    // Unbounded buffers would hold what was sent (hyper's default read
+    // buffer alone allows ~400 KiB a connection); the sizing allows 128 KiB a
+    // connection for buffers of every kind.
+    assert!(grown_mib < (conns as u64 * 128) / 1024, "VmRSS grew by {grown_mib} MiB");
+    drop(held);
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -1,8 +1,10 @@
 //! The server under hostile and heavy callers, over real TLS on loopback:
 //! stalled bodies and idle connections cannot starve a real review; idle
 //! connections are closed (HTTP/1.1 and HTTP/2); a 5.5 MiB UPDATE is reviewed;
-//! an oversize body gets a clean 413 on both protocols; saturation is answered
-//! at once with 503/429 and `Retry-After`; `/metrics` stays bounded whatever a
+//! an oversize body gets a clean 413 on both protocols; a stalled body loses
+//! its in-flight slot to a real review; a used-up body budget is answered at
+//! once with 503 and `Retry-After`; the connection cap evicts silent
+//! connections and refuses only when every connection is busy; `/metrics` stays bounded whatever a
 //! request says its operation is.
 
 mod common;
@@ -238,24 +240,18 @@ async fn a_5_5_mib_update_is_reviewed_and_oversize_bodies_get_413_on_both_protoc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn saturation_is_answered_at_once_with_retry_after() {
     let (dir, client) = setup("sat");
-    // One request in flight at most; a 1 MiB body budget.
-    let limits = LimitOptions {
-        max_requests: 1,
-        body_budget: 1024 * 1024,
-        body_timeout: Duration::from_secs(3),
-        ..LimitOptions::default()
-    };
+    // One request in flight at most: a client stalling its body does not
+    // hold it against a real review (the stalled body is evicted, 408).
+    let limits = LimitOptions { max_requests: 1, body_timeout: Duration::from_secs(3), ..LimitOptions::default() };
     let srv = start(&dir, limits).await;
-    let staller = stall(&client, srv.addr, 1000, 10).await.expect("staller");
+    let mut staller = stall(&client, srv.addr, 1000, 10).await.expect("staller");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let started = std::time::Instant::now();
-    let (status, text) = client
-        .raw_post(srv.addr, "/validate/hcpetcdbackups", &serde_json::to_vec(&small_review()).expect("json"))
-        .await
-        .expect("busy");
-    assert_eq!(status, 503, "{text}");
-    assert!(started.elapsed() < Duration::from_secs(1), "not answered at once: {:?}", started.elapsed());
-    drop(staller);
+    let r = client.post_json(srv.addr, "/validate/hcpetcdbackups", &small_review()).await.expect("review");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(2), staller.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 408"), "the staller lost its slot: {text}");
     srv.stop().await;
 
     // The body budget: a client holding it with a big stalled body makes
@@ -286,23 +282,42 @@ async fn saturation_is_answered_at_once_with_retry_after() {
     drop(hog);
     srv.stop().await;
 
-    // The connection cap: one over it is closed at once, not queued.
-    let limits = LimitOptions { max_connections: 3, ..LimitOptions::default() };
+    // The connection cap: connections that have not started a request are
+    // evicted for a newcomer, oldest first.
+    let limits = LimitOptions { max_connections: 3, body_timeout: Duration::from_secs(3), ..LimitOptions::default() };
     let srv = start(&dir, limits).await;
     let mut open = Vec::new();
     for _ in 0..3 {
         open.push(client.connect(srv.addr).await.expect("within the cap"));
     }
-    let started = std::time::Instant::now();
-    assert!(client.connect(srv.addr).await.is_err(), "a connection over the cap must be refused");
-    assert!(started.elapsed() < Duration::from_secs(1), "refused at once, not queued");
+    let r = client.request(srv.addr, "GET", "/healthz", vec![]).await.expect("a newcomer evicts a silent connection");
+    assert_eq!(r.status, 200);
+    assert!(closed_within(&mut open[0], Duration::from_secs(1)).await, "the oldest silent connection was closed");
     drop(open);
+    // Only when every connection has a request in flight is a newcomer closed at once.
+    let mut busy = Vec::new();
+    for _ in 0..3 {
+        busy.push(stall(&client, srv.addr, 1000, 10).await.expect("staller"));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    assert!(client.connect(srv.addr).await.is_err(), "every place has a request in flight: refused");
+    assert!(started.elapsed() < Duration::from_secs(1), "refused at once, not queued");
+    drop(busy);
     // Closed connections free their places.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     loop {
         match client.request(srv.addr, "GET", "/metrics", vec![]).await {
             Ok(r) => {
-                assert!(r.text().contains("hcp_etcd_admission_rejected_requests_total{reason=\"connections\"} 1"));
+                let text = r.text();
+                assert!(
+                    text.contains("hcp_etcd_admission_rejected_requests_total{reason=\"connections\"} 1"),
+                    "{text}"
+                );
+                assert!(
+                    !text.contains("hcp_etcd_admission_rejected_requests_total{reason=\"connection_evicted\"} 0"),
+                    "{text}"
+                );
                 break;
             }
             Err(e) => assert!(tokio::time::Instant::now() < deadline, "places not freed: {e}"),

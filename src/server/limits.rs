@@ -104,7 +104,7 @@ impl Default for LimitOptions {
             tls_handshake_timeout: Duration::from_secs(1),
             header_read_timeout: Duration::from_secs(5),
             max_header_bytes: 16 * 1024,
-            h2_window: 64 * 1024,
+            h2_window: 128 * 1024,
             idle_timeout: Duration::from_secs(30),
             h2_max_streams: 8,
         }

@@ -408,9 +408,7 @@ impl ConnTable {
                     .find(|(_, a)| handshaking(a))
                     .or_else(|| open.iter().find(|(_, a)| unproven(a)))
                     .or_else(|| {
-                        open.iter()
-                            .filter(|(_, a)| idle(a))
-                            .min_by_key(|(_, a)| a.last_done_ms.load(Ordering::Acquire))
+                        open.iter().filter(|(_, a)| idle(a)).min_by_key(|(_, a)| a.last_done_ms.load(Ordering::Acquire))
                     })
                     .map(|(id, _)| *id)
             };

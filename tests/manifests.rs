@@ -230,9 +230,15 @@ fn network_policy_admits_only_the_apiserver_and_monitoring() {
         ingress[1]["from"][0]["namespaceSelector"]["matchLabels"]["network.openshift.io/policy-group"],
         "monitoring"
     );
-    for rule in ingress {
-        assert_eq!(rule["ports"][0]["port"], 8443);
-    }
+    // The apiserver reaches the admission port only, monitoring the metrics port only.
+    assert_eq!(ingress[0]["ports"], serde_json::json!([{"port": 8443, "protocol": "TCP"}]));
+    assert_eq!(ingress[1]["ports"], serde_json::json!([{"port": 8080, "protocol": "TCP"}]));
+    let ports = &deploy["spec"]["template"]["spec"]["containers"][0]["ports"];
+    assert!(ports.to_string().contains("\"containerPort\":8080"), "{ports}");
+    assert!(ports.to_string().contains("\"containerPort\":8443"), "{ports}");
+    let sm = &objects.iter().find(|(_, d)| d["kind"] == "ServiceMonitor").expect("ServiceMonitor").1;
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(sm["spec"]["endpoints"][0]["scheme"], "http");
     let base = &docs(&common::root().join("webhooks/base/kustomization.yaml"))[0];
     assert!(base["resources"].to_string().contains("networkpolicy.yaml"));
 }
@@ -335,6 +341,9 @@ fn deployment_flags_exist_and_settings_parse() {
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     let args = c["args"].to_string();
     assert!(args.contains("--listen=[::]:8443"), "dual-stack listener");
+    assert!(args.contains("--metrics-listen=[::]:8080"), "metrics and probes on their own port");
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], "metrics");
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], "metrics");
     assert!(args.contains("--drain-seconds=10") && args.contains("--shutdown-grace-seconds=20"));
     let grace = deploy["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as_u64().expect("grace");
     assert!(grace > 10 + 20, "terminationGracePeriodSeconds {grace} must cover drain + shutdown grace");
@@ -363,8 +372,11 @@ async fn every_webhook_path_in_the_manifests_is_served() {
     let dir = std::env::temp_dir().join(format!("hcp-manifests-{}", std::process::id()));
     let set = certs::generate("manifest CA", &["localhost".into()], 2).expect("certs");
     certs::write(&dir, &set).expect("write");
-    let srv = common::running::start(&dir, None, Duration::from_secs(60), LookupSource::None).await;
+    let mut opts = common::running::options(&dir, None, Duration::from_secs(60), LookupSource::None);
+    opts.metrics_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let srv = common::running::start_with(opts).await;
     let addr = srv.addr;
+    let plain = srv.metrics_addr.expect("metrics port");
     let client = Client::new(&[&set.ca_pem], None);
     let mut paths = 0;
     for (_, doc) in all_objects() {
@@ -389,12 +401,31 @@ async fn every_webhook_path_in_the_manifests_is_served() {
             if let Some(p) =
                 doc.pointer(&format!("/spec/template/spec/containers/0/{probe}/httpGet/path")).and_then(Value::as_str)
             {
-                assert_eq!(client.request(addr, "GET", p, vec![]).await.expect("probe").status, 200, "{p}");
+                // The probes use the plain metrics port (scheme HTTP).
+                assert_eq!(plain_get(plain, p).await.0, 200, "{p}");
             }
         }
     }
     assert_eq!(paths, 4);
+    let (status, text) = plain_get(plain, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(text.contains("hcp_etcd_admission_"), "{text}");
+    // No admission path on the metrics port.
+    assert_eq!(plain_get(plain, "/validate/hcpetcdbackups").await.0, 404);
     srv.stop().await;
+}
+
+/// A plain-HTTP GET: status and body.
+async fn plain_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+    tcp.write_all(req.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    tcp.read_to_end(&mut out).await.expect("read");
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, text)
 }
 
 #[test]

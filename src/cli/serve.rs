@@ -21,6 +21,11 @@ pub struct ServeArgs {
     /// has no IPv6).
     #[arg(long, default_value = "127.0.0.1:8443", env = "HCP_ADMISSION_LISTEN")]
     pub listen: SocketAddr,
+    /// Also serve /metrics, /healthz and /readyz over plain HTTP on this
+    /// address (and nothing else there), so monitoring and probes need no
+    /// access to the admission port. The manifests pass `[::]:8080`.
+    #[arg(long, value_name = "ADDR", env = "HCP_ADMISSION_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Serving certificate (PEM). Reloaded without restart when it changes.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -180,6 +185,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
         expect_sans: args.expect_san.clone(),
         allowed_client_names: args.allowed_client_names.clone(),
         lookups: LookupSource::None,
+        metrics_listen: args.metrics_listen,
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
     let context_given = !args.decision.context.is_empty();
@@ -206,6 +212,10 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
         let addr = server.local_addr().map(|a| a.to_string()).unwrap_or_default();
         tracing::info!(listen = %addr, "serving admission webhooks over HTTPS");
         eprintln!("listening on https://{addr}");
+        if let Some(m) = server.metrics_addr() {
+            tracing::info!(listen = %m, "serving /metrics, /healthz and /readyz over plain HTTP");
+            eprintln!("metrics and probes on http://{m}");
+        }
         // The first SIGTERM/SIGINT drains; a second one stops at once (an
         // operator at a terminal does not have to wait for the drain).
         let twice = async {

@@ -6,7 +6,10 @@
 //!   pairs are refused.
 //! * Who may call: with a client CA, admission paths need a verified client
 //!   certificate whose CN or SAN is allowed; `/healthz`, `/readyz` and
-//!   `/metrics` stay open for probes and Prometheus.
+//!   `/metrics` stay open for probes and Prometheus. With `metrics_listen`
+//!   they are also served over plain HTTP on a port of their own (no
+//!   admission path there), so a NetworkPolicy can give monitoring and
+//!   probes that port only.
 //! * Bounded everything ([`limits`]): body read before a decision slot, body
 //!   and request deadlines under the webhook timeout, connection and in-flight
 //!   caps that evict the oldest unproven connection / slowest body instead of
@@ -85,6 +88,8 @@ pub struct ServeOptions {
     pub allowed_client_names: Vec<String>,
     /// Where the mutation finds HostedControlPlanes.
     pub lookups: LookupSource,
+    /// Plain-HTTP listener for `/metrics`, `/healthz` and `/readyz` only.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Where the mutating path finds HostedControlPlanes.
@@ -143,6 +148,7 @@ pub struct App {
 /// A bound, not yet serving, server.
 pub struct Server {
     listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
     acceptor: TlsAcceptor,
     app: Arc<App>,
     opts: ServeOptions,
@@ -160,6 +166,10 @@ impl Server {
         let metrics = Arc::new(metrics::Metrics::new());
         metrics.set_cert_expiry(loaded.not_after);
         let listener = bind(opts.listen).await?;
+        let metrics_listener = match opts.metrics_listen {
+            Some(a) => Some(bind(a).await?),
+            None => None,
+        };
         let (lookup, hcp_cache): (Option<Arc<dyn crate::lookup::Lookup + Send + Sync>>, _) = match &opts.lookups {
             LookupSource::None => (None, None),
             LookupSource::Static(objects) => (Some(Arc::new(objects.clone())), None),
@@ -183,6 +193,7 @@ impl Server {
         app.ready.store(true, std::sync::atomic::Ordering::Release);
         Ok(Self {
             listener,
+            metrics_listener,
             acceptor: TlsAcceptor::from(Arc::new(config)),
             app,
             opts,
@@ -196,10 +207,16 @@ impl Server {
         self.listener.local_addr().ok()
     }
 
+    /// The plain-HTTP metrics and probe listener's address, if any.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     /// Serves until `shutdown` resolves, keeps serving (not ready) for the
     /// drain delay, then stops accepting and drains in-flight requests.
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) {
-        let Server { listener, acceptor, app, opts, resolver, client_verifier, last_source } = self;
+        let Server { listener, metrics_listener, acceptor, app, opts, resolver, client_verifier, last_source } = self;
+        let plain = metrics_listener.map(|l| tokio::spawn(serve_plain(l, app.clone())));
         let reloader = tokio::spawn(tls::reload_loop(
             tls::ReloadTargets {
                 cert: opts.tls_cert.clone(),
@@ -305,6 +322,51 @@ impl Server {
             );
         }
         reloader.abort();
+        if let Some(p) = plain {
+            p.abort();
+        }
+    }
+}
+
+/// Connections at once on the plain-HTTP metrics and probe port.
+const PLAIN_MAX_CONNECTIONS: usize = 32;
+
+/// Serves `/metrics`, `/healthz` and `/readyz` over plain HTTP/1.1 on its own
+/// port (nothing else: admission paths answer 404 there). Small and bounded:
+/// 32 connections (more are closed), 8 KiB of headers, 5 s to send them.
+async fn serve_plain(listener: TcpListener, app: Arc<App>) {
+    let router = routes::plain_router(app);
+    let places = Arc::new(Semaphore::new(PLAIN_MAX_CONNECTIONS));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(5)).max_buf_size(8192).keep_alive(true);
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics port: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(place) = places.clone().try_acquire_owned() else {
+            drop(tcp);
+            continue;
+        };
+        let router = router.clone();
+        let conn = http.serve_connection(
+            TokioIo::new(tcp),
+            hyper::service::service_fn(move |req: Request<Incoming>| {
+                let router = router.clone();
+                async move { router.oneshot(req.map(Body::new)).await }
+            }),
+        );
+        tokio::spawn(async move {
+            // A scrape or probe takes milliseconds; nothing stays longer than a minute.
+            if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(60), conn).await {
+                tracing::debug!(%peer, error = %e, "metrics port: connection ended with an error");
+            }
+            drop(place);
+        });
     }
 }
 

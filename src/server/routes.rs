@@ -52,6 +52,17 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
+/// The plain-HTTP metrics and probe port: nothing but `/healthz`, `/readyz`
+/// and `/metrics`.
+pub fn plain_router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "this port serves only /healthz, /readyz and /metrics") })
+        .with_state(app)
+}
+
 fn error(code: StatusCode, message: impl Into<String>) -> Response {
     let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code.as_u16(), "message": message.into()});
     (code, Json(body)).into_response()

@@ -11,6 +11,8 @@ use tokio::sync::oneshot;
 
 pub struct Running {
     pub addr: SocketAddr,
+    /// The plain-HTTP metrics and probe port, when `metrics_listen` was set.
+    pub metrics_addr: Option<SocketAddr>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -40,6 +42,7 @@ pub fn options(dir: &Path, client_ca: Option<&Path>, reload: Duration, lookups: 
         expect_sans: Vec::new(),
         allowed_client_names: Vec::new(),
         lookups,
+        metrics_listen: None,
     }
 }
 
@@ -54,9 +57,10 @@ pub async fn start_with(opts: ServeOptions) -> Running {
     super::https::install_provider();
     let server = Server::bind(opts).await.expect("bind");
     let addr = server.local_addr().expect("addr");
+    let metrics_addr = server.metrics_addr();
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(server.serve(async {
         let _ = rx.await;
     }));
-    Running { addr, stop: Some(tx), task }
+    Running { addr, metrics_addr, stop: Some(tx), task }
 }

@@ -133,3 +133,22 @@ async fn serve_makes_a_dev_certificate_and_drains_on_sigterm() {
     assert!(status.success(), "serve exited with {status:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn client_ca_without_an_allow_list_refuses_to_start() {
+    let dir = std::env::temp_dir().join(format!("hcp-serve-ca-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let set = hcp_etcd_admission::certs::generate("client CA", &["localhost".into()], 2).expect("certs");
+    std::fs::write(dir.join("ca.crt"), &set.ca_pem).expect("ca");
+    let out = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "never", "--client-ca"])
+        .arg(dir.join("ca.crt"))
+        .arg("--dev-cert-dir")
+        .arg(dir.join("dev"))
+        .output()
+        .expect("serve");
+    assert!(!out.status.success(), "started without an allow-list");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--allowed-client-names") && err.contains("--allow-any-client-of-ca"), "{err}");
+}

@@ -37,10 +37,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub client_ca: Option<PathBuf>,
     /// With --client-ca: identities (certificate CN or DNS/URI SAN) allowed on
-    /// admission paths; repeat or separate with commas. Empty: any certificate
-    /// the CA signed.
+    /// admission paths; repeat or separate with commas. Required with
+    /// --client-ca unless --allow-any-client-of-ca is given.
     #[arg(long = "allowed-client-names", value_name = "NAME", value_delimiter = ',', requires = "client_ca")]
     pub allowed_client_names: Vec<String>,
+    /// With --client-ca and no --allowed-client-names: accept any certificate
+    /// the CA signed. If that CA is the cluster's client CA, every node and
+    /// user certificate passes; say so explicitly.
+    #[arg(long, requires = "client_ca", conflicts_with = "allowed_client_names")]
+    pub allow_any_client_of_ca: bool,
     /// Refuse a serving certificate that does not name this DNS name or IP
     /// (repeat or separate with commas), at start and on reload.
     #[arg(long = "expect-san", value_name = "NAME", value_delimiter = ',')]
@@ -142,6 +147,13 @@ fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
 
 pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     let _log_guard = init_logging(args.log_format);
+    if args.client_ca.is_some() && args.allowed_client_names.is_empty() && !args.allow_any_client_of_ca {
+        anyhow::bail!(
+            "--client-ca needs --allowed-client-names (the CN or SAN of the apiserver's client certificate): \
+             without it any certificate the CA signed would pass, and a cluster client CA signs every node's and \
+             user's. Pass --allow-any-client-of-ca to accept that deliberately."
+        );
+    }
     let settings = args.decision.settings()?;
     let (cert, key) = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => (c.clone(), k.clone()),

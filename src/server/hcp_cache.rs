@@ -23,7 +23,19 @@ use kube::{
 };
 use serde_json::Value;
 
+use super::metrics::truncate;
 use crate::lookup::{Lookup, LookupError, Prefetched};
+
+/// Kubernetes namespace names: RFC 1123 labels.
+pub fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    let inner = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(|c| inner(c) || *c == b'-')
+        && b.first().is_some_and(inner)
+        && b.last().is_some_and(inner)
+}
 
 /// Longest a live read on a cache miss may take (the apiserver's webhook
 /// timeout is 10 s by default).
@@ -81,8 +93,17 @@ impl HcpCache {
 
     /// The answer for one decision: the cache when it is synced and holds
     /// the namespace's HostedControlPlane(s), else a live read of the
-    /// namespace (bounded by [`LIVE_READ_TIMEOUT`]).
+    /// namespace (bounded by [`LIVE_READ_TIMEOUT`]; live reads happen while
+    /// a decision slot is held, so at most `--max-concurrent` at once). A
+    /// namespace that is not a DNS-1123 label is never sent to the API.
     pub async fn lookup_for(&self, namespace: &str) -> Prefetched {
+        if !is_dns1123_label(namespace) {
+            return Prefetched(Err(LookupError::Failed(format!(
+                "request namespace {:?} is not a namespace name (a DNS-1123 label: at most 63 characters, \
+                 lower-case letters, digits and '-', starting and ending with a letter or digit)",
+                truncate(namespace, 64)
+            ))));
+        }
         let synced = self.synced();
         let cached = if synced { self.cached(namespace) } else { Vec::new() };
         if !cached.is_empty() {
@@ -91,7 +112,12 @@ impl HcpCache {
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &self.resource);
         let live = tokio::time::timeout(LIVE_READ_TIMEOUT, api.list(&ListParams::default())).await;
         let answer = match live {
-            Ok(Ok(list)) => Ok(list.items.iter().filter_map(|o| serde_json::to_value(o).ok()).collect()),
+            Ok(Ok(list)) => Ok(list
+                .items
+                .iter()
+                .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .collect()),
             Ok(Err(e)) if synced => Err(LookupError::Failed(format!("live read after a cache miss failed: {e}"))),
             Err(_) if synced => Err(LookupError::Failed(format!(
                 "live read after a cache miss timed out after {}s",
@@ -105,6 +131,21 @@ impl HcpCache {
         };
         tracing::debug!(namespace, synced, ok = answer.is_ok(), "HostedControlPlane live read on a cache miss");
         Prefetched(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_dns1123_label;
+
+    #[test]
+    fn namespace_names_are_dns1123_labels() {
+        for ok in ["clusters-prod", "a", "0ns", &"a".repeat(63)] {
+            assert!(is_dns1123_label(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a/b", "..", "a.b", "ns?watch=1", &"a".repeat(64)] {
+            assert!(!is_dns1123_label(bad), "{bad}");
+        }
     }
 }
 

@@ -348,3 +348,31 @@ async fn metrics_stay_bounded_under_hostile_operation_values() {
     assert!(after.contains("operation=\"other\""), "{after}");
     srv.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_closes_idle_keep_alive_connections_at_once_and_keeps_serving_new_ones() {
+    let (dir, client) = setup("drain");
+    let mut opts = common::running::options(&dir, None, Duration::from_secs(60), LookupSource::None);
+    opts.drain_delay = Duration::from_secs(3);
+    let srv = common::running::start_with(opts).await;
+    let addr = srv.addr;
+    // A pooled keep-alive connection after one request.
+    let mut tls = client.connect(addr).await.expect("connect");
+    let body = serde_json::to_vec(&small_review()).expect("json");
+    let head = format!(
+        "POST /validate/hcpetcdbackups HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.expect("head");
+    tls.write_all(&body).await.expect("body");
+    let mut first = vec![0u8; 64];
+    let n = tls.read(&mut first).await.expect("answer");
+    assert!(first[..n].starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&first[..n]));
+    let stopping = tokio::spawn(srv.stop());
+    // Closed when the drain starts, not when it ends 3 s later.
+    assert!(closed_within(&mut tls, Duration::from_millis(1500)).await, "idle connection kept through the drain");
+    // New connections are still served during the drain.
+    let r = client.post_json(addr, "/validate/hcpetcdbackups", &small_review()).await.expect("served while draining");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let _ = stopping.await;
+}

@@ -233,6 +233,7 @@ impl Server {
         let lim = &app.limits.opts;
         let conns = Arc::new(ConnTable::new(lim.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
         let mut builder = Builder::new(TokioExecutor::new());
         // HTTP/1.1 (what kube-apiserver uses for webhooks): hyper's header-read
         // timer also runs while a keep-alive connection waits for its next
@@ -270,6 +271,7 @@ impl Server {
                 _ = &mut shutdown, if !draining => {
                     draining = true;
                     app.draining.store(true, Ordering::Release);
+                    let _ = drain_tx.send(true);
                     app.metrics.set_draining(true);
                     drain_until.as_mut().reset(tokio::time::Instant::now() + opts.drain_delay);
                     tracing::info!(
@@ -305,6 +307,7 @@ impl Server {
                 router: router.clone(),
                 builder: builder.clone(),
                 stop: stop_rx.clone(),
+                drain: drain_rx.clone(),
             };
             tokio::spawn(async move {
                 conn.run(tcp, peer, &place).await;
@@ -518,6 +521,20 @@ impl Activity {
         InFlight(self.clone())
     }
 
+    /// Resolves when at least one request has been answered and none is in
+    /// flight (a new connection gets to send its first request).
+    async fn quiet(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.in_flight.load(Ordering::Acquire) == 0 && self.seen.load(Ordering::Acquire) > 0 {
+                return;
+            }
+            changed.await;
+        }
+    }
+
     /// Resolves when the connection has had no request in flight for the
     /// idle timeout (or, before its first request, the header-read timeout).
     async fn idle(&self, header_read: Duration, idle: Duration) {
@@ -545,6 +562,8 @@ struct Connection {
     router: axum::Router,
     builder: Builder<TokioExecutor>,
     stop: tokio::sync::watch::Receiver<bool>,
+    /// Turns true when the drain starts.
+    drain: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Connection {
@@ -612,6 +631,14 @@ impl Connection {
             }
             _ = activity.idle(header_read, idle) => "idle",
             _ = self.stop.wait_for(|s| *s) => "shutdown",
+            // The drain: a pooled keep-alive connection is closed as soon as
+            // it has nothing in flight, so the client's next request opens a
+            // new connection (to a pod still in the endpoints) instead of
+            // finding this one closed under it later.
+            _ = async {
+                let _ = self.drain.wait_for(|d| *d).await;
+                activity.quiet().await;
+            } => "drain",
             _ = activity.kill.notified() => {
                 tracing::debug!(%peer, "connection cap: closed for a newer connection");
                 return;

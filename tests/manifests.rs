@@ -134,6 +134,14 @@ fn match_conditions_send_only_what_is_judged() {
         o["metadata"]["finalizers"] = serde_json::json!([]);
     });
     let no_etcd = with(&|o| o["spec"] = serde_json::json!({}));
+    let url_changed = with(&|o| {
+        o["spec"]["etcd"]["managed"]["storage"]["restoreSnapshotURL"] = serde_json::json!(["https://b.example/y.db"])
+    });
+    let unmanaged = with(&|o| o["spec"]["etcd"]["managementType"] = "Unmanaged".into());
+    let deleting_url_added = with(&|o| {
+        o["metadata"]["deletionTimestamp"] = serde_json::json!("2026-11-29T15:00:00Z");
+        o["spec"]["etcd"]["managed"]["storage"]["restoreSnapshotURL"] = serde_json::json!(["https://b.example/x.db"]);
+    });
     let mut kubewarden = None;
     let mut checked = 0;
     for (_, doc) in &objects {
@@ -168,6 +176,12 @@ fn match_conditions_send_only_what_is_judged() {
                     continue;
                 }
                 assert!(send("UPDATE", &url_added, Some(&hc)), "{what}: a spec.etcd change is judged");
+                assert!(send("UPDATE", &url_changed, Some(&url_added)), "{what}: a changed restore URL is judged");
+                assert!(send("UPDATE", &unmanaged, Some(&hc)), "{what}: a managementType change is judged");
+                assert!(
+                    send("UPDATE", &deleting_url_added, Some(&hc)),
+                    "{what}: a spec.etcd change on an object being deleted is judged"
+                );
                 assert!(!send("UPDATE", &status_only, Some(&hc)), "{what}: status-only UPDATE is skipped");
                 assert!(!send("UPDATE", &other_spec, Some(&hc)), "{what}: spec.etcd unchanged is skipped");
                 assert!(send("UPDATE", &hc, Some(&no_etcd)), "{what}: spec.etcd added is judged");

@@ -434,3 +434,65 @@ async fn a_replaced_certificate_is_served_within_a_second_by_the_watch() {
     }
     srv.stop().await;
 }
+
+/// Two TLS connections with one resuming client; the second handshake's kind.
+async fn second_handshake(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    client: Option<(&str, &str)>,
+) -> rustls::HandshakeKind {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.expect("pem")).expect("root");
+    }
+    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+    let config = match client {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<_, _>>().expect("cert"),
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("key"),
+            )
+            .expect("client auth"),
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let mut kind = rustls::HandshakeKind::Full;
+    for _ in 0..2 {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let mut tls = connector.connect(ServerName::try_from("localhost").expect("name"), tcp).await.expect("tls");
+        kind = tls.get_ref().1.handshake_kind().expect("handshake done");
+        // A whole exchange, so the client has read any session ticket.
+        tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").await.expect("write");
+        let mut out = Vec::new();
+        let _ = tls.read_to_end(&mut out).await;
+        assert!(out.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&out));
+    }
+    kind
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_tls_session_resumption_with_client_certificates() {
+    common::https::install_provider();
+    // Without client certificates a session is resumed (the check can see it)...
+    let dir = tempdir("resume-plain");
+    let serving = localhost_certs("serving CA");
+    certs::write(&dir, &serving).expect("write");
+    let srv = start(&dir, None, Duration::from_secs(60)).await;
+    assert_eq!(second_handshake(srv.addr, &serving.ca_pem, None).await, rustls::HandshakeKind::Resumed);
+    srv.stop().await;
+    // ...with them, every connection is a full handshake against the current
+    // client CA (a resumed session would keep an identity across a CA rotation).
+    let dir = tempdir("resume-mtls");
+    certs::write(&dir, &serving).expect("write");
+    let apiserver = certs::generate_client("apiserver client CA", &["kube-apiserver".into()], 30).expect("client");
+    std::fs::write(dir.join("client-ca.crt"), &apiserver.ca_pem).expect("client ca");
+    let mut opts =
+        common::running::options(&dir, Some(&dir.join("client-ca.crt")), Duration::from_secs(60), LookupSource::None);
+    opts.allowed_client_names = vec!["kube-apiserver".into()];
+    let srv = common::running::start_with(opts).await;
+    let kind = second_handshake(srv.addr, &serving.ca_pem, Some((&apiserver.cert_pem, &apiserver.key_pem))).await;
+    assert_eq!(kind, rustls::HandshakeKind::Full);
+    srv.stop().await;
+}

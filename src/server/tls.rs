@@ -297,6 +297,14 @@ pub fn server_config(
     };
     let mut cfg = builder.with_cert_resolver(resolver);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    if verifier.is_some() {
+        // No session resumption with client certificates: a resumed session
+        // carries the identity verified under the client CA of its first
+        // handshake, which would outlive a client CA rotation. Every
+        // connection verifies its certificate against the current CA.
+        cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        cfg.send_tls13_tickets = 0;
+    }
     Ok((cfg, verifier))
 }
 

@@ -6,8 +6,10 @@
 //!   connection cap, kept reopened: the oldest unproven connection is evicted;
 //! * more trickling bodies than in-flight slots, kept reopened: the slowest
 //!   body is evicted (408), the real review takes its slot;
-//! * hundreds of connections sending endless headers to a spawned `serve`
-//!   process: its resident memory (`/proc/<pid>/status` VmRSS) stays bounded.
+//! * hundreds of connections sending endless headers, and hundreds of HTTP/2
+//!   connections that never open their receive window while pushing bodies,
+//!   to a spawned `serve` process: its resident memory (`/proc/<pid>/status`
+//!   VmRSS) stays bounded.
 
 mod common;
 
@@ -222,6 +224,143 @@ async fn trickling_bodies_beyond_the_in_flight_slots_do_not_fail_a_real_review()
     srv.stop().await;
 }
 
+/// `hcp-etcd-admission serve` as a process with its default limits.
+fn spawn_serve(dir: &std::path::Path) -> (std::process::Child, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "never", "--dev-cert-dir"])
+        .arg(dir)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let addr: SocketAddr = loop {
+        let line = lines.next().expect("serve printed its address").expect("line");
+        if let Some(a) = line.strip_prefix("listening on https://") {
+            break a.parse().expect("addr");
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
+/// Samples a process's VmRSS every 20 ms until stopped; the peak in KiB.
+struct RssPeak {
+    peak: Arc<AtomicU64>,
+    run: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RssPeak {
+    fn start(pid: u32) -> Self {
+        let peak = Arc::new(AtomicU64::new(vm_rss_kib(pid)));
+        let run = Arc::new(AtomicBool::new(true));
+        let (p, r) = (peak.clone(), run.clone());
+        let thread = std::thread::spawn(move || {
+            while r.load(Ordering::Relaxed) {
+                p.fetch_max(vm_rss_kib(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        Self { peak, run, thread: Some(thread) }
+    }
+
+    fn stop(mut self) -> u64 {
+        self.run.store(false, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_clients_that_never_read_their_answers_keep_the_server_memory_bounded() {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+    let dir = tempdir("h2mem");
+    let (mut child, addr) = spawn_serve(&dir);
+    let pid = child.id();
+    let ca = std::fs::read_to_string(dir.join("ca.crt")).expect("dev CA");
+    let client = Client::new(&[&ca], None);
+    real_reviews_pass(&client, addr, "warm-up").await;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.expect("pem")).expect("root");
+    }
+    let mut config = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let before = vm_rss_kib(pid);
+    let sampler = RssPeak::start(pid);
+    // 200 HTTP/2 connections with a receive window of 0 (no answer can ever
+    // be sent to them), 8 streams each declaring a 20 MB body (413 at once,
+    // the answer stuck) and pushing up to 256 KiB of it as flow control allows.
+    let (conns, streams, per_stream) = (200usize, 8usize, 256 * 1024usize);
+    let pushed = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..conns {
+        let (connector, pushed) = (connector.clone(), pushed.clone());
+        tasks.push(tokio::spawn(async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+            let tls = connector.connect(ServerName::try_from("localhost").ok()?, tcp).await.ok()?;
+            let (h2c, conn) =
+                h2::client::Builder::new().initial_window_size(0).handshake::<_, hyper::body::Bytes>(tls).await.ok()?;
+            tokio::spawn(conn);
+            let mut h2c = h2c.ready().await.ok()?;
+            let mut held = Vec::new();
+            for _ in 0..streams {
+                let req = hyper::Request::post(format!("https://localhost:{}/validate/hostedclusters", addr.port()))
+                    .header("content-type", "application/json")
+                    .header("content-length", "20000000")
+                    .body(())
+                    .ok()?;
+                let Ok((resp, mut send)) = h2c.send_request(req, false) else { break };
+                let mut sent = 0;
+                while sent < per_stream {
+                    send.reserve_capacity(64 * 1024);
+                    let cap = std::future::poll_fn(|cx| send.poll_capacity(cx));
+                    match tokio::time::timeout(Duration::from_millis(300), cap).await {
+                        Ok(Some(Ok(n))) if n > 0 => {
+                            if send.send_data(hyper::body::Bytes::from(vec![b' '; n]), false).is_err() {
+                                break;
+                            }
+                            sent += n;
+                        }
+                        _ => break,
+                    }
+                }
+                pushed.fetch_add(sent as u64, Ordering::Relaxed);
+                held.push((resp, send));
+                h2c = h2c.ready().await.ok()?;
+            }
+            Some((h2c, held))
+        }));
+    }
+    let mut held = Vec::new();
+    for t in tasks {
+        if let Ok(Some(h)) = t.await {
+            held.push(h);
+        }
+    }
+    let during = real_reviews_pass(&client, addr, "HTTP/2 answers never read").await;
+    let peak = sampler.stop();
+    let grown_mib = peak.saturating_sub(before) / 1024;
+    eprintln!(
+        "{} HTTP/2 connections x {streams} stuck streams, {} MiB pushed: VmRSS {} MiB -> peak {} MiB (+{grown_mib} MiB); review {during:?}",
+        held.len(),
+        pushed.load(Ordering::Relaxed) / (1024 * 1024),
+        before / 1024,
+        peak / 1024
+    );
+    // About 170 KiB a connection measured (128 KiB window, rustls, HTTP/2
+    // state); hyper's default 1 MiB windows would let each hold 1 MiB more.
+    assert!(grown_mib < (conns as u64 * 256) / 1024, "VmRSS grew by {grown_mib} MiB");
+    drop(held);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 fn vm_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
@@ -235,38 +374,13 @@ fn vm_rss_kib(pid: u32) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endless_headers_on_hundreds_of_connections_keep_the_server_memory_bounded() {
     let dir = tempdir("mem");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "never", "--dev-cert-dir"])
-        .arg(&dir)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn serve");
+    let (mut child, addr) = spawn_serve(&dir);
     let pid = child.id();
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let addr: SocketAddr = loop {
-        let line = lines.next().expect("serve printed its address").expect("line");
-        if let Some(a) = line.strip_prefix("listening on https://") {
-            break a.parse().expect("addr");
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
     let ca = std::fs::read_to_string(dir.join("ca.crt")).expect("dev CA");
     let client = Arc::new(Client::new(&[&ca], None));
     real_reviews_pass(&client, addr, "warm-up").await;
     let before = vm_rss_kib(pid);
-    let peak = Arc::new(AtomicU64::new(before));
-    let sampling = Arc::new(AtomicBool::new(true));
-    let sampler = {
-        let (peak, sampling) = (peak.clone(), sampling.clone());
-        std::thread::spawn(move || {
-            while sampling.load(Ordering::Relaxed) {
-                peak.fetch_max(vm_rss_kib(pid), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    let sampler = RssPeak::start(pid);
     // 480 connections (under the default cap of 512, so none is evicted),
     // each sending up to 256 KiB of headers with no blank line, and kept open.
     let (conns, per_conn) = (480usize, 256 * 1024usize);
@@ -304,9 +418,7 @@ async fn endless_headers_on_hundreds_of_connections_keep_the_server_memory_bound
     }
     let text = String::from_utf8_lossy(&out);
     assert!(text.is_empty() || text.starts_with("HTTP/1.1 431"), "{text}");
-    sampling.store(false, Ordering::Relaxed);
-    let _ = sampler.join();
-    let peak = peak.load(Ordering::Relaxed);
+    let peak = sampler.stop();
     let grown_mib = peak.saturating_sub(before) / 1024;
     eprintln!(
         "{} connections, {} MiB of headers sent (up to {} KiB each): VmRSS {} MiB -> peak {} MiB (+{grown_mib} MiB); review {during:?}",

@@ -134,6 +134,16 @@ impl HcpCache {
     }
 }
 
+impl Lookup for HcpCache {
+    /// The cache alone (no live read: that is async, see [`HcpCache::lookup_for`]).
+    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
+        if !self.synced() {
+            return Err(LookupError::NotSynced);
+        }
+        Ok(self.cached(namespace))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::is_dns1123_label;
@@ -146,15 +156,5 @@ mod tests {
         for bad in ["", "-a", "a-", "A", "a/b", "..", "a.b", "ns?watch=1", &"a".repeat(64)] {
             assert!(!is_dns1123_label(bad), "{bad}");
         }
-    }
-}
-
-impl Lookup for HcpCache {
-    /// The cache alone (no live read: that is async, see [`HcpCache::lookup_for`]).
-    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
-        if !self.synced() {
-            return Err(LookupError::NotSynced);
-        }
-        Ok(self.cached(namespace))
     }
 }

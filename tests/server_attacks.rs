@@ -436,3 +436,29 @@ async fn endless_headers_on_hundreds_of_connections_keep_the_server_memory_bound
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_sockets_on_the_metrics_port_do_not_fail_a_probe() {
+    use tokio::net::TcpStream;
+    let (dir, _client, _ca) = setup("plain");
+    let mut opts = common::running::options(&dir, None, Duration::from_secs(60), LookupSource::None);
+    opts.metrics_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let srv = common::running::start_with(opts).await;
+    let plain = srv.metrics_addr.expect("metrics port");
+    // Three times the port's 32 places in sockets that never send a byte.
+    let mut held = Vec::new();
+    for _ in 0..96 {
+        held.push(connect_from(plain, ATTACKER).await.expect("tcp"));
+    }
+    for probe in ["/readyz", "/healthz", "/metrics"] {
+        let mut tcp = TcpStream::connect(plain).await.expect("connect");
+        let req = format!("GET {probe} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+        tcp.write_all(req.as_bytes()).await.expect("write");
+        let mut out = Vec::new();
+        tokio::time::timeout(WEBHOOK_TIMEOUT, tcp.read_to_end(&mut out)).await.expect("answered").expect("read");
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 200"), "{probe}: {text}");
+    }
+    drop(held);
+    srv.stop().await;
+}

@@ -336,10 +336,12 @@ const PLAIN_MAX_CONNECTIONS: usize = 32;
 
 /// Serves `/metrics`, `/healthz` and `/readyz` over plain HTTP/1.1 on its own
 /// port (nothing else: admission paths answer 404 there). Small and bounded:
-/// 32 connections (more are closed), 8 KiB of headers, 5 s to send them.
+/// 32 connections (at the cap the oldest is closed for the newcomer, so silent
+/// sockets cannot fail a kubelet probe), 8 KiB of headers, 5 s to send them,
+/// a minute per connection at most.
 async fn serve_plain(listener: TcpListener, app: Arc<App>) {
     let router = routes::plain_router(app);
-    let places = Arc::new(Semaphore::new(PLAIN_MAX_CONNECTIONS));
+    let places = Arc::new(ConnTable::new(PLAIN_MAX_CONNECTIONS));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(5)).max_buf_size(8192).keep_alive(true);
     loop {
@@ -351,7 +353,7 @@ async fn serve_plain(listener: TcpListener, app: Arc<App>) {
                 continue;
             }
         };
-        let Ok(place) = places.clone().try_acquire_owned() else {
+        let (Some(place), _) = places.admit(peer.ip()) else {
             drop(tcp);
             continue;
         };
@@ -364,9 +366,13 @@ async fn serve_plain(listener: TcpListener, app: Arc<App>) {
             }),
         );
         tokio::spawn(async move {
-            // A scrape or probe takes milliseconds; nothing stays longer than a minute.
-            if let Ok(Err(e)) = tokio::time::timeout(Duration::from_secs(60), conn).await {
-                tracing::debug!(%peer, error = %e, "metrics port: connection ended with an error");
+            tokio::select! {
+                r = tokio::time::timeout(Duration::from_secs(60), conn) => {
+                    if let Ok(Err(e)) = r {
+                        tracing::debug!(%peer, error = %e, "metrics port: connection ended with an error");
+                    }
+                }
+                _ = place.activity.kill.notified() => {}
             }
             drop(place);
         });

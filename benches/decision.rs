@@ -6,17 +6,27 @@
 //! * `hostedcluster_presigned` HostedCluster CREATE with a SigV4 presigned `restoreSnapshotURL`;
 //! * `statefulset_mutation_3` the etcd-init injection for a 3-replica etcd StatefulSet.
 //!
-//! `native/*` calls `admission::review` (what `review` and the server run).
-//! `wasm_warm/*` calls `validate` on one instance of the built module in
-//! wasmtime through wapc (the runtime Kubewarden's policy-evaluator uses), with
-//! the HostedControlPlane served by the host callback. `wasm_fresh/*` makes a
-//! new instance from a pre-instantiated module for every request, as
-//! policy-server (≥ 1.10) does, so it includes the module's one-time setup.
-//! Ratios: scripts/bench-report.py. The module comes from scripts/build-wasm.sh.
+//! Runners (all Wasm ones in wasmtime through wapc's wasmtime-provider, the
+//! runtime of Kubewarden's policy-evaluator, HostedControlPlane served by the
+//! host callback, ValidationRequest/Response JSON both ways):
+//! * `native`: `admission::review` (what `review` and the server run);
+//! * `wasm_warm`: `validate` on one long-lived instance of the shipped module;
+//! * `wasm_fresh`: a new instance of the shipped (pre-initialised) module per
+//!   request, rehydrated from a pre-instantiated module, then `validate`: what
+//!   Kubewarden's policy-server does for every request;
+//! * `wasm_fresh_uninitialised`: the same with the module before
+//!   pre-initialisation (the "before" column);
+//! * `yardstick_fresh` / `yardstick_warm`: a minimal Kubewarden SDK policy
+//!   (benches/yardstick: parses the request and accepts), built in the same run.
+//!
+//! Ratios: scripts/bench-report.py. The modules come from scripts/bench-decision.sh
+//! (scripts/build-wasm.sh plus the yardstick).
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
 mod common;
+#[path = "../tests/common/wasm_host.rs"]
+mod wasm_host;
 
 use std::{hint::black_box, time::Duration};
 
@@ -28,7 +38,8 @@ use hcp_etcd_admission::{
     time::format_rfc3339,
 };
 use serde_json::{json, Value};
-use wasmtime_provider::WasmtimeEngineProviderBuilder;
+use wasm_host::{HostCallHandler, Policy, PolicyModule};
+use wasmtime_provider::WasmtimeEngineProviderPre;
 
 struct Scenario {
     name: &'static str,
@@ -87,62 +98,80 @@ fn scenarios() -> Vec<Scenario> {
     ]
 }
 
-fn host_callback(objects: Vec<Value>) -> Box<wapc::HostCallback> {
-    Box::new(move |_id, binding, ns, op, payload| {
+fn host_callback(objects: Vec<Value>) -> HostCallHandler {
+    Box::new(move |binding, ns, op, payload| {
         if (binding, ns, op) != ("kubewarden", "kubernetes", "list_resources_by_namespace") {
-            return Err(format!("unexpected host call {binding}/{ns}/{op}").into());
+            return Err(format!("unexpected host call {binding}/{ns}/{op}"));
         }
-        let req: Value = serde_json::from_slice(payload)?;
+        let req: Value = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
         let items: Vec<&Value> = objects.iter().filter(|o| o["metadata"]["namespace"] == req["namespace"]).collect();
-        Ok(serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": items}))?)
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": items})).map_err(|e| e.to_string())
     })
+}
+
+fn load(path: std::path::PathBuf) -> PolicyModule {
+    PolicyModule::load(&path).unwrap_or_else(|e| panic!("{e}; run scripts/bench-decision.sh"))
+}
+
+fn fresh_validate(pre: &WasmtimeEngineProviderPre, context: &[Value], payload: &[u8]) -> Option<Vec<u8>> {
+    let policy = Policy::rehydrate(pre, host_callback(context.to_vec())).ok()?;
+    policy.call("validate", payload).ok()
 }
 
 fn bench(c: &mut Criterion) {
     let settings = Settings::default();
-    let module =
-        std::fs::read(common::wasm_host::module_path()).expect("build the module first: scripts/build-wasm.sh");
-    let builder = WasmtimeEngineProviderBuilder::new().module_bytes(&module);
-    let pre = builder.build_pre().expect("pre-instantiate module");
+    let shipped = load(wasm_host::module_path()).pre(None).expect("pre-instantiate module");
+    let before =
+        load(wasm_host::uninitialised_module_path()).pre(None).expect("pre-instantiate the module before");
+    let yardstick = load(wasm_host::yardstick_module_path()).pre(None).expect("pre-instantiate yardstick");
+    let quick = std::env::args().any(|a| a == "--test");
     let mut pcts = Vec::new();
     for s in scenarios() {
         let ctx = ContextObjects::from_values(s.context.clone());
         let input = DecisionInput { settings: &settings, lookup: Some(&ctx), now: s.now, expect: None };
-        // Sanity: the scenario decides what it is meant to.
+        // Sanity: every runner decides what the scenario is meant to.
         let native = review(&s.review, &input).expect("review");
         let payload = serde_json::to_vec(&json!({"settings": {}, "request": s.review["request"]})).expect("payload");
-        let host = wapc::WapcHost::new(
-            Box::new(pre.rehydrate(None).expect("rehydrate")),
-            Some(host_callback(s.context.clone())),
-        )
-        .expect("wapc host");
-        let answer: Value = serde_json::from_slice(&host.call("validate", &payload).expect("validate")).expect("json");
-        assert_eq!(answer["accepted"], native["response"]["allowed"], "{}", s.name);
+        let host = Policy::rehydrate(&shipped, host_callback(s.context.clone())).expect("wapc host");
+        let yard = Policy::rehydrate(&yardstick, host_callback(vec![])).expect("yardstick host");
+        for (runner, answer) in [
+            ("warm", host.call("validate", &payload).ok()),
+            ("fresh", fresh_validate(&shipped, &s.context, &payload)),
+            ("fresh, before", fresh_validate(&before, &s.context, &payload)),
+        ] {
+            let answer: Value = serde_json::from_slice(&answer.expect("validate")).expect("json");
+            assert_eq!(answer["accepted"], native["response"]["allowed"], "{} {runner}", s.name);
+        }
+        let y: Value = serde_json::from_slice(&yard.call("validate", &payload).expect("yardstick")).expect("json");
+        assert_eq!(y["accepted"], true, "the yardstick accepts");
 
         let mut g = c.benchmark_group(s.name);
         g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(3)).sample_size(40);
         g.bench_function("native", |b| b.iter(|| black_box(review(black_box(&s.review), &input))));
         g.bench_function("wasm_warm", |b| b.iter(|| black_box(host.call("validate", black_box(&payload)))));
-        g.bench_function("wasm_fresh", |b| {
-            b.iter(|| {
-                let h = wapc::WapcHost::new(
-                    Box::new(pre.rehydrate(None).expect("rehydrate")),
-                    Some(host_callback(s.context.clone())),
-                )
-                .expect("host");
-                black_box(h.call("validate", &payload))
-            })
+        g.bench_function("wasm_fresh", |b| b.iter(|| black_box(fresh_validate(&shipped, &s.context, &payload))));
+        g.bench_function("wasm_fresh_uninitialised", |b| {
+            b.iter(|| black_box(fresh_validate(&before, &s.context, &payload)))
         });
+        g.bench_function("yardstick_warm", |b| b.iter(|| black_box(yard.call("validate", black_box(&payload)))));
+        g.bench_function("yardstick_fresh", |b| b.iter(|| black_box(fresh_validate(&yardstick, &[], &payload))));
         g.finish();
         // Per-call percentiles (criterion reports the median of batched samples).
-        let n = if std::env::args().any(|a| a == "--test") { 10 } else { 5000 };
+        let n = if quick { 10 } else { 5000 };
         let native_p = percentiles(n, || {
             black_box(review(&s.review, &input).ok());
         });
         let warm_p = percentiles(n, || {
             black_box(host.call("validate", &payload).ok());
         });
-        pcts.push(json!({"scenario": s.name, "native": native_p, "wasm_warm": warm_p, "calls": n}));
+        let fresh_p = percentiles(n / 5, || {
+            black_box(fresh_validate(&shipped, &s.context, &payload));
+        });
+        let yard_p = percentiles(n / 5, || {
+            black_box(fresh_validate(&yardstick, &[], &payload));
+        });
+        pcts.push(json!({"scenario": s.name, "native": native_p, "wasm_warm": warm_p, "wasm_fresh": fresh_p,
+                         "yardstick_fresh": yard_p, "calls": n, "fresh_calls": n / 5}));
     }
     let out = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
@@ -152,6 +181,14 @@ fn bench(c: &mut Criterion) {
         let _ = std::fs::create_dir_all(dir);
     }
     let _ = std::fs::write(&out, serde_json::to_string_pretty(&pcts).unwrap_or_default());
+    for (name, path) in [
+        ("shipped", wasm_host::module_path()),
+        ("before", wasm_host::uninitialised_module_path()),
+        ("yardstick", wasm_host::yardstick_module_path()),
+    ] {
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        eprintln!("module size, {name}: {size} bytes");
+    }
 }
 
 /// p50 / p90 / p99 / max of single calls, microseconds.

@@ -132,6 +132,37 @@ fn recorded() -> Vec<(String, String)> {
     ]
 }
 
+/// Mean time of what `serve` does per request beyond the floor's TLS and HTTP:
+/// parse the body, decide (`admission::review`, the HostedControlPlane from the
+/// same `--context` object), serialise the answer. The four reviews in
+/// rotation, on one thread, in this process.
+fn decision_cost(reqs: &[(String, String)], hcp: &Value) -> Duration {
+    use hcp_etcd_admission::{admission, lookup::ContextObjects, settings::Settings};
+    let settings = Settings::default();
+    let ctx = ContextObjects::from_values(vec![hcp.clone()]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let input = admission::DecisionInput { settings: &settings, lookup: Some(&ctx), now, expect: None };
+    let once = || {
+        for (_, body) in reqs {
+            let parsed: Value = serde_json::from_slice(body.as_bytes()).unwrap_or_default();
+            let answer = admission::review(&parsed, &input).unwrap_or_default();
+            std::hint::black_box(serde_json::to_vec(&answer).unwrap_or_default());
+        }
+    };
+    for _ in 0..200 {
+        once();
+    }
+    let rounds = 2000u32;
+    let start = Instant::now();
+    for _ in 0..rounds {
+        once();
+    }
+    start.elapsed() / (rounds * reqs.len().max(1) as u32)
+}
+
 fn tls_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
     use rustls::pki_types::{pem::PemObject, CertificateDer};
     let mut roots = rustls::RootCertStore::empty();
@@ -309,8 +340,13 @@ fn main() {
     let port = free_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
     let started = Instant::now();
+    // BENCH_SERVE_PRELOAD: an allocator to LD_PRELOAD into `serve` only (comparisons).
+    let mut serve_cmd = Command::new(&server_bin);
+    if let Some(preload) = std::env::var_os("BENCH_SERVE_PRELOAD") {
+        serve_cmd.env("LD_PRELOAD", preload);
+    }
     let server = Proc(
-        Command::new(&server_bin)
+        serve_cmd
             .args(["serve", "--listen", &addr.to_string(), "--watch-hostedcontrolplanes", "never", "--tls-cert"])
             .arg(dir.join("tls.crt"))
             .arg("--tls-key")
@@ -371,8 +407,20 @@ fn main() {
             r.errors
         );
     }
+    let decision = decision_cost(&reqs, &fixture("statefulset.yaml", "hcp"));
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    // The floor's machine time per request plus the decision's CPU spread over the cores.
+    let limit = 1.0 / (1.0 / floor_cap.rps + decision.as_secs_f64() / cores);
     println!();
     println!("serve / floor requests/s: {:.1} %", 100.0 * server_cap.rps / floor_cap.rps);
+    println!(
+        "decision cost (parse + review + serialise, 4-review mix, one thread): {:.1} µs per request",
+        decision.as_secs_f64() * 1e6
+    );
+    println!(
+        "floor + decision (1 / (1/floor + decision/{cores:.0} cores)): {limit:.0} requests/s; serve reaches {:.1} % of it",
+        100.0 * server_cap.rps / limit
+    );
     println!("target rate for the 50% runs: {half:.0} requests/s");
     println!("serve peak RSS (VmHWM): {rss_mib:.1} MiB");
     println!("serve exec -> /readyz 200: {:.1} ms", ready.as_secs_f64() * 1e3);

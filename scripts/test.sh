@@ -24,7 +24,7 @@ cargo run --locked --quiet -- crd --check
 step "decision core builds for wasm32-wasip1 (no I/O below the shells)"
 cargo build --locked --lib --target wasm32-wasip1 --no-default-features
 
-step "Kubewarden policy module (wasm32-wasip1, the tests load it)"
+step "Kubewarden policy module (wasm32-wasip1, pre-initialised with wasmtime-wizer; the tests load it)"
 scripts/build-wasm.sh >/dev/null
 
 step "cargo test (library, binary and integration tests)"
@@ -36,7 +36,7 @@ step "container image: static musl binary FROM scratch, built offline with build
 scripts/build-image.sh
 
 step "benchmarks, quick mode: each runs once so they cannot rot (no timing assertions)"
-cargo bench --locked --bench decision -- --test
+scripts/bench-decision.sh --quick
 scripts/bench-load.sh --quick
 
 passed=$(grep -Eo 'test result: [a-z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')

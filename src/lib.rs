@@ -17,6 +17,7 @@ pub mod crd;
 pub mod kubewarden;
 pub mod lookup;
 pub mod mutate;
+pub mod preinit;
 pub mod rules;
 pub mod schema;
 #[cfg(feature = "server")]

@@ -28,7 +28,17 @@ impl Lookup for HostLookup {
     }
 }
 
+/// Pins the clock (Unix seconds) for hosts that cannot set the WASI clock
+/// (wasmtime-provider, which the tests use, passes only arguments and
+/// environment). The WASI host owns the clock either way; Kubewarden's
+/// policy-evaluator passes no environment, so there the WASI clock is used.
+pub const NOW_ENV: &str = "HCP_ETCD_ADMISSION_NOW";
+
+/// Read per request, never during pre-initialisation.
 fn now() -> i64 {
+    if let Some(pinned) = std::env::var(NOW_ENV).ok().and_then(|v| v.parse().ok()) {
+        return pinned;
+    }
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 

@@ -24,15 +24,18 @@ fn compiled(target: Target) -> Option<&'static CompiledCrdSchema> {
     })
 }
 
-/// Compiles every schema now (the server calls this before it reports ready,
-/// so the first request does not pay for compilation).
-pub fn warm_up() {
+/// Compiles every schema, every CEL rule and every regex now (the server calls
+/// this before it reports ready, the Wasm module at build time: see
+/// [`crate::preinit`]); returns what does not compile (a test keeps it empty).
+pub fn warm_up() -> Vec<String> {
+    let mut problems = Vec::new();
     for t in [Target::HcpEtcdBackups, Target::HostedClusters, Target::HostedControlPlanes] {
         if let Some(schema) = compiled(t) {
-            // Every rule compiles (a test proves it); this only moves the cost to start-up.
-            let _ = schema.compile_all();
+            problems.extend(schema.compile_all());
+            problems.extend(schema.compile_regexes().into_iter().map(|p| format!("regex {p:?} does not compile")));
         }
     }
+    problems
 }
 
 /// Decides a request.

@@ -70,6 +70,42 @@ impl CompiledCrdSchema {
         out
     }
 
+    /// Compiles every regex this schema's checks use (OpenAPI `pattern`s and the
+    /// literal patterns of `matches()` in its CEL rules) into the per-thread
+    /// cache, so no request pays for a first compile; returns the patterns that
+    /// do not compile.
+    pub fn compile_regexes(&self) -> Vec<String> {
+        fn schema_patterns(v: &Value, out: &mut Vec<String>) {
+            match v {
+                Value::Object(o) => {
+                    if let Some(p) = o.get("pattern").and_then(Value::as_str) {
+                        out.push(p.to_string());
+                    }
+                    o.values().for_each(|c| schema_patterns(c, out));
+                }
+                Value::Array(a) => a.iter().for_each(|c| schema_patterns(c, out)),
+                _ => {}
+            }
+        }
+        fn rule_patterns(n: &rule_tree::RuleNode, out: &mut Vec<String>) {
+            for r in &n.rules {
+                if let Ok(p) = r.program() {
+                    rule_tree::matches_literals(p.expression(), out);
+                }
+            }
+            n.properties.values().for_each(|c| rule_patterns(c, out));
+            n.items.iter().chain(n.additional.iter()).for_each(|c| rule_patterns(c, out));
+        }
+        let mut patterns = Vec::new();
+        schema_patterns(&self.schema, &mut patterns);
+        if let Some(r) = &self.rules {
+            rule_patterns(r, &mut patterns);
+        }
+        patterns.sort();
+        patterns.dedup();
+        patterns.into_iter().filter(|p| regex_cache::get(p).is_err()).collect()
+    }
+
     /// The OpenAPI schema this was compiled from.
     pub fn schema(&self) -> &Value {
         &self.schema

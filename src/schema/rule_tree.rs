@@ -8,7 +8,10 @@
 
 use std::{collections::HashMap, sync::OnceLock};
 
-use kube_cel::cel::Program;
+use kube_cel::cel::{
+    common::ast::{EntryExpr, Expr, LiteralValue},
+    IdedExpr, Program,
+};
 use serde_json::Value;
 
 /// One rule with its program, compiled on first use.
@@ -76,5 +79,41 @@ impl RuleNode {
             return None;
         }
         Some(Self { rules, properties, items, additional })
+    }
+}
+
+/// The string-literal patterns of every `matches()` call in `expr` (receiver
+/// or function style), so they can be compiled ahead of the first request.
+pub fn matches_literals(expr: &IdedExpr, out: &mut Vec<String>) {
+    match &expr.expr {
+        Expr::Call(call) => {
+            if call.func_name == "matches" {
+                if let Some(IdedExpr { expr: Expr::Literal(LiteralValue::String(p)), .. }) = call.args.last() {
+                    out.push(p.inner().to_string());
+                }
+            }
+            call.target.iter().for_each(|t| matches_literals(t, out));
+            call.args.iter().for_each(|a| matches_literals(a, out));
+        }
+        Expr::Comprehension(c) => {
+            for e in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
+                matches_literals(e, out);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(|e| matches_literals(e, out)),
+        Expr::Map(m) => m.entries.iter().for_each(|e| entry_literals(&e.expr, out)),
+        Expr::Struct(s) => s.entries.iter().for_each(|e| entry_literals(&e.expr, out)),
+        Expr::Select(s) => matches_literals(&s.operand, out),
+        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
+    }
+}
+
+fn entry_literals(entry: &EntryExpr, out: &mut Vec<String>) {
+    match entry {
+        EntryExpr::StructField(f) => matches_literals(&f.value, out),
+        EntryExpr::MapEntry(m) => {
+            matches_literals(&m.key, out);
+            matches_literals(&m.value, out);
+        }
     }
 }

@@ -7,7 +7,6 @@
 pub mod https;
 pub mod running;
 pub mod snapshot_server;
-pub mod wasm_host;
 
 use std::path::{Path, PathBuf};
 

@@ -125,6 +125,13 @@ fn bench(c: &mut Criterion) {
         load(wasm_host::uninitialised_module_path()).pre(None).expect("pre-instantiate the module before");
     let yardstick = load(wasm_host::yardstick_module_path()).pre(None).expect("pre-instantiate yardstick");
     let quick = std::env::args().any(|a| a == "--test");
+    // A fresh instance and wapc_init, no call: the runtime's own cost per request.
+    let mut g = c.benchmark_group("instantiate_only");
+    g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(3)).sample_size(40);
+    for (name, pre) in [("wasm_shipped", &shipped), ("wasm_before", &before), ("yardstick", &yardstick)] {
+        g.bench_function(name, |b| b.iter(|| black_box(Policy::rehydrate(pre, host_callback(vec![])).ok())));
+    }
+    g.finish();
     let mut pcts = Vec::new();
     for s in scenarios() {
         let ctx = ContextObjects::from_values(s.context.clone());
@@ -170,8 +177,19 @@ fn bench(c: &mut Criterion) {
         let yard_p = percentiles(n / 5, || {
             black_box(fresh_validate(&yardstick, &[], &payload));
         });
+        // Page faults per fresh instance + validate (the copy-on-write memory image).
+        let faults = |pre: &WasmtimeEngineProviderPre, context: &[Value]| {
+            let (before, calls) = (minor_faults(), n / 5);
+            for _ in 0..calls {
+                black_box(fresh_validate(pre, context, &payload));
+            }
+            (minor_faults().saturating_sub(before)) as f64 / calls.max(1) as f64
+        };
+        let faults_shipped = faults(&shipped, &s.context);
+        let faults_yard = faults(&yardstick, &[]);
         pcts.push(json!({"scenario": s.name, "native": native_p, "wasm_warm": warm_p, "wasm_fresh": fresh_p,
-                         "yardstick_fresh": yard_p, "calls": n, "fresh_calls": n / 5}));
+                         "yardstick_fresh": yard_p, "calls": n, "fresh_calls": n / 5,
+                         "faults_per_fresh_call": {"shipped": faults_shipped, "yardstick": faults_yard}}));
     }
     let out = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
@@ -189,6 +207,14 @@ fn bench(c: &mut Criterion) {
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         eprintln!("module size, {name}: {size} bytes");
     }
+}
+
+/// Minor page faults of this process so far (Linux /proc/self/stat field 10).
+fn minor_faults() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(7)?.parse().ok()))
+        .unwrap_or(0)
 }
 
 /// p50 / p90 / p99 / max of single calls, microseconds.

@@ -22,22 +22,24 @@ def median(scenario, runner):
     return m["point_estimate"] / 1e3, m["confidence_interval"]["lower_bound"] / 1e3, m["confidence_interval"]["upper_bound"] / 1e3
 
 scenarios = ["backup_create_s3_kms", "backup_update_immutable", "hostedcluster_presigned", "statefulset_mutation_3"]
-print("| scenario | native µs | wasm warm µs | wasm fresh instance µs | warm / native | fresh / native |")
-print("|---|---|---|---|---|---|")
+cell = lambda v: f"{v[0]:.1f} ({v[1]:.1f}–{v[2]:.1f})" if v else "–"
+
+print("| scenario | native µs | wasm warm µs | wasm fresh instance, before µs | wasm fresh instance, shipped µs | yardstick fresh µs | yardstick warm µs | shipped fresh / yardstick fresh | warm / native |")
+print("|---|---|---|---|---|---|---|---|---|")
 for s in scenarios:
-    n, w, f = (median(s, r) for r in ("native", "wasm_warm", "wasm_fresh"))
+    n, w, f, b, yf, yw = (median(s, r) for r in ("native", "wasm_warm", "wasm_fresh", "wasm_fresh_uninitialised", "yardstick_fresh", "yardstick_warm"))
     if not n:
         continue
-    cell = lambda v: f"{v[0]:.1f} ({v[1]:.1f}–{v[2]:.1f})" if v else "–"
-    ratio = lambda v: f"{v[0] / n[0]:.1f}×" if v else "–"
-    print(f"| {s} | {cell(n)} | {cell(w)} | {cell(f)} | {ratio(w)} | {ratio(f)} |")
+    ratio = lambda a, z: f"{a[0] / z[0]:.1f}×" if a and z else "–"
+    print(f"| {s} | {cell(n)} | {cell(w)} | {cell(b)} | {cell(f)} | {cell(yf)} | {cell(yw)} | {ratio(f, yf)} | {ratio(w, n)} |")
 
 p = root / "percentiles.json"
 if p.exists():
+    rows = json.loads(p.read_text())
     print()
-    print("| scenario | native p50 / p90 / p99 / max µs | wasm warm p50 / p90 / p99 / max µs |")
-    print("|---|---|---|")
-    for row in json.loads(p.read_text()):
-        f = lambda d: " / ".join(f"{d[k]:.1f}" for k in ("p50", "p90", "p99", "max"))
-        print(f"| {row['scenario']} | {f(row['native'])} | {f(row['wasm_warm'])} |")
-    print(f"\n(single calls, {json.loads(p.read_text())[0]['calls']} per runner and scenario)")
+    print("| scenario | native p50 / p90 / p99 / max µs | wasm warm p50 / p90 / p99 / max µs | wasm fresh (shipped) p50 / p90 / p99 / max µs | yardstick fresh p50 / p90 / p99 / max µs |")
+    print("|---|---|---|---|---|")
+    f = lambda d: " / ".join(f"{d[k]:.1f}" for k in ("p50", "p90", "p99", "max")) if d else "–"
+    for row in rows:
+        print(f"| {row['scenario']} | {f(row['native'])} | {f(row['wasm_warm'])} | {f(row.get('wasm_fresh'))} | {f(row.get('yardstick_fresh'))} |")
+    print(f"\n(single calls: {rows[0]['calls']} per runner and scenario, {rows[0].get('fresh_calls', '–')} for fresh instances)")

@@ -121,8 +121,7 @@ fn fresh_validate(pre: &WasmtimeEngineProviderPre, context: &[Value], payload: &
 fn bench(c: &mut Criterion) {
     let settings = Settings::default();
     let shipped = load(wasm_host::module_path()).pre(None).expect("pre-instantiate module");
-    let before =
-        load(wasm_host::uninitialised_module_path()).pre(None).expect("pre-instantiate the module before");
+    let before = load(wasm_host::uninitialised_module_path()).pre(None).expect("pre-instantiate the module before");
     let yardstick = load(wasm_host::yardstick_module_path()).pre(None).expect("pre-instantiate yardstick");
     let quick = std::env::args().any(|a| a == "--test");
     // A fresh instance and wapc_init, no call: the runtime's own cost per request.

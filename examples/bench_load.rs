@@ -140,10 +140,8 @@ fn decision_cost(reqs: &[(String, String)], hcp: &Value) -> Duration {
     use hcp_etcd_admission::{admission, lookup::ContextObjects, settings::Settings};
     let settings = Settings::default();
     let ctx = ContextObjects::from_values(vec![hcp.clone()]);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     let input = admission::DecisionInput { settings: &settings, lookup: Some(&ctx), now, expect: None };
     let once = || {
         for (_, body) in reqs {

@@ -43,3 +43,19 @@ if p.exists():
     for row in rows:
         print(f"| {row['scenario']} | {f(row['native'])} | {f(row['wasm_warm'])} | {f(row.get('wasm_fresh'))} | {f(row.get('yardstick_fresh'))} |")
     print(f"\n(single calls: {rows[0]['calls']} per runner and scenario, {rows[0].get('fresh_calls', '–')} for fresh instances)")
+    faults = [(r["scenario"], r.get("faults_per_fresh_call")) for r in rows if r.get("faults_per_fresh_call")]
+    if faults:
+        print()
+        print("| scenario | page faults per fresh instance + validate, shipped | yardstick |")
+        print("|---|---|---|")
+        for name, f in faults:
+            print(f"| {name} | {f['shipped']:.0f} | {f['yardstick']:.0f} |")
+
+inst = [(r, median("instantiate_only", r)) for r in ("wasm_shipped", "wasm_before", "yardstick")]
+if any(v for _, v in inst):
+    print()
+    print("| fresh instance + wapc_init, no call | µs |")
+    print("|---|---|")
+    for r, v in inst:
+        print(f"| {r} | {cell(v)} |")
+

@@ -3,6 +3,14 @@
 
 mod cli;
 
+/// The server allocates per request (the JSON tree of the review, CEL values,
+/// the answer): with glibc malloc a fifth of `serve`'s CPU went to
+/// malloc/free under scripts/bench-load.sh. mimalloc nearly doubled `serve`'s
+/// requests/s there, level with jemalloc and cheaper to build (BENCHMARKS.md).
+#[cfg(feature = "server")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]

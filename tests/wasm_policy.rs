@@ -19,7 +19,6 @@ mod wasm_host;
 
 use std::sync::OnceLock;
 
-use wasm_host::{HostCallHandler, Policy, PolicyModule};
 use hcp_etcd_admission::{
     admission::{review, DecisionInput},
     lookup::ContextObjects,
@@ -27,6 +26,7 @@ use hcp_etcd_admission::{
     time::parse_rfc3339,
 };
 use serde_json::{json, Value};
+use wasm_host::{HostCallHandler, Policy, PolicyModule};
 
 /// The shipped module, compiled once per test process.
 fn module() -> &'static PolicyModule {
@@ -220,7 +220,8 @@ fn the_shipped_module_is_a_plain_wapc_module_holding_the_pre_initialised_state()
         assert!(exports.contains(&needed), "{needed} missing: {exports:?}");
     }
     let imports = |m: &wasmtime_provider::wasmtime::Module| {
-        let mut v: Vec<(String, String)> = m.imports().map(|i| (i.module().to_string(), i.name().to_string())).collect();
+        let mut v: Vec<(String, String)> =
+            m.imports().map(|i| (i.module().to_string(), i.name().to_string())).collect();
         v.sort();
         v
     };

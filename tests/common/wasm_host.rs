@@ -67,8 +67,8 @@ pub struct Policy {
 
 impl PolicyModule {
     pub fn load(path: &Path) -> Result<Self, String> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| format!("{}: {e}; build it with scripts/build-wasm.sh", path.display()))?;
+        let bytes =
+            std::fs::read(path).map_err(|e| format!("{}: {e}; build it with scripts/build-wasm.sh", path.display()))?;
         Self::from_bytes(&bytes)
     }
 
@@ -87,8 +87,10 @@ impl PolicyModule {
     pub fn pre(&self, now: Option<i64>) -> Result<WasmtimeEngineProviderPre, String> {
         let mut builder = WasmtimeEngineProviderBuilder::new().engine(self.engine.clone()).module(self.module.clone());
         if let Some(now) = now {
-            builder = builder
-                .wasi_params(wapc::WasiParams { env_vars: vec![(NOW_ENV.into(), now.to_string())], ..Default::default() });
+            builder = builder.wasi_params(wapc::WasiParams {
+                env_vars: vec![(NOW_ENV.into(), now.to_string())],
+                ..Default::default()
+            });
         }
         builder.build_pre().map_err(|e| format!("pre-instantiate: {e}"))
     }

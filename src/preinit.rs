@@ -20,26 +20,17 @@
 
 use serde_json::{json, Value};
 
-use crate::{admission, kubewarden, lookup::Lookup};
+use crate::{admission, kubewarden, lookup::ContextObjects};
 
 /// 2026-11-29T15:10:00Z: the fixed "now" of the sample decisions.
 const SAMPLE_NOW: i64 = 1_795_965_000;
-
-/// Serves the sample HostedControlPlane to the sample mutation (no host call).
-struct SampleLookup(Value);
-
-impl Lookup for SampleLookup {
-    fn hosted_control_planes(&self, _namespace: &str) -> Result<Vec<Value>, String> {
-        Ok(vec![self.0.clone()])
-    }
-}
 
 /// Compiles every schema, CEL rule and regex, then decides a few sample
 /// requests so that every path a real request takes has run once. Returns
 /// what failed to compile (empty: a test holds it so).
 pub fn warm_up() -> Vec<String> {
     let problems = admission::warm_up();
-    let lookup = SampleLookup(sample_hcp());
+    let lookup = ContextObjects::from_values([sample_hcp()]);
     for request in sample_requests() {
         let payload = json!({"settings": {}, "request": request});
         let _ = kubewarden::validate(payload.to_string().as_bytes(), Some(&lookup), SAMPLE_NOW);
@@ -147,6 +138,7 @@ fn sample_requests() -> Vec<Value> {
                 "initContainers": [{"name": "reset-member", "image": "quay.io/openshift/etcd:4.20"}],
                 "containers": [{"name": "etcd", "image": "quay.io/openshift/etcd:4.20", "env": [
                     {"name": "ETCD_NAME", "value": "$(HOSTNAME)"},
+                    {"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
                     {"name": "ETCD_INITIAL_CLUSTER", "value": "etcd-0=https://etcd-0.etcd-discovery.clusters-warm-up.svc:2380"}],
                     "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}]}]}},
             "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}]},
@@ -189,7 +181,7 @@ mod tests {
     #[test]
     fn every_rule_and_regex_compiles_and_the_samples_take_the_paths_they_should() {
         assert_eq!(warm_up(), Vec::<String>::new());
-        let lookup = SampleLookup(sample_hcp());
+        let lookup = ContextObjects::from_values([sample_hcp()]);
         let answers: Vec<kubewarden::ValidationResponse> = sample_requests()
             .into_iter()
             .map(|r| {
@@ -203,7 +195,7 @@ mod tests {
         assert!(answers[2].accepted, "{:?}", answers[2]);
         assert!(!answers[4].accepted && answers[4].message.as_deref().unwrap_or("").matches(", ").count() >= 5);
         // The mutation ran: etcd-init injected.
-        let m = answers[5].mutated_object.as_ref().expect("the sample mutation mutates");
+        let m = answers[5].mutated_object.as_ref().unwrap_or_else(|| panic!("the sample mutation mutates: {:?}", answers[5]));
         assert!(m.to_string().contains("etcd-init"));
         // Presigned URLs: the first four are accepted, s3:// and the malformed one denied.
         let hc: Vec<bool> = answers[7..].iter().step_by(2).map(|a| a.accepted).collect();

@@ -7,7 +7,7 @@ mod cli;
 /// the answer): with glibc malloc a fifth of `serve`'s CPU went to
 /// malloc/free under scripts/bench-load.sh. mimalloc nearly doubled `serve`'s
 /// requests/s there, level with jemalloc and cheaper to build (BENCHMARKS.md).
-#[cfg(feature = "server")]
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -195,7 +195,10 @@ mod tests {
         assert!(answers[2].accepted, "{:?}", answers[2]);
         assert!(!answers[4].accepted && answers[4].message.as_deref().unwrap_or("").matches(", ").count() >= 5);
         // The mutation ran: etcd-init injected.
-        let m = answers[5].mutated_object.as_ref().unwrap_or_else(|| panic!("the sample mutation mutates: {:?}", answers[5]));
+        let m = answers[5]
+            .mutated_object
+            .as_ref()
+            .unwrap_or_else(|| panic!("the sample mutation mutates: {:?}", answers[5]));
         assert!(m.to_string().contains("etcd-init"));
         // Presigned URLs: the first four are accepted, s3:// and the malformed one denied.
         let hc: Vec<bool> = answers[7..].iter().step_by(2).map(|a| a.accepted).collect();

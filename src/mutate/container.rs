@@ -148,7 +148,8 @@ pub fn build_init_container(
     };
 
     // Mounts: the data volume (with its subPath), the WAL volume, and the
-    // volumes holding the client TLS files (read-only) for the liveness probe.
+    // volumes holding the client and peer TLS files (read-only) for the
+    // liveness probe.
     let mut own_mounts: Vec<Value> = Vec::new();
     let mut push_mount = |i: usize, read_only: bool| {
         let Some(m) = mounts.get(i) else { return };
@@ -164,7 +165,9 @@ pub fn build_init_container(
     if let Some((_, i)) = &wal {
         push_mount(*i, false);
     }
-    for k in [Key::CertFile, Key::KeyFile, Key::TrustedCaFile] {
+    for k in
+        [Key::CertFile, Key::KeyFile, Key::TrustedCaFile, Key::PeerCertFile, Key::PeerKeyFile, Key::PeerTrustedCaFile]
+    {
         if let Some((i, _)) = id.literal(k).and_then(|p| mount_for(&mounts, p)) {
             push_mount(i, true);
         }

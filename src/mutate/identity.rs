@@ -22,9 +22,12 @@ pub enum Key {
     CertFile,
     KeyFile,
     TrustedCaFile,
+    PeerCertFile,
+    PeerKeyFile,
+    PeerTrustedCaFile,
 }
 
-pub const KEYS: [Key; 10] = [
+pub const KEYS: [Key; 13] = [
     Key::Name,
     Key::DataDir,
     Key::WalDir,
@@ -35,6 +38,9 @@ pub const KEYS: [Key; 10] = [
     Key::CertFile,
     Key::KeyFile,
     Key::TrustedCaFile,
+    Key::PeerCertFile,
+    Key::PeerKeyFile,
+    Key::PeerTrustedCaFile,
 ];
 
 impl Key {
@@ -50,6 +56,9 @@ impl Key {
             Key::CertFile => "ETCD_CERT_FILE",
             Key::KeyFile => "ETCD_KEY_FILE",
             Key::TrustedCaFile => "ETCD_TRUSTED_CA_FILE",
+            Key::PeerCertFile => "ETCD_PEER_CERT_FILE",
+            Key::PeerKeyFile => "ETCD_PEER_KEY_FILE",
+            Key::PeerTrustedCaFile => "ETCD_PEER_TRUSTED_CA_FILE",
         }
     }
 
@@ -65,6 +74,9 @@ impl Key {
             Key::CertFile => "cert-file",
             Key::KeyFile => "key-file",
             Key::TrustedCaFile => "trusted-ca-file",
+            Key::PeerCertFile => "peer-cert-file",
+            Key::PeerKeyFile => "peer-key-file",
+            Key::PeerTrustedCaFile => "peer-trusted-ca-file",
         }
     }
 

@@ -904,13 +904,26 @@ impl FailureRig {
         hosts: Option<&Path>,
         prepare: impl Fn(&Path),
     ) -> (i32, String, PathBuf) {
+        let sts = self.patched(url, settings);
+        self.run_sts(tag, &sts, bin, hosts, |pv| prepare(&pv.join("data")))
+    }
+
+    /// Runs etcd-init from the patched `sts` against a fresh PV that
+    /// `prepare` (given the PV root) fills first.
+    fn run_sts(
+        &self,
+        tag: &str,
+        sts: &Value,
+        bin: &Path,
+        hosts: Option<&Path>,
+        prepare: impl Fn(&Path),
+    ) -> (i32, String, PathBuf) {
         let m = self.member(tag);
         let _ = std::fs::remove_dir_all(&m.pv);
         std::fs::create_dir_all(&m.pv).expect("pv");
-        prepare(&m.pv.join("data"));
-        let sts = self.patched(url, settings);
+        prepare(&m.pv);
         let run = Run { shell: "/bin/dash", hosts, tmpfs: None };
-        let (code, log) = run_init(&sts, &self.ns, &m, bin, &self.store.ca_file, &run);
+        let (code, log) = run_init(sts, &self.ns, &m, bin, &self.store.ca_file, &run);
         (code, log, m.pv)
     }
 }
@@ -985,12 +998,17 @@ async fn retries_integrity_and_what_counts_as_empty() {
     assert!(pv.join("data/member").is_dir() && pv.join("data/lost+found").is_dir());
     // Anything else is data: skip, touch nothing, download nothing.
     let before = rig.store.requests().len();
+    // A staging dir left by a killed run (SIGKILL, node loss) goes even then.
     let (code, log, pv) = rig.run_with("non-empty", &snap, &no_bump_settings(), &rig.bin, Some(&rig.hosts), |d| {
         std::fs::create_dir_all(d.join("member/wal")).expect("member");
         std::fs::write(d.join("member/wal/0.wal"), b"live data").expect("wal");
+        let stale = d.parent().expect("pv").join(".etcd-init-restore/data/member");
+        std::fs::create_dir_all(&stale).expect("stale stage");
+        std::fs::write(stale.join("db"), vec![0u8; 1 << 20]).expect("stale db");
     });
     assert_eq!(code, 0, "{log}");
     assert!(log.contains("not empty, not restoring snapshot"));
+    assert!(!pv.join(".etcd-init-restore").exists(), "a stale staging dir survived an early exit");
     assert_eq!(std::fs::read(pv.join("data/member/wal/0.wal")).expect("wal"), b"live data");
     assert_eq!(rig.store.requests().len(), before, "a skipped restore must not download");
     let _ = std::fs::remove_dir_all(&rig.root);
@@ -1103,6 +1121,9 @@ async fn revision_bump_is_required_and_passed_when_supported() {
     assert_untouched("required", code, &log, &pv);
     assert!(log.contains("has no snapshot restore --bump-revision/--mark-compacted"), "{log}");
     assert!(log.contains("allowRestoreWithoutRevisionBump"), "{log}");
+    // Decided before anything is probed or downloaded.
+    assert!(rig.store.requests().is_empty(), "downloaded although the restore could not run");
+    assert!(!log.contains("downloading"), "{log}");
     // With the setting: restored, with a warning.
     let (code, log, pv) = rig.run("allowed", &snap);
     assert_eq!(code, 0, "{log}");
@@ -1212,6 +1233,57 @@ async fn a_member_whose_state_cannot_be_read_or_that_stays_silent_stops_the_rest
     assert!(log.contains("did not answer within 12s, twice (curl exit 28)"), "{log}");
     assert!(rig.store.requests().is_empty(), "nothing may be downloaded");
     assert!(!m.pv.join("etcd/etcd-data").exists() && !m.pv.join("etcd/.etcd-init-restore").exists());
+    let _ = std::fs::remove_dir_all(&rig.root);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_data_dirs_and_the_wal_of_an_interrupted_restore() {
+    let rig = FailureRig::new("layout", 58).await;
+    let snap = rig.store.url("/snapshots/snap.db");
+    // A data dir whose parents do not exist yet on the volume.
+    let mut nested = etcd_statefulset(&rig.ns, 1, Template::Env);
+    let env = nested.pointer_mut("/spec/template/spec/containers/0/env").and_then(Value::as_array_mut).expect("env");
+    for e in env.iter_mut() {
+        if e["name"] == "ETCD_DATA_DIR" {
+            e["value"] = json!("/var/lib/nested/deeper/data");
+        }
+    }
+    let sts = patched_in_process(&nested, &snap, &no_bump_settings());
+    let (code, log, pv) = rig.run_sts("nested", &sts, &rig.bin, Some(&rig.hosts), |_| {});
+    assert_eq!(code, 0, "{log}");
+    assert!(pv.join("nested/deeper/data/member/snap/db").is_file(), "{log}");
+
+    // A separate WAL dir: a run killed after the WAL moved in and before the
+    // data dir did leaves WAL files under etcd-init's marker; the retry
+    // recognises them as its own and restores. Without the marker, WAL files
+    // next to an empty data dir are somebody's data: refused, untouched.
+    let mut one = etcd_statefulset(&rig.ns, 1, Template::Args);
+    one["spec"]["template"]["spec"]["containers"][0]["args"].as_array_mut().expect("args").retain(|a| {
+        !a.as_str().is_some_and(|a| a.contains("peer") && a.contains("/srv")) && a != "--peer-client-cert-auth"
+    });
+    let sts = patched_in_process(&one, &snap, &no_bump_settings());
+    let hosts = rig.root.join("hosts-args");
+    std::fs::write(&hosts, format!("127.0.0.1 localhost etcd-0.etcd-peers.{}.svc\n", rig.ns)).expect("hosts");
+    let (code, log, pv) = rig.run_sts("wal-marked", &sts, &rig.bin, Some(&hosts), |pv| {
+        let wal = pv.join("etcd/etcd-wal");
+        std::fs::create_dir_all(&wal).expect("wal");
+        std::fs::write(wal.join(".etcd-init-restore-wal-pending"), b"").expect("marker");
+        std::fs::write(wal.join("0000000000000000-0000000000000000.wal"), b"half-moved").expect("wal file");
+    });
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains("holds the WAL of an interrupted restore"), "{log}");
+    let wal = pv.join("etcd/etcd-wal");
+    assert!(!wal.join(".etcd-init-restore-wal-pending").exists(), "the marker outlived the restore");
+    assert_ne!(std::fs::read(wal.join("0000000000000000-0000000000000000.wal")).expect("wal"), b"half-moved");
+    assert!(pv.join("etcd/etcd-data/member/snap/db").is_file());
+    let (code, log, pv) = rig.run_sts("wal-foreign", &sts, &rig.bin, Some(&hosts), |pv| {
+        let wal = pv.join("etcd/etcd-wal");
+        std::fs::create_dir_all(&wal).expect("wal");
+        std::fs::write(wal.join("0000000000000000-0000000000000000.wal"), b"live").expect("wal file");
+    });
+    assert_ne!(code, 0, "{log}");
+    assert!(log.contains("holds files but the data dir"), "{log}");
+    assert_eq!(std::fs::read(pv.join("etcd/etcd-wal/0000000000000000-0000000000000000.wal")).expect("wal"), b"live");
     let _ = std::fs::remove_dir_all(&rig.root);
 }
 

@@ -47,6 +47,10 @@ const OWN_ENV: &[&str] = &[
     "ETCD_INIT_WAL_STAGE_DIR",
 ];
 
+/// The largest etcd cluster a restore is built for (the initial cluster is
+/// computed per member).
+pub const MAX_MEMBERS: u64 = 9;
+
 /// Directory, under a volume's mount path, where etcd-init stages its work.
 pub const STAGE_DIR_NAME: &str = ".etcd-init-restore";
 
@@ -125,6 +129,17 @@ pub fn build_init_container(
                 id.get(Key::WalDir).map(|s| s.field.clone()).unwrap_or_default(),
                 go_quote(w),
                 format!("the WAL dir must be outside the data dir {d} (and the other way round)"),
+            ));
+        }
+    }
+    if let Some(r) = sts.pointer("/spec/replicas").filter(|r| r.as_u64().is_none_or(|r| r > MAX_MEMBERS)) {
+        if !r.is_null() {
+            problems.push(FieldError::invalid(
+                "spec.replicas",
+                r.to_string(),
+                format!(
+                    "an etcd cluster restored by etcd-init has 1 to {MAX_MEMBERS} members (etcd recommends 3 or 5)"
+                ),
             ));
         }
     }
@@ -312,7 +327,7 @@ fn init_env(
 pub fn computed_initial_cluster(sts: &Value, namespace: &str) -> Option<String> {
     let name = sts.pointer("/metadata/name").and_then(Value::as_str)?;
     let service = sts.pointer("/spec/serviceName").and_then(Value::as_str)?;
-    let replicas = sts.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1).max(1);
+    let replicas = sts.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1).clamp(1, MAX_MEMBERS);
     Some(
         (0..replicas)
             .map(|i| format!("{name}-{i}=https://{name}-{i}.{service}.{namespace}.svc:2380"))

@@ -362,4 +362,31 @@ mod tests {
         assert_eq!(cleaned["spec"]["template"]["spec"]["initContainers"], json!([]));
         assert_eq!(etcd_init(&cleaned, "ns", Some(&restored), &s).outcome, Outcome::NotNeeded);
     }
+
+    #[test]
+    fn replicas_are_bounded() {
+        let s = Settings::default();
+        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
+            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]));
+        for (replicas, ok) in
+            [(json!(1), true), (json!(9), true), (json!(10), false), (json!(2147483647), false), (json!(-1), false)]
+        {
+            let mut t = sts();
+            t["spec"]["replicas"] = replicas.clone();
+            let m = etcd_init(&t, "ns", Some(&inject), &s);
+            if ok {
+                assert_eq!(m.outcome, Outcome::Injected, "{replicas}");
+                continue;
+            }
+            assert_eq!(m.outcome, Outcome::Denied(DenyReason::Template), "{replicas}");
+            match m.denial {
+                Some(Denial::Template(e)) => {
+                    let msg = e[0].to_string();
+                    assert!(msg.contains(&format!("spec.replicas: Invalid value: {replicas}")), "{msg}");
+                    assert!(msg.contains("1 to 9 members"), "{msg}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 }

@@ -47,8 +47,7 @@ const OWN_ENV: &[&str] = &[
     "ETCD_INIT_WAL_STAGE_DIR",
 ];
 
-/// The largest etcd cluster a restore is built for (the initial cluster is
-/// computed per member).
+/// The largest etcd cluster a restore is built for.
 pub const MAX_MEMBERS: u64 = 9;
 
 /// Directory, under a volume's mount path, where etcd-init stages its work.
@@ -143,11 +142,25 @@ pub fn build_init_container(
             ));
         }
     }
-    let service = sts.pointer("/spec/serviceName").and_then(Value::as_str).filter(|s| !s.is_empty());
-    let needs_service = id.get(Key::InitialCluster).is_none() || id.get(Key::InitialAdvertisePeerUrls).is_none();
-    if needs_service && service.is_none() {
-        problems.push(FieldError::required("spec.serviceName").with_detail(
-            "the peer host names (<pod>.<serviceName>.<namespace>.svc) are derived from it when the etcd container sets no ETCD_INITIAL_CLUSTER/ETCD_INITIAL_ADVERTISE_PEER_URLS",
+    // Identity exactly as etcd has it, never guessed: etcd names a member
+    // "default" and advertises http://localhost:2380 unless told otherwise,
+    // so a template without a name (or, with several members, without the
+    // initial cluster and this member's peer URL) has no identity a restore
+    // could match.
+    let replicas = sts.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1);
+    if id.get(Key::Name).is_none() {
+        problems.push(FieldError::required(format!("{base}.env[name=ETCD_NAME]")).with_detail(
+            "the etcd container sets no member name (env ETCD_NAME or --name; etcd would call every member \"default\"): set ETCD_NAME=$(HOSTNAME) with HOSTNAME from metadata.name",
+        ));
+    }
+    if replicas > 1 && id.get(Key::InitialCluster).is_none() {
+        problems.push(FieldError::required(format!("{base}.env[name=ETCD_INITIAL_CLUSTER]")).with_detail(format!(
+            "the etcd container sets no initial cluster (env ETCD_INITIAL_CLUSTER or --initial-cluster) for {replicas} replicas: etcd would start every member as a cluster of its own"
+        )));
+    }
+    if id.get(Key::InitialCluster).is_some() && id.get(Key::InitialAdvertisePeerUrls).is_none() {
+        problems.push(FieldError::required(format!("{base}.env[name=ETCD_INITIAL_ADVERTISE_PEER_URLS]")).with_detail(
+            "the etcd container sets an initial cluster but not this member's peer URL (env ETCD_INITIAL_ADVERTISE_PEER_URLS or --initial-advertise-peer-urls; etcd's default http://localhost:2380 is in no multi-member cluster)",
         ));
     }
     let image =
@@ -194,20 +207,7 @@ pub fn build_init_container(
     let wal_stage =
         wal.as_ref().filter(|(_, i)| *i != data_mount).map(|(_, i)| format!("{}/{STAGE_DIR_NAME}-wal", mount_path(*i)));
 
-    let computed_cluster =
-        if id.get(Key::InitialCluster).is_none() { computed_initial_cluster(sts, namespace) } else { None };
-    let env = init_env(
-        etcd,
-        &id,
-        &own_mounts,
-        namespace,
-        service,
-        url,
-        settings,
-        &stage,
-        wal_stage.as_deref(),
-        computed_cluster,
-    );
+    let env = init_env(etcd, &id, &own_mounts, namespace, url, settings, &stage, wal_stage.as_deref());
 
     let mut c = Map::new();
     c.insert("name".into(), json!(INIT_CONTAINER));
@@ -255,12 +255,10 @@ fn init_env(
     id: &Identity,
     mounts: &[Value],
     namespace: &str,
-    service: Option<&str>,
     url: &str,
     settings: &Settings,
     stage: &str,
     wal_stage: Option<&str>,
-    computed_cluster: Option<String>,
 ) -> Vec<Value> {
     let etcd_env: Vec<Value> = etcd.get("env").and_then(Value::as_array).cloned().unwrap_or_default();
     let identity_names: Vec<&str> = id.settings().iter().map(|s| s.key.env()).collect();
@@ -300,14 +298,6 @@ fn init_env(
             Source::Flag(v) => env.push(json!({"name": s.key.env(), "value": v})),
         }
     }
-    if let Some(cluster) = computed_cluster {
-        env.push(json!({"name": Key::InitialCluster.env(), "value": escape_env(&cluster)}));
-    }
-    let svc = escape_env(service.unwrap_or_default());
-    let ns = escape_env(namespace);
-    if id.get(Key::InitialAdvertisePeerUrls).is_none() {
-        env.push(json!({"name": Key::InitialAdvertisePeerUrls.env(), "value": format!("https://$(HOSTNAME).{svc}.{ns}.svc:2380")}));
-    }
     env.push(json!({"name": "ETCD_INIT_STAGE_DIR", "value": escape_env(stage)}));
     if let Some(w) = wal_stage {
         env.push(json!({"name": "ETCD_INIT_WAL_STAGE_DIR", "value": escape_env(w)}));
@@ -320,18 +310,4 @@ fn init_env(
         "value": settings.allow_restore_without_revision_bump.to_string(),
     }));
     env
-}
-
-/// The initial cluster computed from `replicas` and `serviceName` when the
-/// etcd container sets none (the StatefulSet's pod names are `<sts>-<i>`).
-pub fn computed_initial_cluster(sts: &Value, namespace: &str) -> Option<String> {
-    let name = sts.pointer("/metadata/name").and_then(Value::as_str)?;
-    let service = sts.pointer("/spec/serviceName").and_then(Value::as_str)?;
-    let replicas = sts.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1).clamp(1, MAX_MEMBERS);
-    Some(
-        (0..replicas)
-            .map(|i| format!("{name}-{i}=https://{name}-{i}.{service}.{namespace}.svc:2380"))
-            .collect::<Vec<_>>()
-            .join(","),
-    )
 }

@@ -8,13 +8,13 @@
 # Inputs (environment only; nothing from the object is ever pasted into this text):
 #   RESTORE_URL_ETCD              https URL of the snapshot (presigned); optional
 #                                 fragment #sha256=<64 hex> is checked, never sent
-#   HOSTNAME                      pod name (downward API), e.g. etcd-1
-#   HCP_NAMESPACE                 hosted control plane namespace
+#   HOSTNAME, HCP_NAMESPACE       pod name (downward API) and hosted control plane namespace,
+#                                 for the etcd container's $(VAR) references
 #   ETCD_DATA_DIR, ETCD_WAL_DIR   the etcd container's data dir (and WAL dir, if separate)
 #   ETCD_NAME, ETCD_INITIAL_CLUSTER, ETCD_INITIAL_CLUSTER_TOKEN,
 #   ETCD_INITIAL_ADVERTISE_PEER_URLS
 #                                 this member's identity, as the etcd container has it
-#                                 (name defaults to HOSTNAME, token to HCP_NAMESPACE)
+#                                 (unset: etcd's own defaults)
 #   ETCD_ADVERTISE_CLIENT_URLS, ETCD_CERT_FILE, ETCD_KEY_FILE, ETCD_TRUSTED_CA_FILE,
 #   ETCD_PEER_CERT_FILE, ETCD_PEER_KEY_FILE, ETCD_PEER_TRUSTED_CA_FILE
 #                                 how to ask the other members whether a cluster runs
@@ -95,13 +95,14 @@ if [ -n "$WAL_DIR" ] && has_data "$WAL_DIR"; then
 fi
 
 [ -n "$URL" ] || fail "RESTORE_URL_ETCD is empty: nothing to restore from"
-: "${HOSTNAME:?HOSTNAME must be set (downward API metadata.name)}"
-: "${HCP_NAMESPACE:?HCP_NAMESPACE must be set}"
-: "${ETCD_INITIAL_CLUSTER:?ETCD_INITIAL_CLUSTER must be set}"
-: "${ETCD_INITIAL_ADVERTISE_PEER_URLS:?ETCD_INITIAL_ADVERTISE_PEER_URLS must be set}"
-NAME=${ETCD_NAME:-$HOSTNAME}
-PEER_URL=$ETCD_INITIAL_ADVERTISE_PEER_URLS
-TOKEN=${ETCD_INITIAL_CLUSTER_TOKEN:-$HCP_NAMESPACE}
+# This member's identity as etcd has it; what the etcd container leaves
+# unset takes etcd's own default (token etcd-cluster, peer URL
+# http://localhost:2380, initial cluster <name>=<peer URL>).
+: "${ETCD_NAME:?ETCD_NAME must be set (the member name of the etcd container)}"
+NAME=$ETCD_NAME
+PEER_URL=${ETCD_INITIAL_ADVERTISE_PEER_URLS:-http://localhost:2380}
+ETCD_INITIAL_CLUSTER=${ETCD_INITIAL_CLUSTER:-$NAME=$PEER_URL}
+TOKEN=${ETCD_INITIAL_CLUSTER_TOKEN:-etcd-cluster}
 SHOWN=$(redact "$URL")
 
 # 2. The tool, and the revision bump (before anything is probed or

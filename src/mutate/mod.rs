@@ -296,7 +296,9 @@ mod tests {
 
     fn sts() -> Value {
         json!({"metadata": {"name": "etcd", "namespace": "ns"}, "spec": {"serviceName": "etcd-discovery", "template": {"spec": {
-            "containers": [{"name": "etcd", "image": "etcd", "env": [{"name": "ETCD_DATA_DIR", "value": "/var/lib/data"}],
+            "containers": [{"name": "etcd", "image": "etcd", "env": [{"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
+                {"name": "ETCD_NAME", "value": "$(HOSTNAME)"}, {"name": "ETCD_INITIAL_CLUSTER", "value": "etcd-0=https://e0:2380"},
+                {"name": "ETCD_INITIAL_ADVERTISE_PEER_URLS", "value": "https://$(HOSTNAME):2380"}],
                 "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}]}]}}}})
     }
 
@@ -361,6 +363,41 @@ mod tests {
         json_patch::patch(&mut cleaned, &m.patch.expect("removal")).expect("applies");
         assert_eq!(cleaned["spec"]["template"]["spec"]["initContainers"], json!([]));
         assert_eq!(etcd_init(&cleaned, "ns", Some(&restored), &s).outcome, Outcome::NotNeeded);
+    }
+
+    #[test]
+    fn identity_is_never_guessed() {
+        let s = Settings::default();
+        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
+            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]));
+        let without = |names: &[&str], replicas: u64| {
+            let mut t = sts();
+            t["spec"]["replicas"] = json!(replicas);
+            if let Some(env) = t.pointer_mut("/spec/template/spec/containers/0/env").and_then(Value::as_array_mut) {
+                env.retain(|e| !names.iter().any(|n| e["name"] == *n));
+            }
+            t
+        };
+        let denial = |t: &Value| match etcd_init(t, "ns", Some(&inject), &s).denial {
+            Some(Denial::Template(e)) => e.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"),
+            other => panic!("{other:?}"),
+        };
+        let msg = denial(&without(&["ETCD_NAME"], 1));
+        assert!(msg.contains("env[name=ETCD_NAME]: Required value") && msg.contains("\"default\""), "{msg}");
+        let msg = denial(&without(&["ETCD_INITIAL_CLUSTER", "ETCD_INITIAL_ADVERTISE_PEER_URLS"], 3));
+        assert!(msg.contains("env[name=ETCD_INITIAL_CLUSTER]: Required value") && msg.contains("3 replicas"), "{msg}");
+        let msg = denial(&without(&["ETCD_INITIAL_ADVERTISE_PEER_URLS"], 3));
+        assert!(msg.contains("env[name=ETCD_INITIAL_ADVERTISE_PEER_URLS]: Required value"), "{msg}");
+        // One member with etcd's defaults for the rest: injected, and nothing
+        // is invented (the script uses etcd's own defaults).
+        let one = without(&["ETCD_INITIAL_CLUSTER", "ETCD_INITIAL_ADVERTISE_PEER_URLS"], 1);
+        let m = etcd_init(&one, "ns", Some(&inject), &s);
+        assert_eq!(m.outcome, Outcome::Injected);
+        let mut patched = one.clone();
+        json_patch::patch(&mut patched, &m.patch.expect("patch")).expect("applies");
+        let env = &patched["spec"]["template"]["spec"]["initContainers"][0]["env"];
+        let names: Vec<&str> = env.as_array().expect("env").iter().filter_map(|e| e["name"].as_str()).collect();
+        assert!(!names.iter().any(|n| n.starts_with("ETCD_INITIAL")), "{names:?}");
     }
 
     #[test]

@@ -1078,37 +1078,39 @@ async fn space_time_and_termination() {
     assert!(log.contains("RESTORE_MAX_TIME_SECONDS=3s"), "{log}");
     assert!(started.elapsed() < Duration::from_secs(12), "the bound was not total: {:?}", started.elapsed());
 
-    // SIGTERM mid-download: the staging dir goes at once.
+    // SIGTERM mid-download: the staging dir goes at once (every shell).
     let sts = rig.patched(&slow, &no_bump_settings());
-    let m = rig.member("term");
-    std::fs::create_dir_all(&m.pv).expect("pv");
-    let run = Run { shell: "/bin/dash", hosts: Some(&rig.hosts), tmpfs: None };
-    let mut child = spawn_init(&sts, &rig.ns, &m, &rig.bin, &rig.store.ca_file, &run);
-    let stage = m.pv.join(".etcd-init-restore");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !stage.join("snapshot.db").exists() {
-        assert!(Instant::now() < deadline, "the download never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let kill =
-        Command::new("/bin/sh").args(["-c", "kill -TERM \"$0\"", &child.id().to_string()]).status().expect("kill");
-    assert!(kill.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
+    for (k, shell) in ["/bin/dash", "busybox", "/bin/bash"].into_iter().enumerate() {
+        let m = rig.member(&format!("term{k}"));
+        std::fs::create_dir_all(&m.pv).expect("pv");
+        let run = Run { shell, hosts: Some(&rig.hosts), tmpfs: None };
+        let mut child = spawn_init(&sts, &rig.ns, &m, &rig.bin, &rig.store.ca_file, &run);
+        let stage = m.pv.join(".etcd-init-restore");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !stage.join("snapshot.db").exists() {
+            assert!(Instant::now() < deadline, "{shell}: the download never started");
+            std::thread::sleep(Duration::from_millis(50));
         }
-        assert!(Instant::now() < deadline, "etcd-init ignored SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut log = String::new();
-    if let Some(mut err) = child.stderr.take() {
-        use std::io::Read;
-        let _ = err.read_to_string(&mut log);
+        let kill =
+            Command::new("/bin/sh").args(["-c", "kill -TERM \"$0\"", &child.id().to_string()]).status().expect("kill");
+        assert!(kill.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "{shell}: etcd-init ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut log = String::new();
+        if let Some(mut err) = child.stderr.take() {
+            use std::io::Read;
+            let _ = err.read_to_string(&mut log);
+        }
+        assert_eq!(status.code(), Some(143), "{shell}: {log}");
+        assert!(!stage.exists(), "{shell}: staging dir survived SIGTERM:\n{log}");
+        assert!(!m.pv.join("data/member").exists());
     }
-    assert_eq!(status.code(), Some(143), "{log}");
-    assert!(!stage.exists(), "staging dir survived SIGTERM:\n{log}");
-    assert!(!m.pv.join("data/member").exists());
     let _ = std::fs::remove_dir_all(&rig.root);
 }
 

@@ -274,10 +274,16 @@ pub fn read(container: &Value, index: usize) -> Result<Identity, Vec<FieldError>
         }
         // argv[0] is the program, unless the image's entrypoint is (args only).
         let mut i = usize::from(!command.is_empty());
+        // etcd (Go's flag package) stops at "--": what follows is no flag. A
+        // wrapper's "--" (tini --) only ends the wrapper's own options.
+        let program_is_etcd = command.first().is_none_or(|p| p.rsplit('/').next() == Some("etcd"));
         while i < argv.len() {
             let a = &argv[i];
             let bare = a.trim_start_matches('-');
             let dashes = a.len() - bare.len();
+            if a == "--" && program_is_etcd {
+                break;
+            }
             if a == "--" || !(dashes == 1 || dashes == 2) {
                 i += 1;
                 continue;
@@ -477,6 +483,13 @@ mod tests {
         // A plain wrapper with real argv elements is read as flags.
         let tini = json!({"command": ["tini", "--", "etcd", "--data-dir=/d"]});
         assert_eq!(read(&tini, 0).expect("tini").literal(Key::DataDir), Some("/d"));
+        // etcd itself ignores everything after "--".
+        let after = json!({"command": ["/usr/bin/etcd", "--name=a", "--", "--data-dir=/d"]});
+        let id = read(&after, 0).expect("after --");
+        assert_eq!(id.literal(Key::Name), Some("a"));
+        assert!(id.get(Key::DataDir).is_none());
+        let args_only = json!({"args": ["--", "--data-dir=/d"]});
+        assert!(read(&args_only, 0).expect("args only").get(Key::DataDir).is_none());
         let env_from = json!({"envFrom": [{"configMapRef": {"name": "etcd"}}]});
         assert!(read(&env_from, 0).is_err());
         let cfg = json!({"command": ["etcd", "--config-file=/etc/etcd.yaml"]});

@@ -37,14 +37,13 @@ pub fn injected_script() -> &'static str {
 
 /// Env names the init container sets itself (never copied from etcd).
 const OWN_ENV: &[&str] = &[
-    "HOSTNAME",
-    "HCP_NAMESPACE",
     "RESTORE_URL_ETCD",
     "RESTORE_MAX_BYTES",
     "RESTORE_MAX_TIME_SECONDS",
     "RESTORE_ALLOW_WITHOUT_REVISION_BUMP",
     "ETCD_INIT_STAGE_DIR",
     "ETCD_INIT_WAL_STAGE_DIR",
+    "ETCD_INIT_PROBE_TIMEOUT",
 ];
 
 /// The largest etcd cluster a restore is built for.
@@ -70,7 +69,7 @@ fn etcd_container(sts: &Value) -> Option<(usize, &Value)> {
 /// why the template's identity or layout cannot be established.
 pub fn build_init_container(
     sts: &Value,
-    namespace: &str,
+    _namespace: &str,
     url: &str,
     settings: &Settings,
 ) -> Result<Value, Vec<FieldError>> {
@@ -207,7 +206,7 @@ pub fn build_init_container(
     let wal_stage =
         wal.as_ref().filter(|(_, i)| *i != data_mount).map(|(_, i)| format!("{}/{STAGE_DIR_NAME}-wal", mount_path(*i)));
 
-    let env = init_env(etcd, &id, &own_mounts, namespace, url, settings, &stage, wal_stage.as_deref());
+    let env = init_env(etcd, &id, &own_mounts, &base, url, settings, &stage, wal_stage.as_deref())?;
 
     let mut c = Map::new();
     c.insert("name".into(), json!(INIT_CONTAINER));
@@ -254,48 +253,53 @@ fn init_env(
     etcd: &Value,
     id: &Identity,
     mounts: &[Value],
-    namespace: &str,
+    base: &str,
     url: &str,
     settings: &Settings,
     stage: &str,
     wal_stage: Option<&str>,
-) -> Vec<Value> {
+) -> Result<Vec<Value>, Vec<FieldError>> {
     let etcd_env: Vec<Value> = etcd.get("env").and_then(Value::as_array).cloned().unwrap_or_default();
-    let identity_names: Vec<&str> = id.settings().iter().map(|s| s.key.env()).collect();
-    // Every entry the identity values (and subPathExpr) reference through
-    // $(VAR), transitively, copied in the etcd container's order.
+    // The identity's env entries and every entry they, the flag values and
+    // subPathExpr reference through $(VAR), transitively.
     let mut wanted: Vec<String> = Vec::new();
     let mut queue: Vec<String> = id
         .settings()
         .iter()
-        .filter_map(|s| s.source.literal())
-        .chain(mounts.iter().filter_map(|m| m.get("subPathExpr").and_then(Value::as_str)))
-        .flat_map(references)
+        .filter(|s| matches!(s.source, Source::Env(_)))
+        .map(|s| s.key.env().to_string())
+        .chain(id.settings().iter().filter_map(|s| s.source.literal()).flat_map(references))
+        .chain(mounts.iter().filter_map(|m| m.get("subPathExpr").and_then(Value::as_str)).flat_map(references))
         .collect();
     while let Some(r) = queue.pop() {
-        if wanted.contains(&r) || identity_names.contains(&r.as_str()) {
+        if wanted.contains(&r) {
             continue;
         }
-        if let Some(e) = etcd_env.iter().rev().find(|e| env_name(e) == r) {
+        for e in etcd_env.iter().filter(|e| env_name(e) == r) {
             queue.extend(references(e.get("value").and_then(Value::as_str).unwrap_or_default()));
         }
         wanted.push(r);
     }
-    let mut env = vec![
-        json!({"name": "HOSTNAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}),
-        json!({"name": "HCP_NAMESPACE", "value": escape_env(namespace)}),
-    ];
-    for (i, e) in etcd_env.iter().enumerate() {
-        let name = env_name(e);
-        let last = etcd_env.iter().rposition(|x| env_name(x) == name) == Some(i);
-        if last && wanted.iter().any(|w| w == name) && !OWN_ENV.contains(&name) {
-            env.push(e.clone());
-        }
+    let own: Vec<&String> = wanted.iter().filter(|w| OWN_ENV.contains(&w.as_str())).collect();
+    if !own.is_empty() {
+        return Err(own
+            .into_iter()
+            .map(|name| {
+                FieldError::forbidden(
+                    format!("{base}.env[name={name}]"),
+                    format!("{name} is set by etcd-init itself: the etcd container's identity must not reference it"),
+                )
+            })
+            .collect());
     }
+    // One pass in the etcd container's order (a $(VAR) resolves against the
+    // entries before it, exactly as in etcd), then the flag values (the
+    // kubelet expands args against the whole env), then etcd-init's own.
+    // Nothing else is defined: a reference etcd leaves literal stays literal.
+    let mut env: Vec<Value> = etcd_env.iter().filter(|e| wanted.iter().any(|w| w == env_name(e))).cloned().collect();
     for s in id.settings() {
-        match &s.source {
-            Source::Env(e) => env.push(e.clone()),
-            Source::Flag(v) => env.push(json!({"name": s.key.env(), "value": v})),
+        if let Source::Flag(v) = &s.source {
+            env.push(json!({"name": s.key.env(), "value": v}));
         }
     }
     env.push(json!({"name": "ETCD_INIT_STAGE_DIR", "value": escape_env(stage)}));
@@ -309,5 +313,5 @@ fn init_env(
         "name": "RESTORE_ALLOW_WITHOUT_REVISION_BUMP",
         "value": settings.allow_restore_without_revision_bump.to_string(),
     }));
-    env
+    Ok(env)
 }

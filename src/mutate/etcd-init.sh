@@ -1,6 +1,4 @@
 #!/bin/sh
-# HOSTNAME is an environment variable of the pod (downward API), not a shell variable.
-# shellcheck disable=SC3028
 # etcd-init: restore this etcd member from a snapshot URL, once, into an empty
 # data dir, and only while no etcd cluster is running. Injected by
 # hcp-etcd-admission; runs before reset-member.
@@ -8,13 +6,11 @@
 # Inputs (environment only; nothing from the object is ever pasted into this text):
 #   RESTORE_URL_ETCD              https URL of the snapshot (presigned); optional
 #                                 fragment #sha256=<64 hex> is checked, never sent
-#   HOSTNAME, HCP_NAMESPACE       pod name (downward API) and hosted control plane namespace,
-#                                 for the etcd container's $(VAR) references
 #   ETCD_DATA_DIR, ETCD_WAL_DIR   the etcd container's data dir (and WAL dir, if separate)
 #   ETCD_NAME, ETCD_INITIAL_CLUSTER, ETCD_INITIAL_CLUSTER_TOKEN,
 #   ETCD_INITIAL_ADVERTISE_PEER_URLS
 #                                 this member's identity, as the etcd container has it
-#                                 (unset: etcd's own defaults)
+#                                 (its env entries copied in its order; unset: etcd's defaults)
 #   ETCD_ADVERTISE_CLIENT_URLS, ETCD_CERT_FILE, ETCD_KEY_FILE, ETCD_TRUSTED_CA_FILE,
 #   ETCD_PEER_CERT_FILE, ETCD_PEER_KEY_FILE, ETCD_PEER_TRUSTED_CA_FILE
 #                                 how to ask the other members whether a cluster runs

@@ -470,6 +470,54 @@ mod tests {
     }
 
     #[test]
+    fn env_resolves_in_etcd_init_exactly_as_in_etcd() {
+        let s = Settings::default();
+        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
+            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]));
+        let env_of = |env: Value| {
+            let mut t = sts();
+            t["spec"]["template"]["spec"]["containers"][0]["env"] = env;
+            let m = etcd_init(&t, None, "ns", Some(&inject), &s);
+            let mut patched = t.clone();
+            json_patch::patch(&mut patched, &m.patch.expect("patch")).expect("applies");
+            patched["spec"]["template"]["spec"]["initContainers"][0]["env"].clone()
+        };
+        let names = |env: &Value| -> Vec<String> {
+            env.as_array().expect("env").iter().filter_map(|e| e["name"].as_str().map(str::to_string)).collect()
+        };
+        // ETCD_NAME before the entry it references: literal in etcd, so in
+        // etcd-init too (the entries keep etcd's order).
+        let env = env_of(json!([
+            {"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
+            {"name": "ETCD_NAME", "value": "$(POD)"},
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+        ]));
+        let n = names(&env);
+        assert_eq!(&n[..3], ["ETCD_DATA_DIR", "ETCD_NAME", "POD"], "{n:?}");
+        // $(HOSTNAME) without a HOSTNAME entry stays literal in etcd: etcd-init
+        // defines no HOSTNAME (nor HCP_NAMESPACE) of its own.
+        let env = env_of(json!([
+            {"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
+            {"name": "ETCD_NAME", "value": "$(HOSTNAME)"}
+        ]));
+        let n = names(&env);
+        assert!(!n.iter().any(|x| x == "HOSTNAME" || x == "HCP_NAMESPACE"), "{n:?}");
+        // Referencing a name etcd-init sets itself is denied.
+        let mut t = sts();
+        t["spec"]["template"]["spec"]["containers"][0]["env"] = json!([
+            {"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
+            {"name": "RESTORE_URL_ETCD", "value": "x"},
+            {"name": "ETCD_NAME", "value": "$(RESTORE_URL_ETCD)"}
+        ]);
+        match etcd_init(&t, None, "ns", Some(&inject), &s).denial {
+            Some(Denial::Template(e)) => {
+                assert!(e[0].to_string().contains("env[name=RESTORE_URL_ETCD]: Forbidden"), "{e:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn replicas_are_bounded() {
         let s = Settings::default();
         let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",

@@ -151,6 +151,7 @@ enum Template {
     /// Flags in command and args (`--flag=v` and `--flag v`), a separate WAL
     /// dir, the data volume mounted with a subPath, another service name, and
     /// clients served over TLS with client certificates (the TLS volume at /srv).
+    /// Both templates set peer TLS (with client certificates) themselves.
     Args,
 }
 
@@ -171,9 +172,13 @@ fn etcd_statefulset(ns: &str, replicas: usize, template: Template) -> Value {
                 {"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
                 {"name": "ETCD_INITIAL_ADVERTISE_PEER_URLS", "value": "https://$(HOSTNAME).etcd-discovery.$(NAMESPACE).svc:2380"},
                 {"name": "ETCD_ADVERTISE_CLIENT_URLS", "value": "http://$(HOSTNAME).etcd-discovery.$(NAMESPACE).svc:2379"},
-                {"name": "ETCD_INITIAL_CLUSTER", "value": members.join(",")}
+                {"name": "ETCD_INITIAL_CLUSTER", "value": members.join(",")},
+                {"name": "ETCD_PEER_CERT_FILE", "value": "/mnt/server.crt"},
+                {"name": "ETCD_PEER_KEY_FILE", "value": "/mnt/server.key"},
+                {"name": "ETCD_PEER_TRUSTED_CA_FILE", "value": "/mnt/ca.crt"},
+                {"name": "ETCD_PEER_CLIENT_CERT_AUTH", "value": "true"}
             ],
-            "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}]
+            "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}, {"name": "etcd-tls", "mountPath": "/mnt"}]
         }),
         Template::Args => json!({
             "name": "etcd", "image": "quay.io/openshift/etcd:4.20",
@@ -185,7 +190,9 @@ fn etcd_statefulset(ns: &str, replicas: usize, template: Template) -> Value {
                 "--initial-advertise-peer-urls=https://$(POD_NAME).etcd-peers.$(POD_NAMESPACE).svc:2380",
                 "--advertise-client-urls", "https://$(POD_NAME).etcd-peers.$(POD_NAMESPACE).svc:2379",
                 "--cert-file=/srv/server.crt", "--key-file=/srv/server.key", "--trusted-ca-file=/srv/ca.crt",
-                "--client-cert-auth"
+                "--client-cert-auth",
+                "--peer-cert-file", "/srv/server.crt", "--peer-key-file=/srv/server.key",
+                "--peer-trusted-ca-file=/srv/ca.crt", "--peer-client-cert-auth"
             ],
             "env": [
                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
@@ -499,19 +506,10 @@ fn host_path(sts: &Value, m: &Member, env_name: &str, ns: &str) -> PathBuf {
 }
 
 /// Starts member `m` as the etcd container would run: its env and args
-/// (kubelet-expanded), its volume mounts; the listen addresses and peer TLS
-/// are the only test-time flags.
+/// (kubelet-expanded), its volume mounts; the listen addresses are the only
+/// test-time flags.
 #[allow(clippy::too_many_arguments)]
-fn start_member(
-    e: &Etcd,
-    sts: &Value,
-    ns: &str,
-    m: &Member,
-    hosts: &Path,
-    tls: &(PathBuf, PathBuf, PathBuf),
-    log: &Path,
-    state: Option<&str>,
-) -> Proc {
+fn start_member(e: &Etcd, sts: &Value, ns: &str, m: &Member, hosts: &Path, log: &Path, state: Option<&str>) -> Proc {
     let c = container(sts, "containers", "etcd");
     let env = pod_env(c, &m.name, ns, m.ip);
     let mut argv = argv(c, &env);
@@ -523,13 +521,9 @@ fn start_member(
         // says) and a plain one for the test's etcdctl (2389).
         ("--listen-client-urls", format!("{}://{ip}:2379,http://{ip}:2389", client_scheme(sts), ip = m.ip)),
         ("--listen-metrics-urls", format!("http://{}:2381", m.ip)),
-        ("--peer-trusted-ca-file", tls.0.to_string_lossy().into_owned()),
-        ("--peer-cert-file", tls.1.to_string_lossy().into_owned()),
-        ("--peer-key-file", tls.2.to_string_lossy().into_owned()),
     ] {
         argv.push(format!("{flag}={v}"));
     }
-    argv.push("--peer-client-cert-auth".into());
     if let Some(s) = state {
         argv.push(format!("--initial-cluster-state={s}"));
     }
@@ -607,7 +601,7 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
     }
     let shells = ["/bin/dash", "busybox", "/bin/bash"];
     let start = |i: usize, state: Option<&str>| {
-        start_member(&e, &sts, &ns, &members[i], &hosts_file, &tls[i], &root.join(format!("etcd-{i}.log")), state)
+        start_member(&e, &sts, &ns, &members[i], &hosts_file, &root.join(format!("etcd-{i}.log")), state)
     };
     let init_run = |i: usize| Run { shell: shells[i % 3], hosts: Some(&hosts_file), tmpfs: None };
     let check_restored = |i: usize, code: i32, log: &str| {
@@ -626,8 +620,9 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
     };
 
     // Parallel first restore. With the upstream-like template one member
-    // comes up first (it waits for quorum and does not answer healthy), then
-    // the others restore side by side: nobody answers, everybody restores.
+    // comes up first (it waits for quorum: its client port stays silent, its
+    // peer port says the cluster version is not decided), then the others
+    // restore side by side next to it.
     let mut procs: Vec<Option<Proc>> = (0..replicas).map(|_| None).collect();
     let first_batch: Vec<usize> =
         if template == Template::Env && replicas > 1 { vec![0] } else { (0..replicas).collect() };
@@ -639,10 +634,27 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
             .collect();
         for (i, child) in children {
             let out = child.wait_with_output().expect("etcd-init");
-            check_restored(i, out.status.code().unwrap_or(-1), &String::from_utf8_lossy(&out.stderr));
+            let log = String::from_utf8_lossy(&out.stderr);
+            check_restored(i, out.status.code().unwrap_or(-1), &log);
+            if batch == &second_batch {
+                assert!(
+                    log.contains(&format!(
+                        "the etcd member at https://etcd-0.{service}.{ns}.svc:2380 has never had a quorum"
+                    )),
+                    "{log}"
+                );
+            }
         }
         for &i in batch {
             procs[i] = Some(start(i, None));
+        }
+        if template == Template::Env && replicas > 1 && batch == &first_batch {
+            // The others run while member 0 listens (no race with its start).
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while std::net::TcpStream::connect((members[0].ip, 2380)).is_err() {
+                assert!(Instant::now() < deadline, "member 0 never listened");
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
     }
     // The store saw the query (it is a presigned URL), one download per member.
@@ -749,6 +761,45 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
         assert!(ids.windows(2).all(|w| w[0] == w[1]), "split brain after re-add: {ids:?}");
         assert_eq!(member_list()["members"].as_array().map(Vec::len), Some(3));
         assert!(ctl(&e, &endpoints[last], &["put", "/registry/test/later", "ok"]).status.success());
+
+        // Quorum lost: members 1 and 2 stop, member 0 runs on and answers
+        // unhealthy (no leader). Member 2 lost its volume meanwhile: its
+        // etcd-init must fail (the kubelet retries) and never restore next to
+        // member 0, which holds writes the snapshot lacks.
+        procs[1] = None;
+        procs[last] = None;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while ctl(&e, &endpoints[0], &["endpoint", "health", "--command-timeout=2s"]).status.success() {
+            assert!(Instant::now() < deadline, "member 0 stayed healthy without quorum");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        std::fs::remove_dir_all(&m.pv).expect("wipe pv");
+        std::fs::create_dir_all(&m.pv).expect("new pv");
+        let downloads = store.requests().len();
+        let live_peer = format!("https://etcd-0.{service}.{ns}.svc:2380");
+        let (code, log) = run_init(&sts, &ns, m, &bin, &store.ca_file, &init_run(last));
+        assert_ne!(code, 0, "restored next to a live member without quorum:\n{log}");
+        assert!(log.contains(&format!("a live etcd member runs at {live_peer}")), "{log}");
+        assert!(log.contains("no healthy cluster answers"), "{log}");
+        assert!(!log.contains("restoring with etcd"), "{log}");
+        assert_eq!(store.requests().len(), downloads, "no download next to a live member");
+        assert!(!data.join("member").exists(), "the data dir must stay empty");
+        // Full outage: member 0 restarts alone. Its client port accepts
+        // connections and stays silent (it waits for a quorum); its peer port
+        // says it has had one. Still no restore.
+        procs[0] = None;
+        procs[0] = Some(start(0, None));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect((members[0].ip, 2379)).is_err() {
+            assert!(Instant::now() < deadline, "member 0 never listened again");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (code, log) = run_init(&sts, &ns, m, &bin, &store.ca_file, &init_run(last));
+        assert_ne!(code, 0, "restored next to a restarting live member:\n{log}");
+        assert!(log.contains(&format!("a live etcd member runs at {live_peer}")), "{log}");
+        assert!(log.contains("curl exit 28"), "{log}");
+        assert_eq!(store.requests().len(), downloads, "no download next to a live member");
+        assert!(!data.join("member").exists(), "the data dir must stay empty");
     }
 
     // A run on a non-empty data dir does nothing.
@@ -821,6 +872,7 @@ impl FailureRig {
         let hosts = root.join("hosts");
         std::fs::write(&hosts, format!("127.0.0.1 localhost etcd-0.etcd-discovery.{ns}.svc\n")).expect("hosts");
         let bin = tool_dir(&root, &e);
+        std::fs::create_dir_all(root.join("tls")).expect("tls");
         Self { root, sts, ns, bin, hosts, store, snapshot_sha: sha }
     }
 
@@ -829,7 +881,7 @@ impl FailureRig {
             name: "etcd-0".into(),
             ip: Ipv4Addr::LOCALHOST,
             pv: self.root.join(format!("pv-{tag}")),
-            tls: self.root.join("no-tls"),
+            tls: self.root.join("tls"),
         }
     }
 
@@ -852,13 +904,26 @@ impl FailureRig {
         hosts: Option<&Path>,
         prepare: impl Fn(&Path),
     ) -> (i32, String, PathBuf) {
+        let sts = self.patched(url, settings);
+        self.run_sts(tag, &sts, bin, hosts, |pv| prepare(&pv.join("data")))
+    }
+
+    /// Runs etcd-init from the patched `sts` against a fresh PV that
+    /// `prepare` (given the PV root) fills first.
+    fn run_sts(
+        &self,
+        tag: &str,
+        sts: &Value,
+        bin: &Path,
+        hosts: Option<&Path>,
+        prepare: impl Fn(&Path),
+    ) -> (i32, String, PathBuf) {
         let m = self.member(tag);
         let _ = std::fs::remove_dir_all(&m.pv);
         std::fs::create_dir_all(&m.pv).expect("pv");
-        prepare(&m.pv.join("data"));
-        let sts = self.patched(url, settings);
+        prepare(&m.pv);
         let run = Run { shell: "/bin/dash", hosts, tmpfs: None };
-        let (code, log) = run_init(&sts, &self.ns, &m, bin, &self.store.ca_file, &run);
+        let (code, log) = run_init(sts, &self.ns, &m, bin, &self.store.ca_file, &run);
         (code, log, m.pv)
     }
 }
@@ -933,12 +998,17 @@ async fn retries_integrity_and_what_counts_as_empty() {
     assert!(pv.join("data/member").is_dir() && pv.join("data/lost+found").is_dir());
     // Anything else is data: skip, touch nothing, download nothing.
     let before = rig.store.requests().len();
+    // A staging dir left by a killed run (SIGKILL, node loss) goes even then.
     let (code, log, pv) = rig.run_with("non-empty", &snap, &no_bump_settings(), &rig.bin, Some(&rig.hosts), |d| {
         std::fs::create_dir_all(d.join("member/wal")).expect("member");
         std::fs::write(d.join("member/wal/0.wal"), b"live data").expect("wal");
+        let stale = d.parent().expect("pv").join(".etcd-init-restore/data/member");
+        std::fs::create_dir_all(&stale).expect("stale stage");
+        std::fs::write(stale.join("db"), vec![0u8; 1 << 20]).expect("stale db");
     });
     assert_eq!(code, 0, "{log}");
     assert!(log.contains("not empty, not restoring snapshot"));
+    assert!(!pv.join(".etcd-init-restore").exists(), "a stale staging dir survived an early exit");
     assert_eq!(std::fs::read(pv.join("data/member/wal/0.wal")).expect("wal"), b"live data");
     assert_eq!(rig.store.requests().len(), before, "a skipped restore must not download");
     let _ = std::fs::remove_dir_all(&rig.root);
@@ -984,11 +1054,12 @@ async fn space_time_and_termination() {
     assert_ne!(code, 0, "{log}");
     assert!(log.contains("not enough space on the data volume"), "{log}");
     assert!(!log.contains("restoring with etcd"), "the space check comes before the restore:\n{log}");
-    // No room for the download itself: curl's write error, reported as such.
+    // No room for the download itself: curl's write error, reported as such, with the free space.
     let run = Run { shell: "/bin/dash", hosts: Some(&rig.hosts), tmpfs: Some("16k") };
     let (code, log) = run_init(&sts, &rig.ns, &m, &rig.bin, &rig.store.ca_file, &run);
     assert_ne!(code, 0, "{log}");
-    assert!(log.contains("not enough space on the data volume"), "{log}");
+    assert!(log.contains("write error on the data volume (not enough space, or not writable)"), "{log}");
+    assert!(log.contains(" KiB free)"), "{log}");
     assert!(!log.contains("corrupt or truncated"), "{log}");
 
     // RESTORE_MAX_TIME_SECONDS bounds the whole download, retries included
@@ -1007,37 +1078,39 @@ async fn space_time_and_termination() {
     assert!(log.contains("RESTORE_MAX_TIME_SECONDS=3s"), "{log}");
     assert!(started.elapsed() < Duration::from_secs(12), "the bound was not total: {:?}", started.elapsed());
 
-    // SIGTERM mid-download: the staging dir goes at once.
+    // SIGTERM mid-download: the staging dir goes at once (every shell).
     let sts = rig.patched(&slow, &no_bump_settings());
-    let m = rig.member("term");
-    std::fs::create_dir_all(&m.pv).expect("pv");
-    let run = Run { shell: "/bin/dash", hosts: Some(&rig.hosts), tmpfs: None };
-    let mut child = spawn_init(&sts, &rig.ns, &m, &rig.bin, &rig.store.ca_file, &run);
-    let stage = m.pv.join(".etcd-init-restore");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !stage.join("snapshot.db").exists() {
-        assert!(Instant::now() < deadline, "the download never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let kill =
-        Command::new("/bin/sh").args(["-c", "kill -TERM \"$0\"", &child.id().to_string()]).status().expect("kill");
-    assert!(kill.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
+    for (k, shell) in ["/bin/dash", "busybox", "/bin/bash"].into_iter().enumerate() {
+        let m = rig.member(&format!("term{k}"));
+        std::fs::create_dir_all(&m.pv).expect("pv");
+        let run = Run { shell, hosts: Some(&rig.hosts), tmpfs: None };
+        let mut child = spawn_init(&sts, &rig.ns, &m, &rig.bin, &rig.store.ca_file, &run);
+        let stage = m.pv.join(".etcd-init-restore");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !stage.join("snapshot.db").exists() {
+            assert!(Instant::now() < deadline, "{shell}: the download never started");
+            std::thread::sleep(Duration::from_millis(50));
         }
-        assert!(Instant::now() < deadline, "etcd-init ignored SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut log = String::new();
-    if let Some(mut err) = child.stderr.take() {
-        use std::io::Read;
-        let _ = err.read_to_string(&mut log);
+        let kill =
+            Command::new("/bin/sh").args(["-c", "kill -TERM \"$0\"", &child.id().to_string()]).status().expect("kill");
+        assert!(kill.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "{shell}: etcd-init ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut log = String::new();
+        if let Some(mut err) = child.stderr.take() {
+            use std::io::Read;
+            let _ = err.read_to_string(&mut log);
+        }
+        assert_eq!(status.code(), Some(143), "{shell}: {log}");
+        assert!(!stage.exists(), "{shell}: staging dir survived SIGTERM:\n{log}");
+        assert!(!m.pv.join("data/member").exists());
     }
-    assert_eq!(status.code(), Some(143), "{log}");
-    assert!(!stage.exists(), "staging dir survived SIGTERM:\n{log}");
-    assert!(!m.pv.join("data/member").exists());
     let _ = std::fs::remove_dir_all(&rig.root);
 }
 
@@ -1050,6 +1123,9 @@ async fn revision_bump_is_required_and_passed_when_supported() {
     assert_untouched("required", code, &log, &pv);
     assert!(log.contains("has no snapshot restore --bump-revision/--mark-compacted"), "{log}");
     assert!(log.contains("allowRestoreWithoutRevisionBump"), "{log}");
+    // Decided before anything is probed or downloaded.
+    assert!(rig.store.requests().is_empty(), "downloaded although the restore could not run");
+    assert!(!log.contains("downloading"), "{log}");
     // With the setting: restored, with a warning.
     let (code, log, pv) = rig.run("allowed", &snap);
     assert_eq!(code, 0, "{log}");
@@ -1081,7 +1157,7 @@ async fn revision_bump_is_required_and_passed_when_supported() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_member_whose_health_cannot_be_read_stops_the_restore() {
+async fn a_member_whose_state_cannot_be_read_or_that_stays_silent_stops_the_restore() {
     let rig = FailureRig::new("unreadable", 56).await;
     let ns = rig.ns.clone();
     let sts = patched_in_process(
@@ -1089,7 +1165,7 @@ async fn a_member_whose_health_cannot_be_read_stops_the_restore() {
         &rig.store.url("/snapshots/snap.db"),
         &no_bump_settings(),
     );
-    // Where etcd-1 answers, a TLS server whose certificate this member's CA did not sign.
+    // Where etcd-1's peer port answers, a TLS server whose certificate this member's CA did not sign.
     let other =
         hcp_etcd_admission::certs::generate("another CA", &[format!("etcd-1.etcd-peers.{ns}.svc")], 2).expect("certs");
     let (crt, key) = (rig.root.join("other.crt"), rig.root.join("other.key"));
@@ -1097,7 +1173,7 @@ async fn a_member_whose_health_cannot_be_read_stops_the_restore() {
     std::fs::write(&key, &other.key_pem).expect("key");
     let _server = Proc(
         Command::new("openssl")
-            .args(["s_server", "-quiet", "-www", "-accept", "127.0.56.2:2379", "-cert"])
+            .args(["s_server", "-quiet", "-www", "-accept", "127.0.56.2:2380", "-cert"])
             .arg(&crt)
             .arg("-key")
             .arg(&key)
@@ -1108,7 +1184,7 @@ async fn a_member_whose_health_cannot_be_read_stops_the_restore() {
             .expect("openssl s_server"),
     );
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect("127.0.56.2:2379").is_err() {
+    while std::net::TcpStream::connect("127.0.56.2:2380").is_err() {
         assert!(Instant::now() < deadline, "openssl s_server never listened");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -1133,11 +1209,164 @@ async fn a_member_whose_health_cannot_be_read_stops_the_restore() {
     let run = Run { shell: "/bin/dash", hosts: Some(&hosts), tmpfs: None };
     let (code, log) = run_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
     assert_ne!(code, 0, "{log}");
-    assert!(log.contains("no etcd answers at https://etcd-0."), "{log}");
-    assert!(log.contains("its health could not be read (curl exit 60"), "{log}");
-    assert!(log.contains("refusing to restore into a possibly live cluster"), "{log}");
+    assert!(log.contains("no etcd member runs at https://etcd-0."), "{log}");
+    assert!(log.contains("its state could not be read (curl exit 60"), "{log}");
+    assert!(log.contains("refusing to restore next to a possibly live member"), "{log}");
     assert!(rig.store.requests().is_empty(), "nothing may be downloaded");
     assert!(!m.pv.join("etcd/etcd-data").exists() && !m.pv.join("etcd/.etcd-init-restore").exists());
+
+    // A peer port that accepts connections and never answers (a member under
+    // load, a half-up node): a timeout is not "nobody runs". Asked twice, then
+    // the init container fails; nothing is downloaded.
+    drop(_server);
+    let silent = loop {
+        match std::net::TcpListener::bind("127.0.56.2:2380") {
+            Ok(l) => break l,
+            Err(e) => {
+                assert!(Instant::now() < deadline + Duration::from_secs(20), "bind: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    let (code, log) = run_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
+    drop(silent);
+    assert_ne!(code, 0, "a silent listener was taken for an absent member:\n{log}");
+    assert!(log.contains("did not answer within 12s; asking again"), "{log}");
+    assert!(log.contains("did not answer within 12s, twice (curl exit 28)"), "{log}");
+    assert!(rig.store.requests().is_empty(), "nothing may be downloaded");
+    assert!(!m.pv.join("etcd/etcd-data").exists() && !m.pv.join("etcd/.etcd-init-restore").exists());
+    let _ = std::fs::remove_dir_all(&rig.root);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_data_dirs_and_the_wal_of_an_interrupted_restore() {
+    let rig = FailureRig::new("layout", 58).await;
+    let snap = rig.store.url("/snapshots/snap.db");
+    // A data dir whose parents do not exist yet on the volume.
+    let mut nested = etcd_statefulset(&rig.ns, 1, Template::Env);
+    let env = nested.pointer_mut("/spec/template/spec/containers/0/env").and_then(Value::as_array_mut).expect("env");
+    for e in env.iter_mut() {
+        if e["name"] == "ETCD_DATA_DIR" {
+            e["value"] = json!("/var/lib/nested/deeper/data");
+        }
+    }
+    let sts = patched_in_process(&nested, &snap, &no_bump_settings());
+    let (code, log, pv) = rig.run_sts("nested", &sts, &rig.bin, Some(&rig.hosts), |_| {});
+    assert_eq!(code, 0, "{log}");
+    assert!(pv.join("nested/deeper/data/member/snap/db").is_file(), "{log}");
+
+    // A separate WAL dir: a run killed after the WAL moved in and before the
+    // data dir did leaves WAL files under etcd-init's marker; the retry
+    // recognises them as its own and restores. Without the marker, WAL files
+    // next to an empty data dir are somebody's data: refused, untouched.
+    let mut one = etcd_statefulset(&rig.ns, 1, Template::Args);
+    one["spec"]["template"]["spec"]["containers"][0]["args"].as_array_mut().expect("args").retain(|a| {
+        !a.as_str().is_some_and(|a| a.contains("peer") && a.contains("/srv")) && a != "--peer-client-cert-auth"
+    });
+    let sts = patched_in_process(&one, &snap, &no_bump_settings());
+    let hosts = rig.root.join("hosts-args");
+    std::fs::write(&hosts, format!("127.0.0.1 localhost etcd-0.etcd-peers.{}.svc\n", rig.ns)).expect("hosts");
+    let (code, log, pv) = rig.run_sts("wal-marked", &sts, &rig.bin, Some(&hosts), |pv| {
+        let wal = pv.join("etcd/etcd-wal");
+        std::fs::create_dir_all(&wal).expect("wal");
+        std::fs::write(wal.join(".etcd-init-restore-wal-pending"), b"").expect("marker");
+        std::fs::write(wal.join("0000000000000000-0000000000000000.wal"), b"half-moved").expect("wal file");
+    });
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains("holds the WAL of an interrupted restore"), "{log}");
+    let wal = pv.join("etcd/etcd-wal");
+    assert!(!wal.join(".etcd-init-restore-wal-pending").exists(), "the marker outlived the restore");
+    assert_ne!(std::fs::read(wal.join("0000000000000000-0000000000000000.wal")).expect("wal"), b"half-moved");
+    assert!(pv.join("etcd/etcd-data/member/snap/db").is_file());
+    let (code, log, pv) = rig.run_sts("wal-foreign", &sts, &rig.bin, Some(&hosts), |pv| {
+        let wal = pv.join("etcd/etcd-wal");
+        std::fs::create_dir_all(&wal).expect("wal");
+        std::fs::write(wal.join("0000000000000000-0000000000000000.wal"), b"live").expect("wal file");
+    });
+    assert_ne!(code, 0, "{log}");
+    assert!(log.contains("holds files but the data dir"), "{log}");
+    assert_eq!(std::fs::read(pv.join("etcd/etcd-wal/0000000000000000-0000000000000000.wal")).expect("wal"), b"live");
+    let _ = std::fs::remove_dir_all(&rig.root);
+}
+
+/// A one-member etcd cluster of its own at `ip` (peer and client TLS with
+/// client certificates from `ca`; plain client port 2389 for the test).
+fn standalone_member(e: &Etcd, name: &str, ip: Ipv4Addr, tls: (&Path, &Path, &Path), dir: &Path) -> Proc {
+    let (ca, crt, key) = tls;
+    let peer = format!("https://{ip}:2380");
+    let mut cmd = Command::new(&e.etcd);
+    cmd.args(["--name", name, "--data-dir"])
+        .arg(dir)
+        .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+        .args(["--initial-cluster", &format!("{name}={peer}")])
+        .args(["--listen-client-urls", &format!("https://{ip}:2379,http://{ip}:2389")])
+        .args(["--advertise-client-urls", &format!("https://{ip}:2379")])
+        .args(["--listen-metrics-urls", &format!("http://{ip}:2381")])
+        .args(["--client-cert-auth", "--peer-client-cert-auth"]);
+    for (flag, path) in [
+        ("--trusted-ca-file", ca),
+        ("--cert-file", crt),
+        ("--key-file", key),
+        ("--peer-trusted-ca-file", ca),
+        ("--peer-cert-file", crt),
+        ("--peer-key-file", key),
+    ] {
+        cmd.arg(flag).arg(path);
+    }
+    Proc(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("etcd"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_comes_up_during_the_download_stops_the_move() {
+    let rig = FailureRig::new("reprobe", 57).await;
+    let ns = rig.ns.clone();
+    let e = etcd35();
+    let sts = patched_in_process(
+        &etcd_statefulset(&ns, 3, Template::Args),
+        &rig.store.url("/delay/snap.db"),
+        &no_bump_settings(),
+    );
+    let hosts = rig.root.join("hosts-3");
+    let mut text = String::from("127.0.0.1 localhost\n");
+    for i in 0..3 {
+        text.push_str(&format!("127.0.57.{} etcd-{i}.etcd-peers.{ns}.svc\n", i + 1));
+    }
+    std::fs::write(&hosts, text).expect("hosts");
+    let names: Vec<(String, Ipv4Addr)> =
+        (1..3).map(|i| (format!("etcd-{i}.etcd-peers.{ns}.svc"), Ipv4Addr::new(127, 0, 57, i as u8 + 1))).collect();
+    let (ca, pairs) = peer_certs(&rig.root, &names);
+    let m = Member {
+        name: "etcd-2".into(),
+        ip: Ipv4Addr::new(127, 0, 57, 3),
+        pv: rig.root.join("pv-reprobe"),
+        tls: rig.root.join("tls-reprobe"),
+    };
+    std::fs::create_dir_all(&m.pv).expect("pv");
+    std::fs::create_dir_all(&m.tls).expect("tls");
+    std::fs::copy(&ca, m.tls.join("ca.crt")).expect("ca");
+    std::fs::copy(&pairs[1].0, m.tls.join("server.crt")).expect("crt");
+    std::fs::copy(&pairs[1].1, m.tls.join("server.key")).expect("key");
+    let run = Run { shell: "busybox", hosts: Some(&hosts), tmpfs: None };
+    // Nobody runs when etcd-init starts: it downloads (the store waits 8 s).
+    let child = spawn_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while rig.store.requests().is_empty() {
+        assert!(Instant::now() < deadline, "the download never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Meanwhile a cluster comes up at etcd-1 and serves.
+    let _live =
+        standalone_member(&e, "etcd-1", names[0].1, (&ca, &pairs[0].0, &pairs[0].1), &rig.root.join("live.etcd"));
+    wait_healthy(&e.etcdctl, "http://127.0.57.2:2389");
+    let out = child.wait_with_output().expect("etcd-init");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    assert!(log.contains("downloaded"), "the download finished before the second look:\n{log}");
+    assert!(log.contains("a healthy etcd cluster answers at https://etcd-1."), "{log}");
+    assert!(!log.contains("restored snapshot into"), "moved into place next to a live cluster:\n{log}");
+    assert!(!m.pv.join("etcd/etcd-data/member").exists(), "the data dir must stay empty for reset-member");
+    assert!(!m.pv.join("etcd/etcd-wal").read_dir().is_ok_and(|mut d| d.next().is_some()), "WAL moved in");
+    assert!(!m.pv.join("etcd/.etcd-init-restore").exists(), "staging dir left behind");
     let _ = std::fs::remove_dir_all(&rig.root);
 }
 

@@ -27,7 +27,8 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> (AdmissionRe
         .or_else(|| sts.pointer("/metadata/namespace").and_then(Value::as_str))
         .unwrap_or_default();
     let name = sts.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
-    let m = mutate::etcd_init(sts, namespace, input.lookup, input.settings);
+    let old = req.old_object.as_ref().filter(|_| req.operation == "UPDATE");
+    let m = mutate::etcd_init(sts, old, namespace, input.lookup, input.settings);
     let response = match m.denial {
         Some(Denial::Lookup(reason)) => AdmissionResponse::from_verdict(
             req.uid.clone(),

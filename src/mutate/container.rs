@@ -37,15 +37,17 @@ pub fn injected_script() -> &'static str {
 
 /// Env names the init container sets itself (never copied from etcd).
 const OWN_ENV: &[&str] = &[
-    "HOSTNAME",
-    "HCP_NAMESPACE",
     "RESTORE_URL_ETCD",
     "RESTORE_MAX_BYTES",
     "RESTORE_MAX_TIME_SECONDS",
     "RESTORE_ALLOW_WITHOUT_REVISION_BUMP",
     "ETCD_INIT_STAGE_DIR",
     "ETCD_INIT_WAL_STAGE_DIR",
+    "ETCD_INIT_PROBE_TIMEOUT",
 ];
+
+/// The largest etcd cluster a restore is built for.
+pub const MAX_MEMBERS: u64 = 9;
 
 /// Directory, under a volume's mount path, where etcd-init stages its work.
 pub const STAGE_DIR_NAME: &str = ".etcd-init-restore";
@@ -67,7 +69,7 @@ fn etcd_container(sts: &Value) -> Option<(usize, &Value)> {
 /// why the template's identity or layout cannot be established.
 pub fn build_init_container(
     sts: &Value,
-    namespace: &str,
+    _namespace: &str,
     url: &str,
     settings: &Settings,
 ) -> Result<Value, Vec<FieldError>> {
@@ -128,11 +130,36 @@ pub fn build_init_container(
             ));
         }
     }
-    let service = sts.pointer("/spec/serviceName").and_then(Value::as_str).filter(|s| !s.is_empty());
-    let needs_service = id.get(Key::InitialCluster).is_none() || id.get(Key::InitialAdvertisePeerUrls).is_none();
-    if needs_service && service.is_none() {
-        problems.push(FieldError::required("spec.serviceName").with_detail(
-            "the peer host names (<pod>.<serviceName>.<namespace>.svc) are derived from it when the etcd container sets no ETCD_INITIAL_CLUSTER/ETCD_INITIAL_ADVERTISE_PEER_URLS",
+    if let Some(r) = sts.pointer("/spec/replicas").filter(|r| r.as_u64().is_none_or(|r| r > MAX_MEMBERS)) {
+        if !r.is_null() {
+            problems.push(FieldError::invalid(
+                "spec.replicas",
+                r.to_string(),
+                format!(
+                    "an etcd cluster restored by etcd-init has 1 to {MAX_MEMBERS} members (etcd recommends 3 or 5)"
+                ),
+            ));
+        }
+    }
+    // Identity exactly as etcd has it, never guessed: etcd names a member
+    // "default" and advertises http://localhost:2380 unless told otherwise,
+    // so a template without a name (or, with several members, without the
+    // initial cluster and this member's peer URL) has no identity a restore
+    // could match.
+    let replicas = sts.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1);
+    if id.get(Key::Name).is_none() {
+        problems.push(FieldError::required(format!("{base}.env[name=ETCD_NAME]")).with_detail(
+            "the etcd container sets no member name (env ETCD_NAME or --name; etcd would call every member \"default\"): set ETCD_NAME=$(HOSTNAME) with HOSTNAME from metadata.name",
+        ));
+    }
+    if replicas > 1 && id.get(Key::InitialCluster).is_none() {
+        problems.push(FieldError::required(format!("{base}.env[name=ETCD_INITIAL_CLUSTER]")).with_detail(format!(
+            "the etcd container sets no initial cluster (env ETCD_INITIAL_CLUSTER or --initial-cluster) for {replicas} replicas: etcd would start every member as a cluster of its own"
+        )));
+    }
+    if id.get(Key::InitialCluster).is_some() && id.get(Key::InitialAdvertisePeerUrls).is_none() {
+        problems.push(FieldError::required(format!("{base}.env[name=ETCD_INITIAL_ADVERTISE_PEER_URLS]")).with_detail(
+            "the etcd container sets an initial cluster but not this member's peer URL (env ETCD_INITIAL_ADVERTISE_PEER_URLS or --initial-advertise-peer-urls; etcd's default http://localhost:2380 is in no multi-member cluster)",
         ));
     }
     let image =
@@ -148,7 +175,8 @@ pub fn build_init_container(
     };
 
     // Mounts: the data volume (with its subPath), the WAL volume, and the
-    // volumes holding the client TLS files (read-only) for the liveness probe.
+    // volumes holding the client and peer TLS files (read-only) for the
+    // liveness probe.
     let mut own_mounts: Vec<Value> = Vec::new();
     let mut push_mount = |i: usize, read_only: bool| {
         let Some(m) = mounts.get(i) else { return };
@@ -164,7 +192,9 @@ pub fn build_init_container(
     if let Some((_, i)) = &wal {
         push_mount(*i, false);
     }
-    for k in [Key::CertFile, Key::KeyFile, Key::TrustedCaFile] {
+    for k in
+        [Key::CertFile, Key::KeyFile, Key::TrustedCaFile, Key::PeerCertFile, Key::PeerKeyFile, Key::PeerTrustedCaFile]
+    {
         if let Some((i, _)) = id.literal(k).and_then(|p| mount_for(&mounts, p)) {
             push_mount(i, true);
         }
@@ -176,20 +206,7 @@ pub fn build_init_container(
     let wal_stage =
         wal.as_ref().filter(|(_, i)| *i != data_mount).map(|(_, i)| format!("{}/{STAGE_DIR_NAME}-wal", mount_path(*i)));
 
-    let computed_cluster =
-        if id.get(Key::InitialCluster).is_none() { computed_initial_cluster(sts, namespace) } else { None };
-    let env = init_env(
-        etcd,
-        &id,
-        &own_mounts,
-        namespace,
-        service,
-        url,
-        settings,
-        &stage,
-        wal_stage.as_deref(),
-        computed_cluster,
-    );
+    let env = init_env(etcd, &id, &own_mounts, &base, url, settings, &stage, wal_stage.as_deref())?;
 
     let mut c = Map::new();
     c.insert("name".into(), json!(INIT_CONTAINER));
@@ -236,59 +253,54 @@ fn init_env(
     etcd: &Value,
     id: &Identity,
     mounts: &[Value],
-    namespace: &str,
-    service: Option<&str>,
+    base: &str,
     url: &str,
     settings: &Settings,
     stage: &str,
     wal_stage: Option<&str>,
-    computed_cluster: Option<String>,
-) -> Vec<Value> {
+) -> Result<Vec<Value>, Vec<FieldError>> {
     let etcd_env: Vec<Value> = etcd.get("env").and_then(Value::as_array).cloned().unwrap_or_default();
-    let identity_names: Vec<&str> = id.settings().iter().map(|s| s.key.env()).collect();
-    // Every entry the identity values (and subPathExpr) reference through
-    // $(VAR), transitively, copied in the etcd container's order.
+    // The identity's env entries and every entry they, the flag values and
+    // subPathExpr reference through $(VAR), transitively.
     let mut wanted: Vec<String> = Vec::new();
     let mut queue: Vec<String> = id
         .settings()
         .iter()
-        .filter_map(|s| s.source.literal())
-        .chain(mounts.iter().filter_map(|m| m.get("subPathExpr").and_then(Value::as_str)))
-        .flat_map(references)
+        .filter(|s| matches!(s.source, Source::Env(_)))
+        .map(|s| s.key.env().to_string())
+        .chain(id.settings().iter().filter_map(|s| s.source.literal()).flat_map(references))
+        .chain(mounts.iter().filter_map(|m| m.get("subPathExpr").and_then(Value::as_str)).flat_map(references))
         .collect();
     while let Some(r) = queue.pop() {
-        if wanted.contains(&r) || identity_names.contains(&r.as_str()) {
+        if wanted.contains(&r) {
             continue;
         }
-        if let Some(e) = etcd_env.iter().rev().find(|e| env_name(e) == r) {
+        for e in etcd_env.iter().filter(|e| env_name(e) == r) {
             queue.extend(references(e.get("value").and_then(Value::as_str).unwrap_or_default()));
         }
         wanted.push(r);
     }
-    let mut env = vec![
-        json!({"name": "HOSTNAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}),
-        json!({"name": "HCP_NAMESPACE", "value": escape_env(namespace)}),
-    ];
-    for (i, e) in etcd_env.iter().enumerate() {
-        let name = env_name(e);
-        let last = etcd_env.iter().rposition(|x| env_name(x) == name) == Some(i);
-        if last && wanted.iter().any(|w| w == name) && !OWN_ENV.contains(&name) {
-            env.push(e.clone());
-        }
+    let own: Vec<&String> = wanted.iter().filter(|w| OWN_ENV.contains(&w.as_str())).collect();
+    if !own.is_empty() {
+        return Err(own
+            .into_iter()
+            .map(|name| {
+                FieldError::forbidden(
+                    format!("{base}.env[name={name}]"),
+                    format!("{name} is set by etcd-init itself: the etcd container's identity must not reference it"),
+                )
+            })
+            .collect());
     }
+    // One pass in the etcd container's order (a $(VAR) resolves against the
+    // entries before it, exactly as in etcd), then the flag values (the
+    // kubelet expands args against the whole env), then etcd-init's own.
+    // Nothing else is defined: a reference etcd leaves literal stays literal.
+    let mut env: Vec<Value> = etcd_env.iter().filter(|e| wanted.iter().any(|w| w == env_name(e))).cloned().collect();
     for s in id.settings() {
-        match &s.source {
-            Source::Env(e) => env.push(e.clone()),
-            Source::Flag(v) => env.push(json!({"name": s.key.env(), "value": v})),
+        if let Source::Flag(v) = &s.source {
+            env.push(json!({"name": s.key.env(), "value": v}));
         }
-    }
-    if let Some(cluster) = computed_cluster {
-        env.push(json!({"name": Key::InitialCluster.env(), "value": escape_env(&cluster)}));
-    }
-    let svc = escape_env(service.unwrap_or_default());
-    let ns = escape_env(namespace);
-    if id.get(Key::InitialAdvertisePeerUrls).is_none() {
-        env.push(json!({"name": Key::InitialAdvertisePeerUrls.env(), "value": format!("https://$(HOSTNAME).{svc}.{ns}.svc:2380")}));
     }
     env.push(json!({"name": "ETCD_INIT_STAGE_DIR", "value": escape_env(stage)}));
     if let Some(w) = wal_stage {
@@ -301,19 +313,5 @@ fn init_env(
         "name": "RESTORE_ALLOW_WITHOUT_REVISION_BUMP",
         "value": settings.allow_restore_without_revision_bump.to_string(),
     }));
-    env
-}
-
-/// The initial cluster computed from `replicas` and `serviceName` when the
-/// etcd container sets none (the StatefulSet's pod names are `<sts>-<i>`).
-pub fn computed_initial_cluster(sts: &Value, namespace: &str) -> Option<String> {
-    let name = sts.pointer("/metadata/name").and_then(Value::as_str)?;
-    let service = sts.pointer("/spec/serviceName").and_then(Value::as_str)?;
-    let replicas = sts.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1).max(1);
-    Some(
-        (0..replicas)
-            .map(|i| format!("{name}-{i}=https://{name}-{i}.{service}.{namespace}.svc:2380"))
-            .collect::<Vec<_>>()
-            .join(","),
-    )
+    Ok(env)
 }

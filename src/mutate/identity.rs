@@ -22,9 +22,12 @@ pub enum Key {
     CertFile,
     KeyFile,
     TrustedCaFile,
+    PeerCertFile,
+    PeerKeyFile,
+    PeerTrustedCaFile,
 }
 
-pub const KEYS: [Key; 10] = [
+pub const KEYS: [Key; 13] = [
     Key::Name,
     Key::DataDir,
     Key::WalDir,
@@ -35,6 +38,9 @@ pub const KEYS: [Key; 10] = [
     Key::CertFile,
     Key::KeyFile,
     Key::TrustedCaFile,
+    Key::PeerCertFile,
+    Key::PeerKeyFile,
+    Key::PeerTrustedCaFile,
 ];
 
 impl Key {
@@ -50,6 +56,9 @@ impl Key {
             Key::CertFile => "ETCD_CERT_FILE",
             Key::KeyFile => "ETCD_KEY_FILE",
             Key::TrustedCaFile => "ETCD_TRUSTED_CA_FILE",
+            Key::PeerCertFile => "ETCD_PEER_CERT_FILE",
+            Key::PeerKeyFile => "ETCD_PEER_KEY_FILE",
+            Key::PeerTrustedCaFile => "ETCD_PEER_TRUSTED_CA_FILE",
         }
     }
 
@@ -65,6 +74,9 @@ impl Key {
             Key::CertFile => "cert-file",
             Key::KeyFile => "key-file",
             Key::TrustedCaFile => "trusted-ca-file",
+            Key::PeerCertFile => "peer-cert-file",
+            Key::PeerKeyFile => "peer-key-file",
+            Key::PeerTrustedCaFile => "peer-trusted-ca-file",
         }
     }
 
@@ -129,7 +141,9 @@ fn strings(v: Option<&Value>) -> Vec<String> {
 
 const SHELLS: &[&str] = &["sh", "bash", "dash", "ash", "ksh", "zsh", "busybox"];
 
-/// A `-c` script when argv runs a shell (`sh -c '...'`, `bash -ec '...'`).
+/// A `-c` script when argv runs a shell (`sh -c '...'`, `bash -ec '...'`,
+/// `sh -o pipefail -c '...'`, `sh -c -- '...'`): the first operand after the
+/// options once an option holding `c` was seen.
 fn shell_script(argv: &[String]) -> Option<(usize, &str)> {
     let program = argv.first()?;
     let base = program.rsplit('/').next().unwrap_or(program);
@@ -140,22 +154,35 @@ fn shell_script(argv: &[String]) -> Option<(usize, &str)> {
     if base == "busybox" && argv.get(1).map(String::as_str) == Some("sh") {
         i = 2;
     }
+    let mut dash_c = false;
     while let Some(a) = argv.get(i) {
+        if a == "--" {
+            i += 1;
+            break;
+        }
+        let option = (a.starts_with('-') || a.starts_with('+')) && a.len() > 1;
+        if !option {
+            break;
+        }
         if a.starts_with('-') && !a.starts_with("--") && a.contains('c') {
-            return argv.get(i + 1).map(|s| (i + 1, s.as_str()));
+            dash_c = true;
         }
-        if !a.starts_with('-') {
-            return None;
-        }
-        i += 1;
+        // -o/+o and -O/+O take the next word (an option name).
+        i += if matches!(a.as_str(), "-o" | "+o" | "-O" | "+O") { 2 } else { 1 };
     }
-    None
+    if !dash_c {
+        return None;
+    }
+    argv.get(i).map(|s| (i, s.as_str()))
 }
 
-/// Whether a shell script passes `flag` to a program or assigns `env`.
+/// Whether a shell script passes `flag` to a program or assigns `env`
+/// (also inside `${X:+--flag=v}`-style expansions).
 fn script_mentions(script: &str, key: Key) -> bool {
     let flag = key.flag();
-    let words = script.split(|c: char| c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')' | '"' | '\''));
+    let words = script.split(|c: char| {
+        c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')' | '"' | '\'' | '{' | '}' | ':' | '+' | '`')
+    });
     words.into_iter().any(|w| {
         let w = w.trim_start_matches('\\');
         let bare = w.trim_start_matches('-');
@@ -223,12 +250,40 @@ pub fn read(container: &Value, index: usize) -> Result<Identity, Vec<FieldError>
             problems.push(FieldError::forbidden(field_of(pos), "etcd reads its settings from a config file, which admission cannot read: set the identity in env or flags"));
         }
     } else {
+        // A wrapper (env, tini, dumb-init, nice, a shell behind one of them)
+        // may hand a script to a shell: an element that reads like one and
+        // mentions an identity setting hides it.
+        for (pos, a) in argv.iter().enumerate() {
+            if !a.chars().any(|c| c.is_whitespace() || c == ';') {
+                continue;
+            }
+            for k in KEYS {
+                if script_mentions(a, k) {
+                    problems.push(FieldError::forbidden(
+                        field_of(pos),
+                        format!(
+                            "this element reads like a shell script that sets --{} (or {}), which admission cannot read exactly: pass it as a command/args element (--{}=<value>) or as env {}",
+                            k.flag(),
+                            k.env(),
+                            k.flag(),
+                            k.env()
+                        ),
+                    ));
+                }
+            }
+        }
         // argv[0] is the program, unless the image's entrypoint is (args only).
         let mut i = usize::from(!command.is_empty());
+        // etcd (Go's flag package) stops at "--": what follows is no flag. A
+        // wrapper's "--" (tini --) only ends the wrapper's own options.
+        let program_is_etcd = command.first().is_none_or(|p| p.rsplit('/').next() == Some("etcd"));
         while i < argv.len() {
             let a = &argv[i];
             let bare = a.trim_start_matches('-');
             let dashes = a.len() - bare.len();
+            if a == "--" && program_is_etcd {
+                break;
+            }
             if a == "--" || !(dashes == 1 || dashes == 2) {
                 i += 1;
                 continue;
@@ -411,6 +466,30 @@ mod tests {
         let agree =
             json!({"command": ["etcd"], "args": ["--data-dir=/a"], "env": [{"name": "ETCD_DATA_DIR", "value": "/a"}]});
         assert!(read(&agree, 0).is_ok());
+        // Shell forms that used to slip past: options with arguments, "--"
+        // before the script, wrappers, ${X:+...} expansions.
+        for hidden in [
+            json!({"command": ["sh", "-o", "pipefail", "-c", "exec etcd --data-dir=/x"]}),
+            json!({"command": ["/bin/bash", "-e", "-c", "--", "exec etcd --name x"]}),
+            json!({"command": ["sh", "-c", "exec etcd ${X:+--data-dir=/x}"]}),
+            json!({"command": ["/usr/bin/env", "sh", "-c", "exec etcd --data-dir=/x"]}),
+            json!({"command": ["tini", "--", "/bin/sh", "-c", "ETCD_NAME=a exec etcd"]}),
+            json!({"command": ["dumb-init"], "args": ["bash", "-c", "etcd --initial-cluster=a=b"]}),
+            json!({"command": ["busybox", "sh", "+o", "noglob", "-ec", "etcd -wal-dir /w"]}),
+        ] {
+            let e = read(&hidden, 0).expect_err(&hidden.to_string());
+            assert!(e[0].to_string().contains("shell script"), "{hidden}: {e:?}");
+        }
+        // A plain wrapper with real argv elements is read as flags.
+        let tini = json!({"command": ["tini", "--", "etcd", "--data-dir=/d"]});
+        assert_eq!(read(&tini, 0).expect("tini").literal(Key::DataDir), Some("/d"));
+        // etcd itself ignores everything after "--".
+        let after = json!({"command": ["/usr/bin/etcd", "--name=a", "--", "--data-dir=/d"]});
+        let id = read(&after, 0).expect("after --");
+        assert_eq!(id.literal(Key::Name), Some("a"));
+        assert!(id.get(Key::DataDir).is_none());
+        let args_only = json!({"args": ["--", "--data-dir=/d"]});
+        assert!(read(&args_only, 0).expect("args only").get(Key::DataDir).is_none());
         let env_from = json!({"envFrom": [{"configMapRef": {"name": "etcd"}}]});
         assert!(read(&env_from, 0).is_err());
         let cfg = json!({"command": ["etcd", "--config-file=/etc/etcd.yaml"]});

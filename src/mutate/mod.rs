@@ -89,6 +89,10 @@ pub enum Outcome {
     Removed,
     /// No restore pending and nothing to remove.
     NotNeeded,
+    /// The decision could not be established (it would be denied), but the
+    /// UPDATE leaves `spec` as it was: no pod starts from it, so it passes
+    /// (a label, an annotation, a finalizer removed at deletion).
+    SpecUnchanged,
     /// Denied.
     Denied(DenyReason),
 }
@@ -102,6 +106,7 @@ impl Outcome {
             Outcome::Unchanged => ("unchanged", "none"),
             Outcome::Removed => ("removed", "none"),
             Outcome::NotNeeded => ("not_needed", "none"),
+            Outcome::SpecUnchanged => ("spec_unchanged", "none"),
             Outcome::Denied(r) => ("denied", r.label()),
         }
     }
@@ -148,7 +153,33 @@ fn lookup_denial(namespace: &str, what: &str) -> String {
 }
 
 /// Decides the etcd-init injection for a StatefulSet in `namespace`.
-pub fn etcd_init(sts: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings: &Settings) -> Mutation {
+/// The decision for `sts` (`old`: the stored object on an UPDATE).
+pub fn etcd_init(
+    sts: &Value,
+    old: Option<&Value>,
+    namespace: &str,
+    lookup: Option<&dyn Lookup>,
+    settings: &Settings,
+) -> Mutation {
+    let m = decide(sts, namespace, lookup, settings);
+    let spec_unchanged = old.is_some_and(|o| o.is_object() && o.get("spec") == sts.get("spec"));
+    if !spec_unchanged {
+        return m;
+    }
+    let why = match &m.denial {
+        Some(Denial::Lookup(reason)) => reason.clone(),
+        Some(Denial::Template(errors)) => errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+        None => return m,
+    };
+    let mut allowed = Mutation::outcome(Outcome::SpecUnchanged, None);
+    allowed.warnings = m.warnings;
+    allowed.warnings.push(format!(
+        "etcd-init restore decision not established ({why}); admitted because this update leaves spec unchanged, so no etcd pod starts from it"
+    ));
+    allowed
+}
+
+fn decide(sts: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings: &Settings) -> Mutation {
     if sts.pointer("/metadata/name").and_then(Value::as_str) != Some(ETCD_STATEFULSET) {
         return Mutation::default();
     }
@@ -296,7 +327,9 @@ mod tests {
 
     fn sts() -> Value {
         json!({"metadata": {"name": "etcd", "namespace": "ns"}, "spec": {"serviceName": "etcd-discovery", "template": {"spec": {
-            "containers": [{"name": "etcd", "image": "etcd", "env": [{"name": "ETCD_DATA_DIR", "value": "/var/lib/data"}],
+            "containers": [{"name": "etcd", "image": "etcd", "env": [{"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
+                {"name": "ETCD_NAME", "value": "$(HOSTNAME)"}, {"name": "ETCD_INITIAL_CLUSTER", "value": "etcd-0=https://e0:2380"},
+                {"name": "ETCD_INITIAL_ADVERTISE_PEER_URLS", "value": "https://$(HOSTNAME):2380"}],
                 "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}]}]}}}})
     }
 
@@ -319,7 +352,7 @@ mod tests {
             ),
         ];
         for (lookup, reason, needle) in cases {
-            let m = etcd_init(&sts(), "ns", lookup.as_ref().map(|l| l as &dyn Lookup), &s);
+            let m = etcd_init(&sts(), None, "ns", lookup.as_ref().map(|l| l as &dyn Lookup), &s);
             assert_eq!(m.outcome, Outcome::Denied(reason));
             assert!(m.patch.is_none());
             match m.denial {
@@ -334,7 +367,7 @@ mod tests {
         // Other StatefulSets are not this webhook's business, whatever the lookup.
         let mut other = sts();
         other["metadata"]["name"] = json!("kube-apiserver");
-        assert_eq!(etcd_init(&other, "ns", None, &s).outcome, Outcome::NotApplicable);
+        assert_eq!(etcd_init(&other, None, "ns", None, &s).outcome, Outcome::NotApplicable);
     }
 
     #[test]
@@ -346,20 +379,168 @@ mod tests {
             h
         };
         let inject = Prefetched(Ok(vec![hcp(json!({}))]));
-        let m = etcd_init(&sts(), "ns", Some(&inject), &s);
+        let m = etcd_init(&sts(), None, "ns", Some(&inject), &s);
         assert_eq!(m.outcome, Outcome::Injected);
         let patch = m.patch.expect("patch");
         let mut patched = sts();
         json_patch::patch(&mut patched, &patch).expect("applies");
-        assert_eq!(etcd_init(&patched, "ns", Some(&inject), &s).outcome, Outcome::Unchanged);
+        assert_eq!(etcd_init(&patched, None, "ns", Some(&inject), &s).outcome, Outcome::Unchanged);
         let restored = Prefetched(Ok(vec![hcp(
             json!({"status": {"conditions": [{"type": "EtcdSnapshotRestored", "status": "True"}]}}),
         )]));
-        let m = etcd_init(&patched, "ns", Some(&restored), &s);
+        let m = etcd_init(&patched, None, "ns", Some(&restored), &s);
         assert_eq!(m.outcome, Outcome::Removed);
         let mut cleaned = patched.clone();
         json_patch::patch(&mut cleaned, &m.patch.expect("removal")).expect("applies");
         assert_eq!(cleaned["spec"]["template"]["spec"]["initContainers"], json!([]));
-        assert_eq!(etcd_init(&cleaned, "ns", Some(&restored), &s).outcome, Outcome::NotNeeded);
+        assert_eq!(etcd_init(&cleaned, None, "ns", Some(&restored), &s).outcome, Outcome::NotNeeded);
+    }
+
+    #[test]
+    fn identity_is_never_guessed() {
+        let s = Settings::default();
+        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
+            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]));
+        let without = |names: &[&str], replicas: u64| {
+            let mut t = sts();
+            t["spec"]["replicas"] = json!(replicas);
+            if let Some(env) = t.pointer_mut("/spec/template/spec/containers/0/env").and_then(Value::as_array_mut) {
+                env.retain(|e| !names.iter().any(|n| e["name"] == *n));
+            }
+            t
+        };
+        let denial = |t: &Value| match etcd_init(t, None, "ns", Some(&inject), &s).denial {
+            Some(Denial::Template(e)) => e.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"),
+            other => panic!("{other:?}"),
+        };
+        let msg = denial(&without(&["ETCD_NAME"], 1));
+        assert!(msg.contains("env[name=ETCD_NAME]: Required value") && msg.contains("\"default\""), "{msg}");
+        let msg = denial(&without(&["ETCD_INITIAL_CLUSTER", "ETCD_INITIAL_ADVERTISE_PEER_URLS"], 3));
+        assert!(msg.contains("env[name=ETCD_INITIAL_CLUSTER]: Required value") && msg.contains("3 replicas"), "{msg}");
+        let msg = denial(&without(&["ETCD_INITIAL_ADVERTISE_PEER_URLS"], 3));
+        assert!(msg.contains("env[name=ETCD_INITIAL_ADVERTISE_PEER_URLS]: Required value"), "{msg}");
+        // One member with etcd's defaults for the rest: injected, and nothing
+        // is invented (the script uses etcd's own defaults).
+        let one = without(&["ETCD_INITIAL_CLUSTER", "ETCD_INITIAL_ADVERTISE_PEER_URLS"], 1);
+        let m = etcd_init(&one, None, "ns", Some(&inject), &s);
+        assert_eq!(m.outcome, Outcome::Injected);
+        let mut patched = one.clone();
+        json_patch::patch(&mut patched, &m.patch.expect("patch")).expect("applies");
+        let env = &patched["spec"]["template"]["spec"]["initContainers"][0]["env"];
+        let names: Vec<&str> = env.as_array().expect("env").iter().filter_map(|e| e["name"].as_str()).collect();
+        assert!(!names.iter().any(|n| n.starts_with("ETCD_INITIAL")), "{names:?}");
+    }
+
+    #[test]
+    fn an_update_that_leaves_spec_unchanged_passes_when_undecidable() {
+        let s = Settings::default();
+        let mut relabelled = sts();
+        relabelled["metadata"]["labels"] = json!({"rev": "2"});
+        let old = sts();
+        // No lookup at all: a metadata-only UPDATE passes with a warning ...
+        let m = etcd_init(&relabelled, Some(&old), "ns", None, &s);
+        assert_eq!(m.outcome, Outcome::SpecUnchanged);
+        assert!(m.patch.is_none() && m.denial.is_none());
+        assert!(m.warnings.iter().any(|w| w.contains("no HostedControlPlane lookup") && w.contains("spec unchanged")));
+        assert_eq!(Outcome::SpecUnchanged.labels(), ("spec_unchanged", "none"));
+        // ... a finalizer removal too, and a template the rules refuse ...
+        let mut nameless = sts();
+        if let Some(env) = nameless.pointer_mut("/spec/template/spec/containers/0/env").and_then(Value::as_array_mut) {
+            env.retain(|e| e["name"] != "ETCD_NAME");
+        }
+        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
+            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]));
+        let mut finalizing = nameless.clone();
+        finalizing["metadata"]["finalizers"] = json!([]);
+        assert_eq!(etcd_init(&finalizing, Some(&nameless), "ns", Some(&inject), &s).outcome, Outcome::SpecUnchanged);
+        // ... but any spec change (replicas, template) is decided as ever.
+        let mut scaled = old.clone();
+        scaled["spec"]["replicas"] = json!(3);
+        assert_eq!(etcd_init(&scaled, Some(&old), "ns", None, &s).outcome, Outcome::Denied(DenyReason::NoLookupSource));
+        let mut retemplated = old.clone();
+        retemplated["spec"]["template"]["metadata"] = json!({"annotations": {"x": "y"}});
+        assert_eq!(
+            etcd_init(&retemplated, Some(&old), "ns", None, &s).outcome,
+            Outcome::Denied(DenyReason::NoLookupSource)
+        );
+        // A decidable metadata-only UPDATE is decided normally (injected).
+        assert_eq!(etcd_init(&relabelled, Some(&old), "ns", Some(&inject), &s).outcome, Outcome::Injected);
+        // CREATE has no old object: denied.
+        assert_eq!(etcd_init(&relabelled, None, "ns", None, &s).outcome, Outcome::Denied(DenyReason::NoLookupSource));
+    }
+
+    #[test]
+    fn env_resolves_in_etcd_init_exactly_as_in_etcd() {
+        let s = Settings::default();
+        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
+            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]));
+        let env_of = |env: Value| {
+            let mut t = sts();
+            t["spec"]["template"]["spec"]["containers"][0]["env"] = env;
+            let m = etcd_init(&t, None, "ns", Some(&inject), &s);
+            let mut patched = t.clone();
+            json_patch::patch(&mut patched, &m.patch.expect("patch")).expect("applies");
+            patched["spec"]["template"]["spec"]["initContainers"][0]["env"].clone()
+        };
+        let names = |env: &Value| -> Vec<String> {
+            env.as_array().expect("env").iter().filter_map(|e| e["name"].as_str().map(str::to_string)).collect()
+        };
+        // ETCD_NAME before the entry it references: literal in etcd, so in
+        // etcd-init too (the entries keep etcd's order).
+        let env = env_of(json!([
+            {"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
+            {"name": "ETCD_NAME", "value": "$(POD)"},
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+        ]));
+        let n = names(&env);
+        assert_eq!(&n[..3], ["ETCD_DATA_DIR", "ETCD_NAME", "POD"], "{n:?}");
+        // $(HOSTNAME) without a HOSTNAME entry stays literal in etcd: etcd-init
+        // defines no HOSTNAME (nor HCP_NAMESPACE) of its own.
+        let env = env_of(json!([
+            {"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
+            {"name": "ETCD_NAME", "value": "$(HOSTNAME)"}
+        ]));
+        let n = names(&env);
+        assert!(!n.iter().any(|x| x == "HOSTNAME" || x == "HCP_NAMESPACE"), "{n:?}");
+        // Referencing a name etcd-init sets itself is denied.
+        let mut t = sts();
+        t["spec"]["template"]["spec"]["containers"][0]["env"] = json!([
+            {"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
+            {"name": "RESTORE_URL_ETCD", "value": "x"},
+            {"name": "ETCD_NAME", "value": "$(RESTORE_URL_ETCD)"}
+        ]);
+        match etcd_init(&t, None, "ns", Some(&inject), &s).denial {
+            Some(Denial::Template(e)) => {
+                assert!(e[0].to_string().contains("env[name=RESTORE_URL_ETCD]: Forbidden"), "{e:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn replicas_are_bounded() {
+        let s = Settings::default();
+        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
+            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]));
+        for (replicas, ok) in
+            [(json!(1), true), (json!(9), true), (json!(10), false), (json!(2147483647), false), (json!(-1), false)]
+        {
+            let mut t = sts();
+            t["spec"]["replicas"] = replicas.clone();
+            let m = etcd_init(&t, None, "ns", Some(&inject), &s);
+            if ok {
+                assert_eq!(m.outcome, Outcome::Injected, "{replicas}");
+                continue;
+            }
+            assert_eq!(m.outcome, Outcome::Denied(DenyReason::Template), "{replicas}");
+            match m.denial {
+                Some(Denial::Template(e)) => {
+                    let msg = e[0].to_string();
+                    assert!(msg.contains(&format!("spec.replicas: Invalid value: {replicas}")), "{msg}");
+                    assert!(msg.contains("1 to 9 members"), "{msg}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

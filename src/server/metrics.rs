@@ -244,9 +244,16 @@ impl Metrics {
         );
         // Every label pair exists from the start (at 0), so alerts can rate() them.
         use crate::mutate::{DenyReason, Outcome};
-        for o in [Outcome::NotApplicable, Outcome::Injected, Outcome::Unchanged, Outcome::Removed, Outcome::NotNeeded]
-            .into_iter()
-            .chain(DenyReason::ALL.into_iter().map(Outcome::Denied))
+        for o in [
+            Outcome::NotApplicable,
+            Outcome::Injected,
+            Outcome::Unchanged,
+            Outcome::Removed,
+            Outcome::NotNeeded,
+            Outcome::SpecUnchanged,
+        ]
+        .into_iter()
+        .chain(DenyReason::ALL.into_iter().map(Outcome::Denied))
         {
             let (outcome, reason) = o.labels();
             let _ = etcd_init.get_or_create(&EtcdInitLabels { outcome, reason });

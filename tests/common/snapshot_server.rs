@@ -5,7 +5,8 @@
 //! the file, `/cut/*` announces the full length and sends half, `/xml200/*`
 //! an error document with status 200, `/html200/*` an HTML page with 200,
 //! `/json200/*` a JSON error with 200, `/slow/*` announces the file, sends
-//! 1 KiB and stalls for a minute; anything else 404. Every request's raw
+//! 1 KiB and stalls for a minute, `/delay/*` waits 8 s, then serves the file;
+//! anything else 404. Every request's raw
 //! path and query are recorded so a test can prove what the server received.
 #![allow(dead_code)]
 
@@ -82,8 +83,11 @@ impl SnapshotServer {
                         tokio::time::sleep(std::time::Duration::from_secs(60)).await;
                         return;
                     }
+                    if path.split('/').nth(1) == Some("delay") {
+                        tokio::time::sleep(std::time::Duration::from_secs(8)).await;
+                    }
                     let (status, body, cut): (u16, Vec<u8>, bool) = match (path.split('/').nth(1), file) {
-                        (Some("snapshots"), Some(f)) => (200, f, false),
+                        (Some("snapshots" | "delay"), Some(f)) => (200, f, false),
                         (Some("cut"), Some(f)) => (200, f, true),
                         (Some("flaky"), Some(f)) => {
                             let mut k = flaky.lock().map(|g| *g).unwrap_or(0);

@@ -139,7 +139,8 @@ fn sample_requests() -> Vec<Value> {
                 "containers": [{"name": "etcd", "image": "quay.io/openshift/etcd:4.20", "env": [
                     {"name": "ETCD_NAME", "value": "$(HOSTNAME)"},
                     {"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
-                    {"name": "ETCD_INITIAL_CLUSTER", "value": "etcd-0=https://etcd-0.etcd-discovery.clusters-warm-up.svc:2380"}],
+                    {"name": "ETCD_INITIAL_ADVERTISE_PEER_URLS", "value": "https://$(HOSTNAME).etcd-discovery.clusters-warm-up.svc:2380"},
+                    {"name": "ETCD_INITIAL_CLUSTER", "value": "etcd-0=https://etcd-0.etcd-discovery.clusters-warm-up.svc:2380,etcd-1=https://etcd-1.etcd-discovery.clusters-warm-up.svc:2380,etcd-2=https://etcd-2.etcd-discovery.clusters-warm-up.svc:2380"}],
                     "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}]}]}},
             "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}]},
     });

@@ -32,8 +32,7 @@ use std::{hint::black_box, time::Duration};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use hcp_etcd_admission::{
-    admission::{review, DecisionInput},
-    lookup::ContextObjects,
+    admission::{lookup::ContextObjects, review, DecisionInput},
     settings::Settings,
     time::format_rfc3339,
 };
@@ -134,7 +133,7 @@ fn bench(c: &mut Criterion) {
     let mut pcts = Vec::new();
     for s in scenarios() {
         let ctx = ContextObjects::from_values(s.context.clone());
-        let input = DecisionInput { settings: &settings, lookup: Some(&ctx), now: s.now, expect: None };
+        let input = DecisionInput { settings: &settings, lookup: Some(&ctx), now: Ok(s.now), expect: None };
         // Sanity: every runner decides what the scenario is meant to.
         let native = review(&s.review, &input).expect("review");
         let payload = serde_json::to_vec(&json!({"settings": {}, "request": s.review["request"]})).expect("payload");

@@ -137,12 +137,12 @@ fn recorded() -> Vec<(String, String)> {
 /// same `--context` object), serialise the answer. The four reviews in
 /// rotation, on one thread, in this process.
 fn decision_cost(reqs: &[(String, String)], hcp: &Value) -> Duration {
-    use hcp_etcd_admission::{admission, lookup::ContextObjects, settings::Settings};
+    use hcp_etcd_admission::{admission, admission::lookup::ContextObjects, settings::Settings};
     let settings = Settings::default();
     let ctx = ContextObjects::from_values(vec![hcp.clone()]);
     let now =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
-    let input = admission::DecisionInput { settings: &settings, lookup: Some(&ctx), now, expect: None };
+    let input = admission::DecisionInput { settings: &settings, lookup: Some(&ctx), now: Ok(now), expect: None };
     let once = || {
         for (_, body) in reqs {
             let parsed: Value = serde_json::from_slice(body.as_bytes()).unwrap_or_default();
@@ -325,9 +325,9 @@ fn main() {
     let floor_bin = exe_dir.join("examples/floor");
     let dir = std::env::temp_dir().join(format!("hcp-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp");
-    let set =
-        hcp_etcd_admission::certs::generate("bench CA", &["localhost".into(), "127.0.0.1".into()], 2).expect("certs");
-    hcp_etcd_admission::certs::write(&dir, &set).expect("write certs");
+    let set = hcp_etcd_admission::server::certs::generate("bench CA", &["localhost".into(), "127.0.0.1".into()], 2)
+        .expect("certs");
+    hcp_etcd_admission::server::certs::write(&dir, &set).expect("write certs");
     let cfg = tls_config(&set.ca_pem);
     std::fs::write(dir.join("hcp.json"), fixture("statefulset.yaml", "hcp").to_string()).expect("hcp");
     let reqs = recorded();

@@ -43,10 +43,10 @@ fn collect(schema: &Value, path: &str, objects: &str, prefix: &str, out: &mut Ve
 }
 
 /// Every rule, upstream first.
-pub fn entries() -> Vec<Entry> {
+pub fn entries() -> Result<Vec<Entry>, crd::CrdError> {
     let mut out = Vec::new();
-    collect(&crd::hcpetcdbackup_schema(), "", "HCPEtcdBackup", "upstream.hcpetcdbackup", &mut out);
-    collect(&crd::hostedcluster_schema(), "", "HostedCluster, HostedControlPlane", "upstream.hostedcluster", &mut out);
+    collect(&crd::hcpetcdbackup_schema()?, "", "HCPEtcdBackup", "upstream.hcpetcdbackup", &mut out);
+    collect(&crd::hostedcluster_schema()?, "", "HostedCluster, HostedControlPlane", "upstream.hostedcluster", &mut out);
     for r in BEYOND_RULES {
         out.push(Entry {
             id: r.id.to_string(),
@@ -57,15 +57,15 @@ pub fn entries() -> Vec<Entry> {
             severity: r.severity.as_str(),
         });
     }
-    out
+    Ok(out)
 }
 
 /// The README table (Markdown).
-pub fn markdown_table() -> String {
+pub fn markdown_table() -> Result<String, crd::CrdError> {
     let mut s = String::from(
         "| id | object | field | message / what is accepted | origin | action |\n|---|---|---|---|---|---|\n",
     );
-    for e in entries() {
+    for e in entries()? {
         let esc = |t: &str| t.replace('|', "\\|");
         s.push_str(&format!(
             "| `{}` | {} | `{}` | {} | {} | {} |\n",
@@ -77,5 +77,5 @@ pub fn markdown_table() -> String {
             e.severity
         ));
     }
-    s
+    Ok(s)
 }

@@ -9,12 +9,28 @@ use crate::api::{HCPEtcdBackup, HostedCluster, HostedControlPlane};
 /// File name of the generated CRD inside `crds/`.
 pub const CRD_FILE: &str = "hypershift.openshift.io_hcpetcdbackups.yaml";
 
-/// The HCPEtcdBackup CRD as a JSON value (the form written to `crds/`).
-pub fn hcpetcdbackup_crd() -> Value {
-    // Serialising a CRD built from derived types cannot fail; Null is never reached.
-    let mut crd = serde_json::to_value(HCPEtcdBackup::crd()).unwrap_or(Value::Null);
+/// A CRD or schema that cannot be produced: a bug in the types or a corrupt
+/// committed file, reported at start-up and by the tests, never replaced by
+/// an empty schema (which would switch every upstream rule off).
+#[derive(Debug, thiserror::Error)]
+pub enum CrdError {
+    #[error("the {0} CRD does not serialise to JSON: {1}")]
+    Serialise(&'static str, serde_json::Error),
+    #[error("the {0} CRD has no spec.versions[0].schema.openAPIV3Schema")]
+    NoSchema(&'static str),
+    #[error("the committed schema crds/schemas/{0} is not JSON: {1}")]
+    Committed(&'static str, serde_json::Error),
+}
+
+fn crd_json<K: CustomResourceExt>(kind: &'static str) -> Result<Value, CrdError> {
+    let mut crd = serde_json::to_value(K::crd()).map_err(|e| CrdError::Serialise(kind, e))?;
     normalize(&mut crd);
-    crd
+    Ok(crd)
+}
+
+/// The HCPEtcdBackup CRD as a JSON value (the form written to `crds/`).
+pub fn hcpetcdbackup_crd() -> Result<Value, CrdError> {
+    crd_json::<HCPEtcdBackup>("HCPEtcdBackup")
 }
 
 /// Brings schemars output to the shape controller-gen writes upstream:
@@ -41,37 +57,33 @@ fn normalize(v: &mut Value) {
     }
 }
 
-fn schema_of(crd: Value) -> Value {
-    crd.pointer("/spec/versions/0/schema/openAPIV3Schema").cloned().unwrap_or(Value::Null)
+fn schema_of(kind: &'static str, crd: Value) -> Result<Value, CrdError> {
+    crd.pointer("/spec/versions/0/schema/openAPIV3Schema").cloned().ok_or(CrdError::NoSchema(kind))
 }
 
 /// The openAPIV3Schema of HCPEtcdBackup, generated from the types.
-pub fn generate_hcpetcdbackup_schema() -> Value {
-    schema_of(hcpetcdbackup_crd())
+pub fn generate_hcpetcdbackup_schema() -> Result<Value, CrdError> {
+    schema_of("HCPEtcdBackup", hcpetcdbackup_crd()?)
 }
 
 /// The openAPIV3Schema of the HostedCluster slice, generated from the types.
-pub fn generate_hostedcluster_schema() -> Value {
-    let mut crd = serde_json::to_value(HostedCluster::crd()).unwrap_or(Value::Null);
-    normalize(&mut crd);
-    schema_of(crd)
+pub fn generate_hostedcluster_schema() -> Result<Value, CrdError> {
+    schema_of("HostedCluster", crd_json::<HostedCluster>("HostedCluster")?)
 }
 
 /// The openAPIV3Schema of the HostedControlPlane slice, generated from the types.
-pub fn generate_hostedcontrolplane_schema() -> Value {
-    let mut crd = serde_json::to_value(HostedControlPlane::crd()).unwrap_or(Value::Null);
-    normalize(&mut crd);
-    schema_of(crd)
+pub fn generate_hostedcontrolplane_schema() -> Result<Value, CrdError> {
+    schema_of("HostedControlPlane", crd_json::<HostedControlPlane>("HostedControlPlane")?)
 }
 
 /// The schemas the decision core evaluates, as committed in `crds/schemas/`
 /// (file name, generated schema). `crd` writes them, `crd --check` verifies them.
-pub fn generated_schemas() -> Vec<(&'static str, Value)> {
-    vec![
-        ("hcpetcdbackup.json", generate_hcpetcdbackup_schema()),
-        ("hostedcluster.json", generate_hostedcluster_schema()),
-        ("hostedcontrolplane.json", generate_hostedcontrolplane_schema()),
-    ]
+pub fn generated_schemas() -> Result<Vec<(&'static str, Value)>, CrdError> {
+    Ok(vec![
+        ("hcpetcdbackup.json", generate_hcpetcdbackup_schema()?),
+        ("hostedcluster.json", generate_hostedcluster_schema()?),
+        ("hostedcontrolplane.json", generate_hostedcontrolplane_schema()?),
+    ])
 }
 
 // The committed copies are what runs: parsing JSON is much cheaper than
@@ -82,23 +94,23 @@ const HOSTEDCLUSTER_SCHEMA: &str = include_str!("../crds/schemas/hostedcluster.j
 const HOSTEDCONTROLPLANE_SCHEMA: &str = include_str!("../crds/schemas/hostedcontrolplane.json");
 
 /// The openAPIV3Schema of HCPEtcdBackup (committed copy of the generated one).
-pub fn hcpetcdbackup_schema() -> Value {
-    serde_json::from_str(HCPETCDBACKUP_SCHEMA).unwrap_or(Value::Null)
+pub fn hcpetcdbackup_schema() -> Result<Value, CrdError> {
+    serde_json::from_str(HCPETCDBACKUP_SCHEMA).map_err(|e| CrdError::Committed("hcpetcdbackup.json", e))
 }
 
 /// The openAPIV3Schema of the HostedCluster slice (committed copy).
-pub fn hostedcluster_schema() -> Value {
-    serde_json::from_str(HOSTEDCLUSTER_SCHEMA).unwrap_or(Value::Null)
+pub fn hostedcluster_schema() -> Result<Value, CrdError> {
+    serde_json::from_str(HOSTEDCLUSTER_SCHEMA).map_err(|e| CrdError::Committed("hostedcluster.json", e))
 }
 
 /// The openAPIV3Schema of the HostedControlPlane slice (committed copy).
-pub fn hostedcontrolplane_schema() -> Value {
-    serde_json::from_str(HOSTEDCONTROLPLANE_SCHEMA).unwrap_or(Value::Null)
+pub fn hostedcontrolplane_schema() -> Result<Value, CrdError> {
+    serde_json::from_str(HOSTEDCONTROLPLANE_SCHEMA).map_err(|e| CrdError::Committed("hostedcontrolplane.json", e))
 }
 
 /// A schema file's content exactly as committed.
-pub fn render_schema_json(schema: &Value) -> String {
-    format!("{}\n", serde_json::to_string_pretty(schema).unwrap_or_default())
+pub fn render_schema_json(schema: &Value) -> Result<String, serde_json::Error> {
+    Ok(format!("{}\n", serde_json::to_string_pretty(schema)?))
 }
 
 #[cfg(test)]
@@ -107,14 +119,21 @@ mod tests {
 
     #[test]
     fn committed_schemas_equal_the_generated_ones() {
-        assert_eq!(hcpetcdbackup_schema(), generate_hcpetcdbackup_schema(), "run `hcp-etcd-admission crd`");
-        assert_eq!(hostedcluster_schema(), generate_hostedcluster_schema(), "run `hcp-etcd-admission crd`");
-        assert_eq!(hostedcontrolplane_schema(), generate_hostedcontrolplane_schema(), "run `hcp-etcd-admission crd`");
+        let pairs = [
+            (hcpetcdbackup_schema(), generate_hcpetcdbackup_schema()),
+            (hostedcluster_schema(), generate_hostedcluster_schema()),
+            (hostedcontrolplane_schema(), generate_hostedcontrolplane_schema()),
+        ];
+        for (committed, generated) in pairs {
+            let (committed, generated) = (committed.expect("committed schema"), generated.expect("generated schema"));
+            assert!(committed.get("properties").is_some(), "an empty schema would validate nothing");
+            assert_eq!(committed, generated, "run `hcp-etcd-admission crd`");
+        }
     }
 
     #[test]
     fn every_rule_of_every_schema_compiles() {
-        for (name, schema) in generated_schemas() {
+        for (name, schema) in generated_schemas().expect("schemas") {
             let compiled = crate::schema::CompiledCrdSchema::compile(schema);
             assert_eq!(compiled.compile_all(), Vec::<String>::new(), "{name}");
         }

@@ -1,28 +1,28 @@
 //! hcp-etcd-admission: guards the etcd backup and restore path of HyperShift
 //! hosted control planes.
 //!
-//! Layers (dependencies point down only): [`api`] (types and CEL rules) →
-//! [`schema`] (apiserver-equivalent schema + CEL evaluation), [`rules`] (what
-//! CEL cannot express) → [`admission`] (AdmissionReview in, response out) →
-//! shells (the CLI in `main.rs`, the server, the Wasm policy). Everything in
-//! this library is pure: no I/O, no clock, no tokio; it builds for
-//! `wasm32-wasip1`.
+//! Layers (dependencies point down only): [`api`] (types, CEL rules, field
+//! readers) → [`schema`] (apiserver-equivalent schema + CEL evaluation),
+//! [`rules`] (what CEL cannot express), [`mutate`] (the etcd-init injection) →
+//! [`admission`] (AdmissionReview in, typed decision, AdmissionReview out) →
+//! shells: `server` (feature `server`), `kubewarden` (feature `wasm`) and the
+//! CLI in `main.rs`.
+//!
+//! The decision core (everything but the shells) is pure: no I/O, no clock,
+//! no tokio; `cargo build --lib --target wasm32-wasip1 --no-default-features`
+//! builds exactly it. [`time::system_now`] is the one clock read, called by
+//! the shells once per request.
 
 pub mod admission;
 pub mod api;
 pub mod catalog;
-#[cfg(feature = "cli")]
-pub mod certs;
 pub mod crd;
+#[cfg(feature = "wasm")]
 pub mod kubewarden;
-pub mod lookup;
 pub mod mutate;
-pub mod preinit;
 pub mod rules;
 pub mod schema;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod settings;
 pub mod time;
-#[cfg(all(feature = "wasm", target_arch = "wasm32"))]
-pub mod wasm;

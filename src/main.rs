@@ -49,10 +49,10 @@ fn main() -> std::process::ExitCode {
         Command::Review(a) => cli::review::run(a),
         Command::Check(a) => cli::check::run(a),
         Command::Crd(a) => cli::crd::run(a),
-        Command::Rules => {
-            print!("{}", hcp_etcd_admission::catalog::markdown_table());
-            Ok(0)
-        }
+        Command::Rules => hcp_etcd_admission::catalog::markdown_table().map_err(anyhow::Error::from).map(|table| {
+            print!("{table}");
+            0
+        }),
     };
     match result {
         Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),

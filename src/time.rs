@@ -1,106 +1,100 @@
-//! Minimal, dependency-free time parsing for the three formats the rules
-//! meet: RFC 3339 (`--now`, Azure `se=`), the SigV4 basic format
-//! (`X-Amz-Date: 20260101T000000Z`) and a bare date (`se=2026-01-01`).
-//! Times are Unix seconds; the clock itself is always an input.
+//! The dates and times the rules read, parsed with the `time` crate (strict:
+//! an impossible date such as 30 February is an error, never the next valid
+//! day), and the one place the system clock is read.
+//!
+//! Times are Unix seconds. The decision core never reads the clock: each
+//! shell calls [`system_now`] once per request and passes the result in, an
+//! error included, so a broken clock denies what depends on it instead of
+//! turning into 1970.
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+use time::{
+    format_description::{well_known::Rfc3339, BorrowedFormatItem},
+    macros::format_description,
+    Date, OffsetDateTime, PrimitiveDateTime, Time,
+};
+
+/// A date or time that does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{value:?} is not {expected}: {reason}")]
+pub struct TimeError {
+    value: String,
+    expected: &'static str,
+    reason: String,
 }
 
-fn num(s: &str) -> Option<i64> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+impl TimeError {
+    fn new(value: &str, expected: &'static str, reason: impl std::fmt::Display) -> Self {
+        Self { value: value.to_string(), expected, reason: reason.to_string() }
     }
-    s.parse().ok()
 }
 
-fn civil(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64) -> Option<i64> {
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
-        return None;
-    }
-    Some(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s)
+/// The system clock could not be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the system clock could not be read ({0})")]
+pub struct ClockError(pub &'static str);
+
+/// The current time of a request: read once by the shell, an error included.
+pub type Now = Result<i64, ClockError>;
+
+/// Reads the system clock (the shells' one clock read per request).
+pub fn system_now() -> Now {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| ClockError("it reads a time before 1970"))?;
+    i64::try_from(since_epoch.as_secs()).map_err(|_| ClockError("it reads a time past the year 292 billion"))
 }
 
-/// Parses `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` or a bare `YYYY-MM-DD` (midnight UTC).
-pub fn parse_rfc3339(s: &str) -> Option<i64> {
-    let s = s.trim();
-    let date = s.get(0..10)?;
-    let (y, mo, d) = (num(date.get(0..4)?)?, num(date.get(5..7)?)?, num(date.get(8..10)?)?);
-    if date.as_bytes().get(4) != Some(&b'-') || date.as_bytes().get(7) != Some(&b'-') {
-        return None;
+/// RFC 3339: `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` (`--now`, `format: date-time`).
+pub fn parse_rfc3339(s: &str) -> Result<i64, TimeError> {
+    OffsetDateTime::parse(s, &Rfc3339)
+        .map(OffsetDateTime::unix_timestamp)
+        .map_err(|e| TimeError::new(s, "an RFC 3339 date-time", e))
+}
+
+const AMZ_DATE: &[BorrowedFormatItem<'static>] = format_description!("[year][month][day]T[hour][minute][second]Z");
+
+/// The SigV4 basic format `YYYYMMDDTHHMMSSZ` (`X-Amz-Date`, `X-Goog-Date`).
+pub fn parse_amz_date(s: &str) -> Result<i64, TimeError> {
+    PrimitiveDateTime::parse(s, AMZ_DATE)
+        .map(|dt| dt.assume_utc().unix_timestamp())
+        .map_err(|e| TimeError::new(s, "a SigV4 date (YYYYMMDDTHHMMSSZ)", e))
+}
+
+const SAS_DATE: &[BorrowedFormatItem<'static>] = format_description!("[year]-[month]-[day]");
+const SAS_MINUTES: &[BorrowedFormatItem<'static>] = format_description!("[year]-[month]-[day]T[hour]:[minute]Z");
+
+/// An Azure SAS time (`se`, `st`): the ISO 8601 UTC forms Azure accepts,
+/// `YYYY-MM-DD`, `YYYY-MM-DDThh:mmZ` and `YYYY-MM-DDThh:mm:ss[.frac]Z`.
+pub fn parse_sas_time(s: &str) -> Result<i64, TimeError> {
+    const EXPECTED: &str = "an Azure SAS time (YYYY-MM-DD, YYYY-MM-DDThh:mmZ or YYYY-MM-DDThh:mm:ssZ)";
+    if let Ok(t) = parse_rfc3339(s) {
+        return Ok(t);
     }
-    if s.len() == 10 {
-        return civil(y, mo, d, 0, 0, 0);
-    }
-    let rest = s.get(10..)?;
-    let sep = rest.as_bytes().first()?;
-    if !matches!(sep, b'T' | b't' | b' ') {
-        return None;
-    }
-    let clock = rest.get(1..9)?;
-    let (h, mi, sec) = (num(clock.get(0..2)?)?, num(clock.get(3..5)?)?, num(clock.get(6..8)?)?);
-    let mut tz = rest.get(9..)?;
-    if let Some(frac) = tz.strip_prefix('.') {
-        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        tz = &frac[digits..];
-    }
-    let offset = match tz {
-        "Z" | "z" => 0,
-        _ => {
-            let sign = match tz.as_bytes().first()? {
-                b'+' => 1,
-                b'-' => -1,
-                _ => return None,
-            };
-            if tz.len() != 6 || tz.as_bytes().get(3) != Some(&b':') {
-                return None;
-            }
-            sign * (num(tz.get(1..3)?)? * 3600 + num(tz.get(4..6)?)? * 60)
-        }
+    let parsed = match s.len() {
+        10 => Date::parse(s, SAS_DATE).map(|d| PrimitiveDateTime::new(d, Time::MIDNIGHT)),
+        _ => PrimitiveDateTime::parse(s, SAS_MINUTES),
     };
-    Some(civil(y, mo, d, h, mi, sec)? - offset)
+    parsed.map(|dt| dt.assume_utc().unix_timestamp()).map_err(|e| TimeError::new(s, EXPECTED, e))
 }
 
-/// Parses the SigV4 basic format `YYYYMMDDTHHMMSSZ`.
-pub fn parse_amz_date(s: &str) -> Option<i64> {
-    if s.len() != 16 || s.as_bytes().get(8) != Some(&b'T') || !s.ends_with('Z') {
-        return None;
+/// A SigV2 `Expires`: Unix seconds, digits only.
+pub fn parse_unix_seconds(s: &str) -> Result<i64, TimeError> {
+    const EXPECTED: &str = "Unix seconds";
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(TimeError::new(s, EXPECTED, "only the digits 0-9 are allowed"));
     }
-    civil(
-        num(s.get(0..4)?)?,
-        num(s.get(4..6)?)?,
-        num(s.get(6..8)?)?,
-        num(s.get(9..11)?)?,
-        num(s.get(11..13)?)?,
-        num(s.get(13..15)?)?,
-    )
+    let t: i64 = s.parse().map_err(|e| TimeError::new(s, EXPECTED, e))?;
+    OffsetDateTime::from_unix_timestamp(t).map_err(|e| TimeError::new(s, EXPECTED, e))?;
+    Ok(t)
 }
 
-/// Formats Unix seconds as RFC 3339 UTC (for messages).
+/// Formats Unix seconds as RFC 3339 UTC (for messages); a time outside
+/// years 0-9999 is shown as Unix seconds.
 pub fn format_rfc3339(t: i64) -> String {
-    let days = t.div_euclid(86_400);
-    let secs = t.rem_euclid(86_400);
-    // civil_from_days
-    let z = days + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60)
+    OffsetDateTime::from_unix_timestamp(t)
+        .ok()
+        .and_then(|dt| dt.format(&Rfc3339).ok())
+        .unwrap_or_else(|| format!("{t} (Unix seconds)"))
 }
 
 #[cfg(test)]
@@ -109,14 +103,39 @@ mod tests {
 
     #[test]
     fn parses_and_formats() {
-        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Ok(0));
         assert_eq!(parse_rfc3339("2026-11-29T15:00:00Z"), parse_amz_date("20261129T150000Z"));
-        assert_eq!(parse_rfc3339("2026-11-29T16:00:00+01:00"), parse_rfc3339("2026-11-29T15:00:00.123Z"));
-        assert_eq!(parse_rfc3339("2026-11-29"), parse_rfc3339("2026-11-29T00:00:00Z"));
+        assert_eq!(parse_rfc3339("2026-11-29T16:00:00+01:00"), parse_rfc3339("2026-11-29T15:00:00Z"));
+        assert_eq!(parse_rfc3339("2026-11-29T15:00:00.123Z"), parse_rfc3339("2026-11-29T15:00:00Z"));
         assert_eq!(format_rfc3339(parse_rfc3339("2024-02-29T23:59:59Z").unwrap_or(0)), "2024-02-29T23:59:59Z");
         for bad in ["", "2026-13-01T00:00:00Z", "2026-11-29T15:00:00", "yesterday", "2026-11-29T15:00:00+0100"] {
-            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+            assert!(parse_rfc3339(bad).is_err(), "{bad}");
         }
-        assert_eq!(parse_amz_date("20261129T150000"), None);
+        assert!(parse_amz_date("20261129T150000").is_err());
+        assert!(parse_unix_seconds("-1").is_err() && parse_unix_seconds("1e9").is_err());
+        assert_eq!(parse_unix_seconds("1764428700"), Ok(1_764_428_700));
+    }
+
+    #[test]
+    fn impossible_dates_are_errors_not_the_next_day() {
+        assert!(parse_rfc3339("2027-02-30T00:00:00Z").is_err());
+        assert!(parse_amz_date("20270230T000000Z").is_err());
+        assert!(parse_sas_time("2027-02-30").is_err());
+        assert!(parse_sas_time("2027-02-29T10:00Z").is_err(), "2027 is not a leap year");
+        assert!(parse_amz_date("20261129T250000Z").is_err());
+    }
+
+    #[test]
+    fn sas_forms() {
+        let midnight = parse_rfc3339("2026-11-29T00:00:00Z");
+        assert_eq!(parse_sas_time("2026-11-29"), midnight);
+        assert_eq!(parse_sas_time("2026-11-29T00:00Z"), midnight);
+        assert_eq!(parse_sas_time("2026-11-29T00:00:00Z"), midnight);
+        assert!(parse_sas_time("2026-11-29T00:00").is_err());
+    }
+
+    #[test]
+    fn the_system_clock_reads() {
+        assert!(system_now().is_ok_and(|t| t > 1_700_000_000));
     }
 }

@@ -174,3 +174,19 @@ fn every_subcommand_help_shows_an_example() {
         assert!(stdout(&o).contains("Example:"), "{sub} --help has no example");
     }
 }
+
+/// `serve` reads the clock for every request; it has no `--now` to ignore.
+#[test]
+fn serve_has_no_now_flag() {
+    let o = run(&["serve", "--now", "2026-11-29T15:00:00Z"]);
+    assert_eq!(o.status.code(), Some(2), "clap rejects the flag");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--now"), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// An impossible date is an error, not the next valid day.
+#[test]
+fn review_rejects_an_impossible_now() {
+    let o = run(&["review", "--now", "2027-02-30T00:00:00Z", "tests/reviews/hcpetcdbackup-create-s3.json"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not an RFC 3339 time"));
+}

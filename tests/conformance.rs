@@ -7,15 +7,14 @@ mod common;
 use std::process::Command;
 
 use hcp_etcd_admission::{
-    admission::{review, DecisionInput},
-    lookup::ContextObjects,
+    admission::{lookup::ContextObjects, review, DecisionInput},
     settings::Settings,
     time::parse_rfc3339,
 };
 
 fn library_review(case: &common::Case) -> serde_json::Value {
     let settings = Settings::from_json(&case.settings).expect("case settings");
-    let now = parse_rfc3339(&case.now).expect("case now");
+    let now = Ok(parse_rfc3339(&case.now).expect("case now"));
     let context = ContextObjects::from_values(case.context.clone());
     review(&case.review, &DecisionInput { settings: &settings, lookup: Some(&context), now, expect: None })
         .expect("a response")

@@ -8,7 +8,7 @@ mod common;
 use std::{path::Path, process::Command, time::Duration};
 
 use common::https::Client;
-use hcp_etcd_admission::{certs, server::LookupSource, settings::Settings};
+use hcp_etcd_admission::{server::certs, server::LookupSource, settings::Settings};
 use serde_json::Value;
 
 fn yaml_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {

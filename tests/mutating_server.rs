@@ -12,7 +12,7 @@ use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 use axum::{body::Body, extract::RawQuery, response::IntoResponse, routing::get, Router};
 use base64::Engine as _;
 use common::https::Client;
-use hcp_etcd_admission::{certs, server::LookupSource};
+use hcp_etcd_admission::{server::certs, server::LookupSource};
 use serde_json::{json, Value};
 
 fn hcp() -> Value {

@@ -265,12 +265,12 @@ fn patched_statefulset(root: &Path, sts: &Value, url: &str, settings: &Value) ->
 
 /// The same through the library (the failure cases make one per URL).
 fn patched_in_process(sts: &Value, url: &str, settings: &Value) -> Value {
-    use hcp_etcd_admission::{admission, lookup::ContextObjects, settings::Settings};
+    use hcp_etcd_admission::{admission, admission::lookup::ContextObjects, settings::Settings};
     let ns = sts["metadata"]["namespace"].as_str().expect("ns");
     let review = common::admission_review("f-uid", "statefulsets", None, "CREATE", Some(sts), None);
     let settings = Settings::from_json(settings).expect("settings");
     let ctx = ContextObjects::from_values([hcp(ns, url)]);
-    let decision = admission::DecisionInput { settings: &settings, lookup: Some(&ctx), now: 0, expect: None };
+    let decision = admission::DecisionInput { settings: &settings, lookup: Some(&ctx), now: Ok(0), expect: None };
     let response = admission::review(&review, &decision).expect("review");
     apply(&review, &response["response"])
 }
@@ -812,26 +812,50 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restore_one_member_etcd35_etcdutl() {
+    if !common::env::ready("restore_one_member_etcd35_etcdutl", &common::env::restore_with(common::env::etcd35())) {
+        return;
+    }
     restore_cluster(etcd35(), 1, 41, Template::Env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restore_three_members_then_lose_a_volume_etcd35_etcdutl() {
+    if !common::env::ready(
+        "restore_three_members_then_lose_a_volume_etcd35_etcdutl",
+        &common::env::restore_with(common::env::etcd35()),
+    ) {
+        return;
+    }
     restore_cluster(etcd35(), 3, 42, Template::Env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restore_one_member_etcd34_etcdctl() {
+    if !common::env::ready("restore_one_member_etcd34_etcdctl", &common::env::restore_with(common::env::etcd34())) {
+        return;
+    }
     restore_cluster(etcd34(), 1, 43, Template::Env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restore_three_members_then_lose_a_volume_etcd34_etcdctl() {
+    if !common::env::ready(
+        "restore_three_members_then_lose_a_volume_etcd34_etcdctl",
+        &common::env::restore_with(common::env::etcd34()),
+    ) {
+        return;
+    }
     restore_cluster(etcd34(), 3, 44, Template::Env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restore_three_members_from_an_args_template_etcd35() {
+    if !common::env::ready(
+        "restore_three_members_from_an_args_template_etcd35",
+        &common::env::restore_with(common::env::etcd35()),
+    ) {
+        return;
+    }
     restore_cluster(etcd35(), 3, 45, Template::Args).await;
 }
 
@@ -939,6 +963,12 @@ fn assert_untouched(tag: &str, code: i32, log: &str, pv: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_downloads_and_bad_snapshots_leave_the_data_dir_empty() {
+    if !common::env::ready(
+        "failed_downloads_and_bad_snapshots_leave_the_data_dir_empty",
+        &common::env::restore_with(common::env::etcd35()),
+    ) {
+        return;
+    }
     let rig = FailureRig::new("failures", 51).await;
     let wrong_sha = "0".repeat(64);
     let cases: Vec<(&str, String, &str)> = vec![
@@ -975,6 +1005,12 @@ async fn failed_downloads_and_bad_snapshots_leave_the_data_dir_empty() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_integrity_and_what_counts_as_empty() {
+    if !common::env::ready(
+        "retries_integrity_and_what_counts_as_empty",
+        &common::env::restore_with(common::env::etcd35()),
+    ) {
+        return;
+    }
     let rig = FailureRig::new("retries", 52).await;
     // 503, 503, 200: retried (and a ~/.curlrc with a dead proxy is ignored: curl -q).
     let (code, log, pv) = rig.run("flaky", &rig.store.url("/flaky/snap.db"));
@@ -1016,6 +1052,12 @@ async fn retries_integrity_and_what_counts_as_empty() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_urls_reach_the_server_literally_and_execute_nothing() {
+    if !common::env::ready(
+        "hostile_urls_reach_the_server_literally_and_execute_nothing",
+        &common::env::restore_with(common::env::etcd35()),
+    ) {
+        return;
+    }
     let rig = FailureRig::new("hostile", 53).await;
     let marker = rig.root.join("pwned");
     let m = marker.to_string_lossy();
@@ -1043,6 +1085,9 @@ async fn hostile_urls_reach_the_server_literally_and_execute_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn space_time_and_termination() {
+    if !common::env::ready("space_time_and_termination", &common::env::restore_with(common::env::etcd35())) {
+        return;
+    }
     let rig = FailureRig::new("space", 54).await;
     let snap = rig.store.url("/snapshots/snap.db");
     let sts = rig.patched(&snap, &no_bump_settings());
@@ -1116,6 +1161,12 @@ async fn space_time_and_termination() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revision_bump_is_required_and_passed_when_supported() {
+    if !common::env::ready(
+        "revision_bump_is_required_and_passed_when_supported",
+        &common::env::restore_with(common::env::etcd35()),
+    ) {
+        return;
+    }
     let rig = FailureRig::new("bump", 55).await;
     let snap = rig.store.url("/snapshots/snap.db");
     // etcdutl 3.5.1 lacks the flags: without the setting, a clear failure.
@@ -1158,6 +1209,12 @@ async fn revision_bump_is_required_and_passed_when_supported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_whose_state_cannot_be_read_or_that_stays_silent_stops_the_restore() {
+    if !common::env::ready(
+        "a_member_whose_state_cannot_be_read_or_that_stays_silent_stops_the_restore",
+        &common::env::restore_with(common::env::etcd35()),
+    ) {
+        return;
+    }
     let rig = FailureRig::new("unreadable", 56).await;
     let ns = rig.ns.clone();
     let sts = patched_in_process(
@@ -1166,8 +1223,8 @@ async fn a_member_whose_state_cannot_be_read_or_that_stays_silent_stops_the_rest
         &no_bump_settings(),
     );
     // Where etcd-1's peer port answers, a TLS server whose certificate this member's CA did not sign.
-    let other =
-        hcp_etcd_admission::certs::generate("another CA", &[format!("etcd-1.etcd-peers.{ns}.svc")], 2).expect("certs");
+    let other = hcp_etcd_admission::server::certs::generate("another CA", &[format!("etcd-1.etcd-peers.{ns}.svc")], 2)
+        .expect("certs");
     let (crt, key) = (rig.root.join("other.crt"), rig.root.join("other.key"));
     std::fs::write(&crt, &other.cert_pem).expect("crt");
     std::fs::write(&key, &other.key_pem).expect("key");
@@ -1240,6 +1297,12 @@ async fn a_member_whose_state_cannot_be_read_or_that_stays_silent_stops_the_rest
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nested_data_dirs_and_the_wal_of_an_interrupted_restore() {
+    if !common::env::ready(
+        "nested_data_dirs_and_the_wal_of_an_interrupted_restore",
+        &common::env::restore_with(common::env::etcd35()),
+    ) {
+        return;
+    }
     let rig = FailureRig::new("layout", 58).await;
     let snap = rig.store.url("/snapshots/snap.db");
     // A data dir whose parents do not exist yet on the volume.
@@ -1318,6 +1381,12 @@ fn standalone_member(e: &Etcd, name: &str, ip: Ipv4Addr, tls: (&Path, &Path, &Pa
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_that_comes_up_during_the_download_stops_the_move() {
+    if !common::env::ready(
+        "a_cluster_that_comes_up_during_the_download_stops_the_move",
+        &common::env::restore_with(common::env::etcd35()),
+    ) {
+        return;
+    }
     let rig = FailureRig::new("reprobe", 57).await;
     let ns = rig.ns.clone();
     let e = etcd35();
@@ -1372,6 +1441,9 @@ async fn a_cluster_that_comes_up_during_the_download_stops_the_move() {
 
 #[test]
 fn the_restore_script_is_shellcheck_clean() {
+    if !common::env::ready("the_restore_script_is_shellcheck_clean", &common::env::script_checkers()) {
+        return;
+    }
     let script = common::root().join("src/mutate/etcd-init.sh");
     let out = Command::new("shellcheck")
         .args(["-s", "sh"])

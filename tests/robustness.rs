@@ -6,9 +6,8 @@
 mod common;
 
 use hcp_etcd_admission::{
-    admission::{review, DecisionInput},
+    admission::{lookup::ContextObjects, review, DecisionInput},
     kubewarden,
-    lookup::ContextObjects,
     settings::Settings,
 };
 use serde_json::{json, Value};
@@ -78,7 +77,7 @@ fn mangled_reviews_always_get_an_answer() {
     let mut answered = 0;
     for case in &cases {
         let ctx = ContextObjects::from_values(case.context.clone());
-        let input = DecisionInput { settings: &settings, lookup: Some(&ctx), now: 1_795_000_000, expect: None };
+        let input = DecisionInput { settings: &settings, lookup: Some(&ctx), now: Ok(1_795_000_000), expect: None };
         for _ in 0..25 {
             let mut r = case.review.clone();
             let n = 1 + rng.below(3);
@@ -91,7 +90,7 @@ fn mangled_reviews_always_get_an_answer() {
                 assert!(resp["response"]["allowed"].is_boolean());
             }
             let payload = serde_json::to_vec(&json!({"settings": {}, "request": r["request"]})).unwrap_or_default();
-            let kw = kubewarden::validate(&payload, Some(&ctx), 1_795_000_000);
+            let kw = kubewarden::validate(&payload, Some(&ctx), Ok(1_795_000_000));
             if !kw.accepted {
                 assert!(kw.message.is_some(), "a rejection without a message");
             }

@@ -139,7 +139,7 @@ fn client_ca_without_an_allow_list_refuses_to_start() {
     let dir = std::env::temp_dir().join(format!("hcp-serve-ca-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
-    let set = hcp_etcd_admission::certs::generate("client CA", &["localhost".into()], 2).expect("certs");
+    let set = hcp_etcd_admission::server::certs::generate("client CA", &["localhost".into()], 2).expect("certs");
     std::fs::write(dir.join("ca.crt"), &set.ca_pem).expect("ca");
     let out = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
         .args(["serve", "--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "never", "--client-ca"])

@@ -26,10 +26,7 @@ use std::{
 };
 
 use common::https::{connect_from, Client};
-use hcp_etcd_admission::{
-    certs,
-    server::{limits::LimitOptions, LookupSource},
-};
+use hcp_etcd_admission::server::{certs, limits::LimitOptions, LookupSource};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

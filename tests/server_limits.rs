@@ -12,10 +12,7 @@ mod common;
 use std::{path::PathBuf, time::Duration};
 
 use common::https::{full, send_h2, streamed, Client};
-use hcp_etcd_admission::{
-    certs,
-    server::{limits::LimitOptions, LookupSource},
-};
+use hcp_etcd_admission::server::{certs, limits::LimitOptions, LookupSource};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -20,13 +20,17 @@ mod wasm_host;
 use std::sync::OnceLock;
 
 use hcp_etcd_admission::{
-    admission::{review, DecisionInput},
-    lookup::ContextObjects,
+    admission::{lookup::ContextObjects, review, DecisionInput},
     settings::Settings,
     time::parse_rfc3339,
 };
 use serde_json::{json, Value};
 use wasm_host::{HostCallHandler, Policy, PolicyModule};
+
+/// What the suite needs: the module scripts/build-wasm.sh builds.
+fn wasm_module() -> common::env::Need {
+    common::env::Need::File(wasm_host::module_path(), "build it with scripts/build-wasm.sh")
+}
 
 /// The shipped module, compiled once per test process.
 fn module() -> &'static PolicyModule {
@@ -65,7 +69,7 @@ fn fresh(objects: Vec<Value>) -> Policy {
 fn native(case: &common::Case) -> Value {
     let settings = Settings::from_json(&case.settings).expect("settings");
     let ctx = ContextObjects::from_values(case.context.clone());
-    let now = parse_rfc3339(&case.now).expect("now");
+    let now = Ok(parse_rfc3339(&case.now).expect("now"));
     review(&case.review, &DecisionInput { settings: &settings, lookup: Some(&ctx), now, expect: None }).expect("review")
         ["response"]
         .clone()
@@ -77,6 +81,9 @@ fn validation_request(case: &common::Case) -> Vec<u8> {
 
 #[test]
 fn conformance_suite_gives_identical_decisions_on_fresh_instances() {
+    if !common::env::ready("conformance_suite_gives_identical_decisions_on_fresh_instances", &[wasm_module()]) {
+        return;
+    }
     let cases = common::load_cases();
     let mut failures = Vec::new();
     let mut mutated = 0;
@@ -143,6 +150,9 @@ fn conformance_suite_gives_identical_decisions_on_fresh_instances() {
 
 #[test]
 fn protocol_version_and_settings_validation() {
+    if !common::env::ready("protocol_version_and_settings_validation", &[wasm_module()]) {
+        return;
+    }
     let policy = fresh(vec![]);
     let v: Value =
         serde_json::from_slice(&policy.call("protocol_version", b"").expect("protocol_version")).expect("json");
@@ -169,6 +179,9 @@ fn protocol_version_and_settings_validation() {
 
 #[test]
 fn bad_inputs_get_clear_rejections_never_a_trap() {
+    if !common::env::ready("bad_inputs_get_clear_rejections_never_a_trap", &[wasm_module()]) {
+        return;
+    }
     let policy = fresh(vec![]);
     let call = |p: &Policy, payload: &[u8]| -> Value {
         serde_json::from_slice(&p.call("validate", payload).expect("validate answers")).expect("json")
@@ -193,6 +206,9 @@ fn bad_inputs_get_clear_rejections_never_a_trap() {
 
 #[test]
 fn without_the_host_capability_the_policy_denies_the_etcd_statefulset() {
+    if !common::env::ready("without_the_host_capability_the_policy_denies_the_etcd_statefulset", &[wasm_module()]) {
+        return;
+    }
     let case = common::load_cases().into_iter().find(|c| c.patched).expect("a mutation case");
     let refusing: HostCallHandler =
         Box::new(|_, _, _, _| Err("context-aware calls are not allowed for this policy".to_string()));
@@ -211,6 +227,12 @@ fn without_the_host_capability_the_policy_denies_the_etcd_statefulset() {
 
 #[test]
 fn the_shipped_module_is_a_plain_wapc_module_holding_the_pre_initialised_state() {
+    if !common::env::ready(
+        "the_shipped_module_is_a_plain_wapc_module_holding_the_pre_initialised_state",
+        &[wasm_module()],
+    ) {
+        return;
+    }
     use wasmtime_provider::wasmtime::ExternType;
     let shipped = module().module();
     let mut exports: Vec<&str> = shipped.exports().map(|e| e.name()).collect();

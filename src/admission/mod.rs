@@ -7,14 +7,15 @@
 //! project rules, and builds the response. The server, the CLI and the Wasm
 //! policy all call [`review`]; none of them decides anything itself.
 
+mod decision;
+pub mod lookup;
 mod mutating;
-mod response;
 mod validate;
 mod wire;
 
-pub use response::{denial_message, Verdict};
-pub use validate::warm_up;
-pub use wire::{AdmissionRequest, AdmissionResponse, GroupVersionKind, GroupVersionResource, Status, StatusCause};
+pub use decision::{denial_message, Cause, Decision, Denial, DenialReason, Details, Verdict};
+pub use validate::{warm_up, WarmUpError};
+pub use wire::{parse_request, AdmissionRequest, AdmissionResponse, GroupVersionKind, GroupVersionResource, Operation};
 
 use serde_json::Value;
 
@@ -84,9 +85,10 @@ impl Target {
 pub struct DecisionInput<'a> {
     pub settings: &'a Settings,
     /// Where the mutation finds the HostedControlPlane; `None`: no lookup.
-    pub lookup: Option<&'a dyn crate::lookup::Lookup>,
-    /// Current time, Unix seconds.
-    pub now: i64,
+    pub lookup: Option<&'a dyn crate::admission::lookup::Lookup>,
+    /// The current time (Unix seconds), read once per request by the shell,
+    /// or why it could not be read (time-dependent rules then deny).
+    pub now: crate::time::Now,
     /// The endpoint's expected target; `None` routes by the request's resource.
     pub expect: Option<Target>,
 }
@@ -102,37 +104,51 @@ pub enum ReviewError {
     MissingRequest,
     #[error("request has no uid; the response could not be matched to it")]
     MissingUid,
+    #[error("the response does not serialise: {0}")]
+    Encode(String),
+}
+
+/// One reviewed AdmissionReview: what the shells log and count, and what
+/// goes back on the wire.
+#[derive(Debug)]
+pub struct Reviewed {
+    /// The request, when it parsed (a request with a uid that does not parse
+    /// is still answered: denied with the reason).
+    pub request: Option<AdmissionRequest>,
+    pub decision: Decision,
+    /// The response AdmissionReview, exactly as sent.
+    pub review: Value,
+}
+
+/// Reviews one AdmissionReview (as JSON): the typed decision and its wire form.
+pub fn review_typed(input: &Value, input_decision: &DecisionInput<'_>) -> Result<Reviewed, ReviewError> {
+    let (uid, request, decision) = match wire::parse_review(input)? {
+        Ok(req) => {
+            let decision = decide(&req, input_decision);
+            (req.uid.clone(), Some(req), decision)
+        }
+        // The request carries a uid but does not parse: deny with the reason.
+        Err((uid, problem)) => (uid, None, Decision::bad_request(problem)),
+    };
+    let (decision, response) = match AdmissionResponse::encode(uid.clone(), &decision) {
+        Ok(r) => (decision, r),
+        Err(e) => {
+            let failed = Decision::internal_error(format!("the response does not serialise: {e}"));
+            // A denial without a patch has nothing that can fail to serialise.
+            let response = AdmissionResponse::encode(uid, &failed).map_err(|e| ReviewError::Encode(e.to_string()))?;
+            (failed, response)
+        }
+    };
+    Ok(Reviewed { request, decision, review: response.into_review() })
 }
 
 /// Reviews one AdmissionReview (as JSON) and returns the response AdmissionReview.
 pub fn review(input: &Value, decision: &DecisionInput<'_>) -> Result<Value, ReviewError> {
-    review_with_outcome(input, decision).map(|(review, _)| review)
-}
-
-/// [`review`], plus what the etcd-init mutation did when it ran (for metrics).
-pub fn review_with_outcome(
-    input: &Value,
-    decision: &DecisionInput<'_>,
-) -> Result<(Value, Option<crate::mutate::Outcome>), ReviewError> {
-    let request = wire::parse_review(input)?;
-    let (response, outcome) = match request {
-        Ok(req) => respond_with_outcome(&req, decision),
-        // The request carries a uid but does not parse: deny with the reason.
-        Err((uid, problem)) => (AdmissionResponse::from_verdict(uid, Verdict::bad_request(problem)), None),
-    };
-    Ok((response.into_review(), outcome))
+    review_typed(input, decision).map(|r| r.review)
 }
 
 /// Decides one parsed request.
-pub fn respond(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> AdmissionResponse {
-    respond_with_outcome(req, decision).0
-}
-
-/// [`respond`], plus the etcd-init mutation's outcome when it ran.
-pub fn respond_with_outcome(
-    req: &AdmissionRequest,
-    decision: &DecisionInput<'_>,
-) -> (AdmissionResponse, Option<crate::mutate::Outcome>) {
+pub fn decide(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> Decision {
     let target = Target::of(&req.resource);
     if decision.expect == Some(Target::EtcdStatefulSets) && target != Some(Target::EtcdStatefulSets) {
         // A mutating endpoint never blocks a request it was not meant to see.
@@ -140,12 +156,10 @@ pub fn respond_with_outcome(
             "hcp-etcd-admission: the etcd StatefulSet mutation was called for {}; nothing changed (check the MutatingWebhookConfiguration rules)",
             target.map_or("an unknown resource", Target::resource)
         );
-        return (AdmissionResponse::from_verdict(req.uid.clone(), Verdict::allow(vec![warning])), None);
+        return Decision::allow(vec![warning]);
     }
     if target == Some(Target::EtcdStatefulSets) && decision.expect.is_none_or(|e| e == Target::EtcdStatefulSets) {
-        let (response, outcome) = mutating::decide(req, decision);
-        return (response, Some(outcome));
+        return mutating::decide(req, decision);
     }
-    let verdict = validate::decide(req, decision);
-    (AdmissionResponse::from_verdict(req.uid.clone(), verdict), None)
+    validate::decide(req, decision)
 }

@@ -6,19 +6,18 @@
 
 use serde_json::Value;
 
-use super::{AdmissionRequest, AdmissionResponse, DecisionInput, Verdict};
+use super::{AdmissionRequest, Decision, DecisionInput, Operation};
 use crate::mutate::{self, Denial, Outcome};
 
-pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> (AdmissionResponse, Outcome) {
-    let allow = |warnings: Vec<String>| AdmissionResponse::from_verdict(req.uid.clone(), Verdict::allow(warnings));
-    if !matches!(req.operation.as_str(), "CREATE" | "UPDATE")
+pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
+    let allow = |warnings: Vec<String>| Decision::allow(warnings).with_etcd_init(Outcome::NotApplicable);
+    if !matches!(req.operation, Operation::Create | Operation::Update)
         || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
     {
-        return (allow(Vec::new()), Outcome::NotApplicable);
+        return allow(Vec::new());
     }
     let Some(sts) = req.object.as_ref().filter(|o| o.is_object()) else {
-        let warning = "request.object is not an object: etcd-init restore injection skipped".to_string();
-        return (allow(vec![warning]), Outcome::NotApplicable);
+        return allow(vec!["request.object is not an object: etcd-init restore injection skipped".to_string()]);
     };
     let namespace = req
         .namespace
@@ -27,24 +26,13 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> (AdmissionRe
         .or_else(|| sts.pointer("/metadata/namespace").and_then(Value::as_str))
         .unwrap_or_default();
     let name = sts.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
-    let old = req.old_object.as_ref().filter(|_| req.operation == "UPDATE");
+    let old = req.old_object.as_ref().filter(|_| req.operation == Operation::Update);
     let m = mutate::etcd_init(sts, old, namespace, input.lookup, input.settings);
-    let response = match m.denial {
-        Some(Denial::Lookup(reason)) => AdmissionResponse::from_verdict(
-            req.uid.clone(),
-            Verdict::forbidden("statefulsets", "apps", name, &reason, m.warnings),
-        ),
-        Some(Denial::Template(errors)) => AdmissionResponse::from_verdict(
-            req.uid.clone(),
-            Verdict::invalid("StatefulSet", "apps", name, &errors, m.warnings),
-        ),
-        None => {
-            let resp = allow(m.warnings);
-            match m.patch {
-                Some(patch) => resp.with_patch(&patch),
-                None => resp,
-            }
-        }
+    let decision = match (m.denial, m.patch) {
+        (Some(Denial::Lookup(reason)), _) => Decision::forbidden("statefulsets", "apps", name, &reason, m.warnings),
+        (Some(Denial::Template(errors)), _) => Decision::invalid("StatefulSet", "apps", name, &errors, m.warnings),
+        (None, Some(patch)) => Decision::mutate(patch, m.warnings),
+        (None, None) => Decision::allow(m.warnings),
     };
-    (response, m.outcome)
+    decision.with_etcd_init(m.outcome)
 }

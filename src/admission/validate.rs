@@ -4,7 +4,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use super::{response::Verdict, AdmissionRequest, DecisionInput, Target};
+use super::{AdmissionRequest, Decision, DecisionInput, Operation, Target};
 use crate::{
     api::GROUP,
     crd,
@@ -12,36 +12,57 @@ use crate::{
     schema::CompiledCrdSchema,
 };
 
-fn compiled(target: Target) -> Option<&'static CompiledCrdSchema> {
-    static BACKUP: OnceLock<CompiledCrdSchema> = OnceLock::new();
-    static HC: OnceLock<CompiledCrdSchema> = OnceLock::new();
-    static HCP: OnceLock<CompiledCrdSchema> = OnceLock::new();
+type Compiled = Result<CompiledCrdSchema, crd::CrdError>;
+
+/// The compiled schema of a validated target (parsed once per process).
+fn compiled(target: Target) -> Option<&'static Compiled> {
+    static BACKUP: OnceLock<Compiled> = OnceLock::new();
+    static HC: OnceLock<Compiled> = OnceLock::new();
+    static HCP: OnceLock<Compiled> = OnceLock::new();
     Some(match target {
-        Target::HcpEtcdBackups => BACKUP.get_or_init(|| CompiledCrdSchema::compile(crd::hcpetcdbackup_schema())),
-        Target::HostedClusters => HC.get_or_init(|| CompiledCrdSchema::compile(crd::hostedcluster_schema())),
-        Target::HostedControlPlanes => HCP.get_or_init(|| CompiledCrdSchema::compile(crd::hostedcontrolplane_schema())),
+        Target::HcpEtcdBackups => BACKUP.get_or_init(|| crd::hcpetcdbackup_schema().map(CompiledCrdSchema::compile)),
+        Target::HostedClusters => HC.get_or_init(|| crd::hostedcluster_schema().map(CompiledCrdSchema::compile)),
+        Target::HostedControlPlanes => {
+            HCP.get_or_init(|| crd::hostedcontrolplane_schema().map(CompiledCrdSchema::compile))
+        }
         Target::EtcdStatefulSets => return None,
     })
 }
 
-/// Compiles every schema, every CEL rule and every regex now (the server calls
-/// this before it reports ready, the Wasm module at build time: see
-/// [`crate::preinit`]); returns what does not compile (a test keeps it empty).
-pub fn warm_up() -> Vec<String> {
-    let mut problems = Vec::new();
+/// Why the decision core cannot start: a schema that does not parse, or a
+/// rule or regex that does not compile (bugs of this build, caught by its tests).
+#[derive(Debug, thiserror::Error)]
+pub enum WarmUpError {
+    #[error("{0}")]
+    Schema(String),
+    #[error("{kind}: {count} CEL rule(s) or regex(es) do not compile: {}", .errors.join("; "))]
+    Rules { kind: &'static str, count: usize, errors: Vec<String> },
+}
+
+/// Parses every schema and compiles every CEL rule and regex now. The shells
+/// call this before serving (the server before it reports ready, the CLI
+/// before it decides, the Wasm module at build time: src/kubewarden/preinit.rs)
+/// and fail when it fails; the first request then pays nothing.
+pub fn warm_up() -> Result<(), WarmUpError> {
     for t in [Target::HcpEtcdBackups, Target::HostedClusters, Target::HostedControlPlanes] {
-        if let Some(schema) = compiled(t) {
-            problems.extend(schema.compile_all());
-            problems.extend(schema.compile_regexes().into_iter().map(|p| format!("regex {p:?} does not compile")));
+        let Some(compiled) = compiled(t) else { continue };
+        let schema = match compiled {
+            Ok(s) => s,
+            Err(e) => return Err(WarmUpError::Schema(e.to_string())),
+        };
+        let mut errors = schema.compile_all();
+        errors.extend(schema.compile_regexes().into_iter().map(|p| format!("regex {p:?} does not compile")));
+        if !errors.is_empty() {
+            return Err(WarmUpError::Rules { kind: t.kind(), count: errors.len(), errors });
         }
     }
-    problems
+    Ok(())
 }
 
 /// Decides a request.
-pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Verdict {
+pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
     let wrong_endpoint = |expected: Target| {
-        Verdict::bad_request(format!(
+        Decision::bad_request(format!(
             "this endpoint validates {}, but the request is for {}; check the webhook configuration's rules",
             expected.resource(),
             resource_name(req)
@@ -50,39 +71,44 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Verdict {
     let Some(target) = Target::of(&req.resource) else {
         return match input.expect {
             Some(t) => wrong_endpoint(t),
-            None => Verdict::bad_request(format!("hcp-etcd-admission does not handle {}", resource_name(req))),
+            None => Decision::bad_request(format!("hcp-etcd-admission does not handle {}", resource_name(req))),
         };
     };
     if let Some(expect) = input.expect.filter(|e| *e != target) {
         return wrong_endpoint(expect);
     }
-    match req.operation.as_str() {
-        "CREATE" | "UPDATE" => {}
+    match req.operation {
+        Operation::Create | Operation::Update => {}
         // Deleting or connecting is never judged here.
-        _ => return Verdict::allow(Vec::new()),
+        Operation::Delete | Operation::Connect => return Decision::allow(Vec::new()),
     }
     let Some(object) = req.object.as_ref().filter(|o| o.is_object()) else {
-        return Verdict::bad_request(format!(
+        return Decision::bad_request(format!(
             "request.object must be a {} object for {}",
             target.kind(),
-            req.operation
+            req.operation.as_str()
         ));
     };
     if let Some(kind) = object.get("kind").and_then(Value::as_str) {
         if kind != target.kind() {
-            return Verdict::bad_request(format!("request.object is a {kind:?}, expected {:?}", target.kind()));
+            return Decision::bad_request(format!("request.object is a {kind:?}, expected {:?}", target.kind()));
         }
     }
-    let old = if req.operation == "UPDATE" { req.old_object.as_ref().filter(|o| o.is_object()) } else { None };
-    if req.operation == "UPDATE" && old.is_none() {
-        return Verdict::bad_request("request.oldObject must be an object for UPDATE");
+    let update = req.operation == Operation::Update;
+    let old = if update { req.old_object.as_ref().filter(|o| o.is_object()) } else { None };
+    if update && old.is_none() {
+        return Decision::bad_request("request.oldObject must be an object for UPDATE");
     }
     let subresource = req.sub_resource.as_deref().unwrap_or("");
     if !subresource.is_empty() && subresource != "status" {
-        return Verdict::allow(Vec::new());
+        return Decision::allow(Vec::new());
     }
-    let Some(schema) = compiled(target) else {
-        return Verdict::bad_request(format!("{} is not validated by hcp-etcd-admission", target.resource()));
+    let schema = match compiled(target) {
+        Some(Ok(schema)) => schema,
+        Some(Err(e)) => {
+            return Decision::internal_error(format!("hcp-etcd-admission cannot validate {}: {e}", target.resource()))
+        }
+        None => return Decision::bad_request(format!("{} is not validated by hcp-etcd-admission", target.resource())),
     };
     let prepared = prepare(object, old, subresource == "status");
     let outcome = schema.validate(&prepared, old);
@@ -97,10 +123,10 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Verdict {
     let mut warnings: Vec<String> = outcome.unknown_fields.iter().map(|f| format!("unknown field {f:?}")).collect();
     warnings.extend(findings.warnings);
     if errors.is_empty() {
-        Verdict::allow(warnings)
+        Decision::allow(warnings)
     } else {
         let name = object.pointer("/metadata/name").and_then(Value::as_str).or(req.name.as_deref()).unwrap_or_default();
-        Verdict::invalid(target.kind(), GROUP, name, &errors, warnings)
+        Decision::invalid(target.kind(), GROUP, name, &errors, warnings)
     }
 }
 
@@ -134,4 +160,14 @@ fn prepare<'a>(object: &'a Value, old: Option<&Value>, status_update: bool) -> s
         }
     }
     std::borrow::Cow::Owned(obj)
+}
+
+#[cfg(test)]
+mod tests {
+    /// What the shells run before serving: every committed schema parses and
+    /// every rule compiles (a broken schema fails this build's tests).
+    #[test]
+    fn the_core_warms_up() {
+        assert!(super::warm_up().is_ok(), "{:?}", super::warm_up());
+    }
 }

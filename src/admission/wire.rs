@@ -1,4 +1,5 @@
-//! AdmissionReview v1 as it goes on the wire.
+//! AdmissionReview v1 as it goes on the wire: the request parsed into typed
+//! fields, the core's [`Decision`] encoded into the response.
 //!
 //! kube-core's `AdmissionResponse` serialises `patch` as an array of numbers
 //! (kube-rs#1781); the apiserver requires a base64 string and rejects a
@@ -7,7 +8,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{response::Verdict, ReviewError};
+use super::{
+    decision::{Decision, Verdict},
+    ReviewError,
+};
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 
@@ -31,6 +35,28 @@ pub struct GroupVersionResource {
     pub resource: String,
 }
 
+/// `request.operation`. Anything else does not parse (the request is answered
+/// with a 400 naming the problem).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
+}
+
 /// The fields of `AdmissionRequest` the decision uses.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -44,7 +70,7 @@ pub struct AdmissionRequest {
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    pub operation: String,
+    pub operation: Operation,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -101,31 +127,47 @@ pub struct AdmissionResponse {
 }
 
 impl AdmissionResponse {
-    pub fn from_verdict(uid: String, v: Verdict) -> Self {
-        Self { uid, allowed: v.allowed, status: v.status, patch: None, patch_type: None, warnings: v.warnings }
-    }
-
-    /// Sets the JSON patch (base64 on the wire, with `patchType: JSONPatch`).
-    pub fn with_patch(mut self, patch: &json_patch::Patch) -> Self {
+    /// The wire form of `decision`: the status of a denial, the patch as
+    /// base64 with `patchType: JSONPatch` (only with a patch). A patch that
+    /// does not serialise is an error, never an empty patch.
+    pub fn encode(uid: String, decision: &Decision) -> Result<Self, serde_json::Error> {
         use base64::Engine as _;
-        let bytes = serde_json::to_vec(patch).unwrap_or_default();
-        self.patch = Some(base64::engine::general_purpose::STANDARD.encode(bytes));
-        self.patch_type = Some("JSONPatch".to_string());
-        self
-    }
-
-    /// The JSON patch carried by the response, decoded from its wire form.
-    pub fn patch_operations(&self) -> Option<Result<json_patch::Patch, String>> {
-        use base64::Engine as _;
-        let b64 = self.patch.as_deref()?;
-        Some(
-            base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .map_err(|e| format!("patch is not base64: {e}"))
-                .and_then(|bytes| {
-                    serde_json::from_slice(&bytes).map_err(|e| format!("patch is not a JSON patch: {e}"))
+        let patch = match &decision.patch {
+            Some(p) => Some(base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(p)?)),
+            None => None,
+        };
+        let status = match &decision.verdict {
+            Verdict::Allowed => None,
+            Verdict::Denied(d) => Some(Status {
+                metadata: serde_json::Map::new(),
+                status: "Failure".to_string(),
+                message: d.message.clone(),
+                reason: d.reason.as_str().to_string(),
+                details: d.details.as_ref().map(|details| StatusDetails {
+                    name: details.name.clone(),
+                    group: details.group.clone(),
+                    kind: details.kind.clone(),
+                    causes: details
+                        .causes
+                        .iter()
+                        .map(|c| StatusCause {
+                            reason: c.reason.to_string(),
+                            message: c.message.clone(),
+                            field: c.field.clone(),
+                        })
+                        .collect(),
                 }),
-        )
+                code: d.reason.code(),
+            }),
+        };
+        Ok(Self {
+            uid,
+            allowed: decision.allowed(),
+            status,
+            patch_type: patch.as_ref().map(|_| "JSONPatch".to_string()),
+            patch,
+            warnings: decision.warnings.clone(),
+        })
     }
 
     /// Wraps the response in an AdmissionReview v1.
@@ -162,11 +204,14 @@ pub fn parse_review(input: &Value) -> Result<Result<AdmissionRequest, (String, S
     let Some(uid) = uid else {
         return Err(ReviewError::MissingUid);
     };
+    Ok(parse_request(request).map_err(|problem| (uid.to_string(), problem)))
+}
+
+/// Parses `request` of an AdmissionReview (the webhook) or of a Kubewarden
+/// ValidationRequest (the policy): one parser, one message.
+pub fn parse_request(request: &Value) -> Result<AdmissionRequest, String> {
     // Deserialize from the borrowed value: no copy of the whole request first.
-    match AdmissionRequest::deserialize(request) {
-        Ok(req) => Ok(Ok(req)),
-        Err(e) => Ok(Err((uid.to_string(), format!("the AdmissionReview request does not parse: {e}")))),
-    }
+    AdmissionRequest::deserialize(request).map_err(|e| format!("the AdmissionReview request does not parse: {e}"))
 }
 
 fn type_name(v: &Value) -> &'static str {

@@ -11,11 +11,13 @@ pub mod condition;
 pub mod etcdbackup;
 pub mod hostedcluster;
 pub mod patterns;
+pub mod readers;
 pub mod secret_ref;
 
 pub use condition::Condition;
 pub use etcdbackup::*;
 pub use hostedcluster::*;
+pub use readers::{restore_snapshot_url, snapshot_restored, unmanaged_etcd};
 pub use secret_ref::SecretReference;
 
 /// The API group every type of this crate belongs to.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use base64::Engine as _;
-use hcp_etcd_admission::certs;
+use hcp_etcd_admission::server::certs;
 
 #[derive(clap::Args, Debug)]
 #[command(

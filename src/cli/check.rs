@@ -4,12 +4,12 @@
 use std::path::PathBuf;
 
 use hcp_etcd_admission::admission::{
-    self, AdmissionRequest, DecisionInput, GroupVersionKind, GroupVersionResource, Target,
+    self, AdmissionRequest, DecisionInput, GroupVersionKind, GroupVersionResource, Operation, Target,
 };
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{input, DecisionArgs};
+use super::{input, ClockArgs, DecisionArgs};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Output {
@@ -25,6 +25,8 @@ pub enum Output {
 pub struct CheckArgs {
     #[command(flatten)]
     pub decision: DecisionArgs,
+    #[command(flatten)]
+    pub clock: ClockArgs,
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = Output::Text)]
     pub output: Output,
@@ -44,11 +46,11 @@ struct Report {
     result: &'static str,
     /// The JSON patch a mutating decision would apply (StatefulSets).
     #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<Value>,
+    patch: Option<json_patch::Patch>,
     #[serde(skip_serializing_if = "String::is_empty")]
     message: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    causes: Vec<admission::StatusCause>,
+    causes: Vec<admission::Cause>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     warnings: Vec<String>,
 }
@@ -59,8 +61,9 @@ fn str_at<'a>(v: &'a Value, p: &str) -> &'a str {
 
 /// Returns the process exit code.
 pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
+    admission::warm_up()?;
     let settings = args.decision.settings()?;
-    let now = args.decision.now()?;
+    let now = args.clock.now()?;
     let context = args.decision.context()?;
     let decision = DecisionInput { settings: &settings, lookup: Some(&context), now, expect: None };
     let mut reports = Vec::new();
@@ -96,19 +99,19 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
                 sub_resource: None,
                 name: Some(report.name.clone()),
                 namespace: Some(report.namespace.clone()),
-                operation: "CREATE".to_string(),
+                operation: Operation::Create,
                 object: Some(doc.clone()),
                 old_object: None,
                 dry_run: Some(true),
             };
-            let response = admission::respond(&req, &decision);
-            report.result = if response.allowed { "allowed" } else { "denied" };
-            report.patch = response.patch_operations().and_then(Result::ok).and_then(|p| serde_json::to_value(p).ok());
-            report.warnings = response.warnings;
-            if let Some(status) = response.status {
-                report.message = status.message;
-                report.causes = status.details.map(|d| d.causes).unwrap_or_default();
+            let decided = admission::decide(&req, &decision);
+            report.result = if decided.allowed() { "allowed" } else { "denied" };
+            if let Some(denial) = decided.denial() {
+                report.message = denial.message.clone();
+                report.causes = denial.details.as_ref().map(|d| d.causes.clone()).unwrap_or_default();
             }
+            report.patch = decided.patch;
+            report.warnings = decided.warnings;
             reports.push(report);
         }
     }
@@ -122,8 +125,8 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
                 } else {
                     format!("{}/{}/{}", r.kind, r.namespace, r.name)
                 };
-                let patched = match r.patch.as_ref().and_then(Value::as_array) {
-                    Some(ops) => format!(" (mutated: {} JSON patch operations; --output json shows them)", ops.len()),
+                let patched = match &r.patch {
+                    Some(ops) => format!(" (mutated: {} JSON patch operations; --output json shows them)", ops.0.len()),
                     None => String::new(),
                 };
                 println!("{}#{}: {what}: {}{patched}", r.file, r.document, r.result);

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use hcp_etcd_admission::admission::{self, DecisionInput};
 
-use super::{input, DecisionArgs};
+use super::{input, ClockArgs, DecisionArgs};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -14,6 +14,8 @@ use super::{input, DecisionArgs};
 pub struct ReviewArgs {
     #[command(flatten)]
     pub decision: DecisionArgs,
+    #[command(flatten)]
+    pub clock: ClockArgs,
     /// The AdmissionReview file; `-` or nothing reads stdin.
     #[arg(value_name = "FILE", default_value = "-")]
     pub file: PathBuf,
@@ -21,8 +23,9 @@ pub struct ReviewArgs {
 
 /// Returns the process exit code.
 pub fn run(args: &ReviewArgs) -> anyhow::Result<i32> {
+    admission::warm_up()?;
     let settings = args.decision.settings()?;
-    let now = args.decision.now()?;
+    let now = args.clock.now()?;
     let docs = input::read_documents(&args.file)?;
     let [doc] = docs.as_slice() else {
         anyhow::bail!("{}: expected exactly one AdmissionReview, found {} documents", args.file.display(), docs.len());

@@ -5,7 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use hcp_etcd_admission::{
-    certs,
+    server::certs,
     server::{limits::LimitOptions, shutdown_signal, LookupSource, ServeOptions, Server},
 };
 

@@ -23,7 +23,8 @@ use serde_json::Value;
 pub use container::{build_init_container, STAGE_DIR_NAME};
 
 use crate::{
-    lookup::{self, restore_snapshot_url, snapshot_restored, unmanaged_etcd, HcpLookup, Lookup},
+    admission::lookup::{self, HcpLookup, Lookup},
+    api::{restore_snapshot_url, snapshot_restored, unmanaged_etcd},
     schema::FieldError,
     settings::Settings,
 };
@@ -262,9 +263,16 @@ fn decide(sts: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings: &
 }
 
 const LIST: &str = "/spec/template/spec/initContainers";
+const LIST_TOKENS: [&str; 4] = ["spec", "template", "spec", "initContainers"];
 
-fn pointer(s: String) -> json_patch::jsonptr::PointerBuf {
-    json_patch::jsonptr::PointerBuf::parse(&s).unwrap_or_default()
+/// The pointer to the init container list, or to one of its items (an index
+/// or `-`): built from tokens, there is no text to mis-parse.
+fn list_pointer(item: Option<String>) -> json_patch::jsonptr::PointerBuf {
+    let mut p = json_patch::jsonptr::PointerBuf::from_tokens(LIST_TOKENS);
+    if let Some(token) = item {
+        p.push_back(token);
+    }
+    p
 }
 
 fn init_names(sts: &Value) -> Option<Vec<Option<String>>> {
@@ -273,13 +281,18 @@ fn init_names(sts: &Value) -> Option<Vec<Option<String>>> {
         .map(|a| a.iter().map(|c| c.get("name").and_then(Value::as_str).map(str::to_string)).collect())
 }
 
+fn is_init(name: &Option<String>) -> bool {
+    name.as_deref() == Some(INIT_CONTAINER)
+}
+
 /// Removes of every `etcd-init`, highest index first.
 fn remove_ops(names: &[Option<String>]) -> Vec<json_patch::PatchOperation> {
-    (0..names.len())
+    let stale: Vec<usize> = names.iter().enumerate().filter(|(_, n)| is_init(n)).map(|(i, _)| i).collect();
+    stale
+        .into_iter()
         .rev()
-        .filter(|&i| names[i].as_deref() == Some(INIT_CONTAINER))
         .map(|i| {
-            json_patch::PatchOperation::Remove(json_patch::RemoveOperation { path: pointer(format!("{LIST}/{i}")) })
+            json_patch::PatchOperation::Remove(json_patch::RemoveOperation { path: list_pointer(Some(i.to_string())) })
         })
         .collect()
 }
@@ -298,14 +311,17 @@ fn init_container_patch(sts: &Value, container: Value) -> Option<json_patch::Pat
     use json_patch::{AddOperation, PatchOperation};
     let (Some(names), Some(current)) = (init_names(sts), sts.pointer(LIST).and_then(Value::as_array)) else {
         return Some(json_patch::Patch(vec![PatchOperation::Add(AddOperation {
-            path: pointer(LIST.to_string()),
+            path: list_pointer(None),
             value: Value::Array(vec![container]),
         })]));
     };
-    let others: Vec<usize> = (0..names.len()).filter(|&i| names[i].as_deref() != Some(INIT_CONTAINER)).collect();
+    let others: Vec<usize> = names.iter().enumerate().filter(|(_, n)| !is_init(n)).map(|(i, _)| i).collect();
     // Where etcd-init belongs among the other init containers.
-    let slot = others.iter().position(|&i| names[i].as_deref() == Some(RESET_MEMBER)).unwrap_or(others.len());
-    let stale: Vec<usize> = (0..names.len()).filter(|&i| names[i].as_deref() == Some(INIT_CONTAINER)).collect();
+    let slot = others
+        .iter()
+        .position(|&i| names.get(i).and_then(Option::as_deref) == Some(RESET_MEMBER))
+        .unwrap_or(others.len());
+    let stale: Vec<usize> = names.iter().enumerate().filter(|(_, n)| is_init(n)).map(|(i, _)| i).collect();
     if let [only] = stale.as_slice() {
         let position_ok = others.iter().filter(|&&i| i < *only).count() == slot;
         if position_ok && current.get(*only) == Some(&container) {
@@ -313,8 +329,8 @@ fn init_container_patch(sts: &Value, container: Value) -> Option<json_patch::Pat
         }
     }
     let mut ops = remove_ops(&names);
-    let path = if slot == others.len() { format!("{LIST}/-") } else { format!("{LIST}/{slot}") };
-    ops.push(PatchOperation::Add(AddOperation { path: pointer(path), value: container }));
+    let at = if slot == others.len() { "-".to_string() } else { slot.to_string() };
+    ops.push(PatchOperation::Add(AddOperation { path: list_pointer(Some(at)), value: container }));
     Some(json_patch::Patch(ops))
 }
 
@@ -323,7 +339,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::lookup::{LookupError, Prefetched};
+    use crate::admission::lookup::{LookupError, Prefetched};
 
     fn sts() -> Value {
         json!({"metadata": {"name": "etcd", "namespace": "ns"}, "spec": {"serviceName": "etcd-discovery", "template": {"spec": {

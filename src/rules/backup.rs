@@ -135,7 +135,7 @@ mod tests {
     fn run(obj: Value, old: Option<Value>) -> Findings {
         let s = Settings::default();
         let mut f = Findings::default();
-        check(&obj, old.as_ref(), &RuleContext { settings: &s, now: 0 }, &mut f);
+        check(&obj, old.as_ref(), &RuleContext { settings: &s, now: Ok(0) }, &mut f);
         f
     }
 

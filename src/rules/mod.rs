@@ -82,8 +82,9 @@ impl Findings {
 #[derive(Clone, Copy, Debug)]
 pub struct RuleContext<'a> {
     pub settings: &'a Settings,
-    /// The current time, Unix seconds. An input, never read inside the rules.
-    pub now: i64,
+    /// The current time (Unix seconds) as the shell read it, or why it could
+    /// not; never read inside the rules. Rules that need it deny on an error.
+    pub now: crate::time::Now,
 }
 
 /// The string at a JSON pointer, when it changed from `old` (or on CREATE).

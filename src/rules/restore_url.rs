@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::{Findings, RuleContext, RuleInfo, Severity};
 use crate::{
     schema::{go_quote, redact_url, FieldError},
-    time::{format_rfc3339, parse_amz_date, parse_rfc3339},
+    time::{format_rfc3339, parse_amz_date, parse_sas_time, parse_unix_seconds, TimeError},
 };
 
 pub const URL_FORMAT: RuleInfo = RuleInfo {
@@ -20,7 +20,7 @@ pub const URL_FORMAT: RuleInfo = RuleInfo {
     objects: "HostedCluster, HostedControlPlane",
     field: "spec.etcd.managed.storage.restoreSnapshotURL[0]",
     severity: Severity::Deny,
-    summary: "a well-formed absolute URL with a host; no user information, whitespace or control characters",
+    summary: "a well-formed absolute URL with a host; no user information, whitespace or control characters; presign parameters that parse (real dates) and an `X-Amz-Expires`/`X-Goog-Expires` within 1..604800 s (AWS and GCS refuse longer)",
 };
 
 pub const URL_S3_SCHEME: RuleInfo = RuleInfo {
@@ -47,26 +47,53 @@ pub const URL_EXPIRING: RuleInfo = RuleInfo {
     summary: "warns when a presigned URL expires within `restoreUrlExpiryWarningSeconds` (default 15 minutes)",
 };
 
-/// When a presigned URL stops working (Unix seconds), if it says.
-pub fn parse_expiry(url: &url::Url) -> Option<i64> {
-    let mut amz_date = None;
-    let mut amz_expires = None;
-    let mut goog_date = None;
-    let mut goog_expires = None;
-    let mut v2_expires = None;
-    let mut sas_expiry = None;
-    for (k, v) in url.query_pairs() {
-        match k.as_ref() {
-            "X-Amz-Date" => amz_date = parse_amz_date(&v),
-            "X-Amz-Expires" => amz_expires = v.parse::<i64>().ok(),
-            "X-Goog-Date" => goog_date = parse_amz_date(&v),
-            "X-Goog-Expires" => goog_expires = v.parse::<i64>().ok(),
-            "Expires" => v2_expires = v.parse::<i64>().ok(),
-            "se" => sas_expiry = parse_rfc3339(&v),
-            _ => {}
+/// The longest validity AWS SigV4 and GCS V4 presigned URLs may have: 7 days.
+pub const MAX_PRESIGN_SECONDS: i64 = 604_800;
+
+/// Why a presigned URL's parameters cannot work.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PresignError {
+    #[error("{param}: {0}", param = .1)]
+    Time(TimeError, &'static str),
+    #[error("{0}: {1:?} is not whole seconds from 1 to 604800 (7 days), the longest validity AWS and GCS accept")]
+    Expires(&'static str, String),
+    #[error("se: {0} is not after st {1}")]
+    ExpiresBeforeStart(String, String),
+}
+
+fn expires_seconds(param: &'static str, v: &str) -> Result<i64, PresignError> {
+    match v.parse::<i64>() {
+        Ok(n) if (1..=MAX_PRESIGN_SECONDS).contains(&n) && v.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+        _ => Err(PresignError::Expires(param, v.to_string())),
+    }
+}
+
+/// When a presigned URL stops working (Unix seconds), if it says; an error
+/// when a presign parameter is there but cannot be valid (an impossible date,
+/// a validity AWS refuses): such a URL can never be downloaded.
+///
+/// SigV4 (`X-Amz-Date` + `X-Amz-Expires`), GCS V4 (`X-Goog-Date` +
+/// `X-Goog-Expires`), Azure SAS (`se`, and `st` for well-formedness; only with
+/// a `sig`) and SigV2 (`Expires`, only with a `Signature`).
+pub fn parse_expiry(url: &url::Url) -> Result<Option<i64>, PresignError> {
+    let pairs: Vec<(String, String)> = url.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+    let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let time = |param: &'static str, parse: fn(&str) -> Result<i64, TimeError>| {
+        get(param).map(|v| parse(v).map_err(|e| PresignError::Time(e, param))).transpose()
+    };
+    let amz_date = time("X-Amz-Date", parse_amz_date)?;
+    let amz_expires = get("X-Amz-Expires").map(|v| expires_seconds("X-Amz-Expires", v)).transpose()?;
+    let goog_date = time("X-Goog-Date", parse_amz_date)?;
+    let goog_expires = get("X-Goog-Expires").map(|v| expires_seconds("X-Goog-Expires", v)).transpose()?;
+    let (sas_start, sas_expiry) =
+        if get("sig").is_some() { (time("st", parse_sas_time)?, time("se", parse_sas_time)?) } else { (None, None) };
+    let v2_expires = if get("Signature").is_some() { time("Expires", parse_unix_seconds)? } else { None };
+    if let (Some(start), Some(expiry)) = (sas_start, sas_expiry) {
+        if expiry <= start {
+            return Err(PresignError::ExpiresBeforeStart(format_rfc3339(expiry), format_rfc3339(start)));
         }
     }
-    [
+    Ok([
         amz_date.zip(amz_expires).map(|(d, e)| d.saturating_add(e)),
         goog_date.zip(goog_expires).map(|(d, e)| d.saturating_add(e)),
         sas_expiry,
@@ -74,30 +101,28 @@ pub fn parse_expiry(url: &url::Url) -> Option<i64> {
     ]
     .into_iter()
     .flatten()
-    .min()
+    .min())
 }
 
-fn format_problem(raw: &str) -> Option<String> {
+/// The URL, parsed, or what makes it unusable for curl.
+fn well_formed(raw: &str) -> Result<url::Url, String> {
     if let Some(c) = raw.chars().find(|c| c.is_whitespace() || c.is_control()) {
         let what = if c.is_control() { "a control character" } else { "whitespace" };
-        return Some(format!("contains {what} ({c:?}); percent-encode it"));
+        return Err(format!("contains {what} ({c:?}); percent-encode it"));
     }
     // The WHATWG parser turns "https:///x" into host "x"; curl does not.
     let authority = raw.split_once("://").map_or("", |(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or(""));
     if authority.is_empty() {
-        return Some("has no host".to_string());
+        return Err("has no host".to_string());
     }
-    let url = match url::Url::parse(raw) {
-        Ok(u) => u,
-        Err(e) => return Some(format!("is not a valid absolute URL: {e}")),
-    };
+    let url = url::Url::parse(raw).map_err(|e| format!("is not a valid absolute URL: {e}"))?;
     if url.host_str().is_none_or(str::is_empty) {
-        return Some("has no host".to_string());
+        return Err("has no host".to_string());
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Some("carries user information (user:password@); use a presigned URL instead".to_string());
+        return Err("carries user information (user:password@); use a presigned URL instead".to_string());
     }
-    None
+    Ok(url)
 }
 
 pub fn check(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>, f: &mut Findings) {
@@ -117,10 +142,13 @@ pub fn check(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>, f: &mut Fi
         if !matches!(scheme, Some("https") | Some("s3")) {
             continue; // upstream's scheme rule already denies it
         }
-        if let Some(problem) = format_problem(raw) {
-            f.deny(&URL_FORMAT, FieldError::invalid(&field, shown.clone(), format!("{problem}: must be an absolute https URL with a host, without user information, whitespace or control characters")));
-            continue;
-        }
+        let url = match well_formed(raw) {
+            Ok(url) => url,
+            Err(problem) => {
+                f.deny(&URL_FORMAT, FieldError::invalid(&field, shown.clone(), format!("{problem}: must be an absolute https URL with a host, without user information, whitespace or control characters")));
+                continue;
+            }
+        };
         if scheme == Some("s3") {
             let text = "s3:// cannot be downloaded by the etcd-init container (it uses curl); give an https presigned URL (the OADP plugin presigns s3:// for you)";
             if ctx.settings.allow_s3_restore_url {
@@ -130,30 +158,39 @@ pub fn check(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>, f: &mut Fi
             }
             continue;
         }
-        let Some(expiry) = url::Url::parse(raw).ok().as_ref().and_then(parse_expiry) else {
-            continue;
+        let invalid = |detail: String| FieldError::invalid(&field, shown.clone(), detail);
+        let expiry = match parse_expiry(&url) {
+            Ok(Some(e)) => e,
+            Ok(None) => continue,
+            Err(problem) => {
+                let detail =
+                    format!("{problem}: the presigned URL can never be downloaded; presign the snapshot again");
+                f.deny(&URL_FORMAT, invalid(detail));
+                continue;
+            }
         };
-        if expiry <= ctx.now {
-            f.deny(
-                &URL_EXPIRED,
-                FieldError::invalid(
-                    &field,
-                    shown,
-                    format!(
-                        "the presigned URL expired at {} (now {}); etcd-init would fail to download the snapshot: presign the snapshot again",
-                        format_rfc3339(expiry),
-                        format_rfc3339(ctx.now)
-                    ),
-                ),
-            );
-        } else if (expiry - ctx.now) as u64 <= ctx.settings.restore_url_expiry_warning_seconds {
+        let now = match ctx.now {
+            Ok(n) => n,
+            Err(clock) => {
+                let at = format_rfc3339(expiry);
+                let detail =
+                    format!("{clock}: whether the presigned URL (expiring at {at}) has expired cannot be checked");
+                f.deny(&URL_EXPIRED, invalid(detail));
+                continue;
+            }
+        };
+        if expiry <= now {
+            let (at, now) = (format_rfc3339(expiry), format_rfc3339(now));
+            let detail = format!("the presigned URL expired at {at} (now {now}); etcd-init would fail to download the snapshot: presign the snapshot again");
+            f.deny(&URL_EXPIRED, invalid(detail));
+        } else if (expiry - now) as u64 <= ctx.settings.restore_url_expiry_warning_seconds {
             f.warn(
                 &URL_EXPIRING,
                 &field,
                 format!(
                     "the presigned URL expires at {} ({} s from now); the restore fails if etcd-init has not downloaded it by then",
                     format_rfc3339(expiry),
-                    expiry - ctx.now
+                    expiry - now
                 ),
             );
         }
@@ -170,7 +207,7 @@ mod tests {
     fn run(url: &str, now: &str, settings: Settings) -> Findings {
         let obj = json!({"spec":{"etcd":{"managed":{"storage":{"restoreSnapshotURL":[url]}}}}});
         let mut f = Findings::default();
-        let now = parse_rfc3339(now).unwrap_or(0);
+        let now = Ok(crate::time::parse_rfc3339(now).expect("test time"));
         check(&obj, None, &RuleContext { settings: &settings, now }, &mut f);
         f
     }
@@ -204,5 +241,46 @@ mod tests {
         let f = run("s3://bucket/key", "2026-01-01T00:00:00Z", allow);
         assert_eq!((f.errors.len(), f.warnings.len()), (0, 1));
         assert!(run("http://h/x", "2026-01-01T00:00:00Z", d()).errors.is_empty(), "left to the CEL rule");
+    }
+
+    #[test]
+    fn urls_that_can_never_work_are_malformed() {
+        let d = Settings::default;
+        let long = SIGV4.replace("X-Amz-Expires=3600", "X-Amz-Expires=999999");
+        let f = run(&long, "2026-11-29T15:10:00Z", d());
+        assert_eq!(f.errors.len(), 1);
+        assert_eq!(f.errors[0].rule_id, Some(URL_FORMAT.id));
+        assert!(f.errors[0].detail.contains("X-Amz-Expires: \"999999\" is not whole seconds"), "{}", f.errors[0]);
+        for bad in ["X-Amz-Expires=0", "X-Amz-Expires=-5", "X-Amz-Expires=1h"] {
+            assert_eq!(
+                run(&SIGV4.replace("X-Amz-Expires=3600", bad), "2026-11-29T15:10:00Z", d()).errors.len(),
+                1,
+                "{bad}"
+            );
+        }
+        let week = SIGV4.replace("X-Amz-Expires=3600", "X-Amz-Expires=604800");
+        assert!(run(&week, "2026-11-29T15:10:00Z", d()).errors.is_empty());
+        let sas = "https://a.blob.core.windows.net/c/b.db?sv=2024-11-04&se=2027-02-30&sig=x";
+        let f = run(sas, "2026-11-29T15:10:00Z", d());
+        assert_eq!(f.errors.len(), 1, "30 February is not 2 March");
+        assert!(f.errors[0].detail.contains("se: \"2027-02-30\" is not an Azure SAS time"), "{}", f.errors[0]);
+        let bad_date = SIGV4.replace("20261129T150000Z", "20261131T150000Z");
+        assert_eq!(run(&bad_date, "2026-11-29T15:10:00Z", d()).errors.len(), 1);
+    }
+
+    #[test]
+    fn a_clock_failure_denies_what_needs_the_clock() {
+        let s = Settings::default();
+        let obj = json!({"spec":{"etcd":{"managed":{"storage":{"restoreSnapshotURL":[SIGV4]}}}}});
+        let mut f = Findings::default();
+        let now = Err(crate::time::ClockError("test"));
+        check(&obj, None, &RuleContext { settings: &s, now }, &mut f);
+        assert_eq!(f.errors.len(), 1);
+        assert_eq!(f.errors[0].rule_id, Some(URL_EXPIRED.id));
+        let no_expiry = json!({"spec":{"etcd":{"managed":{"storage":{"restoreSnapshotURL":["https://h/x.db"]}}}}});
+        let mut f = Findings::default();
+        let now = Err(crate::time::ClockError("test"));
+        check(&no_expiry, None, &RuleContext { settings: &s, now }, &mut f);
+        assert!(f.errors.is_empty(), "a URL without an expiry does not need the clock");
     }
 }

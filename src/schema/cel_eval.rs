@@ -16,6 +16,7 @@ use super::{
     field_error::{ErrorType, FieldError},
     regex_cache,
     rule_tree::{LazyRule, RuleNode},
+    structural::join,
 };
 
 /// `matches()` with the compiled regex cached (the stock one recompiles per call).
@@ -69,14 +70,6 @@ fn type_name(v: &Value) -> &'static str {
         Value::String(_) => "string",
         Value::Array(_) => "array",
         Value::Object(_) => "object",
-    }
-}
-
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
     }
 }
 

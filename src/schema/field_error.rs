@@ -19,6 +19,19 @@ pub enum ErrorType {
 }
 
 impl ErrorType {
+    /// Whether apiextensions-apiserver skips the CEL rules after this schema
+    /// error (`hasBlockingErr` in its custom resource strategy).
+    pub fn blocks_rules(self) -> bool {
+        matches!(
+            self,
+            ErrorType::NotSupported
+                | ErrorType::Required
+                | ErrorType::TooLong
+                | ErrorType::TooMany
+                | ErrorType::TypeInvalid
+        )
+    }
+
     /// The `StatusCause.reason` (CauseType) of this error type.
     pub fn cause_reason(self) -> &'static str {
         match self {
@@ -58,15 +71,28 @@ impl FieldError {
     pub fn type_invalid(field: impl Into<String>, value: String, detail: impl Into<String>) -> Self {
         Self::new(field, ErrorType::TypeInvalid, value, detail)
     }
+    /// `field.NotSupported` as apiextensions builds it from an enum failure:
+    /// string values as they are, any other value as its JSON text, each then
+    /// quoted with Go's `strconv.Quote`.
     pub fn not_supported(field: impl Into<String>, value: String, supported: &[Value]) -> Self {
-        let list: Vec<String> = supported.iter().map(render_value).collect();
+        let list: Vec<String> = supported
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => go_quote(s),
+                other => go_quote(&other.to_string()),
+            })
+            .collect();
         Self::new(field, ErrorType::NotSupported, value, format!("supported values: {}", list.join(", ")))
     }
+    /// `field.TooLong` (what `TooLongMaxLength` now is): the value is never shown.
     pub fn too_long(field: impl Into<String>, max: u64) -> Self {
-        Self::new(field, ErrorType::TooLong, String::new(), format!("may not be more than {max} bytes"))
+        let unit = if max == 1 { "byte" } else { "bytes" };
+        Self::new(field, ErrorType::TooLong, String::new(), format!("may not be more than {max} {unit}"))
     }
+    /// `field.TooMany(actual, max)`, for maxItems and maxProperties alike.
     pub fn too_many(field: impl Into<String>, actual: usize, max: u64) -> Self {
-        Self::new(field, ErrorType::TooMany, actual.to_string(), format!("must have at most {max} items"))
+        let unit = if max == 1 { "item" } else { "items" };
+        Self::new(field, ErrorType::TooMany, actual.to_string(), format!("must have at most {max} {unit}"))
     }
     pub fn duplicate(field: impl Into<String>, value: String) -> Self {
         Self::new(field, ErrorType::Duplicate, value, String::new())
@@ -137,8 +163,8 @@ pub fn render_value(v: &Value) -> String {
     }
 }
 
-/// Quotes like Go's `%q`: double quotes, backslash escapes, `\x..`/`\u....`
-/// for control characters.
+/// Quotes like Go's `%q` (`strconv.Quote`): double quotes, backslash
+/// escapes, `\x..`/`\u....` for other control characters.
 pub fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
@@ -149,6 +175,10 @@ pub fn go_quote(s: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\u{b}' => out.push_str("\\v"),
             c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
             c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
             c => out.push(c),
@@ -207,10 +237,17 @@ mod tests {
             FieldError::too_long("spec.storage.s3.bucket", 63).to_string(),
             "spec.storage.s3.bucket: Too long: may not be more than 63 bytes"
         );
+        // apimachinery's TooMany/TooLong use the singular for a bound of 1.
         assert_eq!(
             FieldError::too_many("spec.etcd.managed.storage.restoreSnapshotURL", 2, 1).to_string(),
-            "spec.etcd.managed.storage.restoreSnapshotURL: Too many: 2: must have at most 1 items"
+            "spec.etcd.managed.storage.restoreSnapshotURL: Too many: 2: must have at most 1 item"
         );
+        assert_eq!(FieldError::too_many("l", 11, 10).body(), "Too many: 11: must have at most 10 items");
+        assert_eq!(FieldError::too_long("x", 1).body(), "Too long: may not be more than 1 byte");
+        // Enum values that are not strings are shown as their JSON text, quoted.
+        let e = FieldError::not_supported("n", "3".to_string(), &[Value::from(1), Value::from("a")]);
+        assert_eq!(e.body(), r#"Unsupported value: 3: supported values: "1", "a""#);
+        assert!(ErrorType::TypeInvalid.blocks_rules() && !ErrorType::Invalid.blocks_rules());
     }
 
     #[test]
@@ -222,5 +259,6 @@ mod tests {
         assert_eq!(redact_url("https://u:p@host/x#sha256=00"), "https://host/x?<redacted>");
         assert_eq!(redact_url("plain text"), "plain text");
         assert_eq!(go_quote("a\"b\n\u{1}"), "\"a\\\"b\\n\\x01\"");
+        assert_eq!(go_quote("\u{7}\u{8}\u{b}\u{c}\u{7f}"), "\"\\a\\b\\v\\f\\x7f\"");
     }
 }

@@ -114,13 +114,16 @@ impl CompiledCrdSchema {
     /// Validates `object` (CREATE when `old` is None, UPDATE otherwise) the way
     /// kube-apiserver does for a custom resource: OpenAPI schema checks with
     /// update ratcheting, then the CEL rules (transition rules only when the old
-    /// value exists), unless a type error blocks them.
+    /// value exists), unless a blocking schema error stops them.
     pub fn validate(&self, object: &Value, old: Option<&Value>) -> SchemaOutcome {
         let mut out = SchemaOutcome::default();
         let pruned = structural::prune_nulls(&self.schema, object);
         let pruned_old = old.map(|o| structural::prune_nulls(&self.schema, o));
         structural::validate(&self.schema, &pruned, pruned_old.as_deref(), &mut out);
-        if out.errors.iter().any(|e| e.kind == ErrorType::TypeInvalid) {
+        // apiextensions' `hasBlockingErr`: a type, required, enum, maxLength,
+        // maxItems or maxProperties violation means the object does not have
+        // the shape the rules were written for; they are not run.
+        if out.errors.iter().any(|e| e.kind.blocks_rules()) {
             out.errors.push(FieldError::invalid(
                 "<nil>",
                 "null".to_string(),

@@ -58,9 +58,94 @@ fn prune(schema: &Value, value: &Value) -> Value {
 /// Validates `value` against `schema` (root level), appending to `out`.
 pub fn validate(schema: &Value, value: &Value, old: Option<&Value>, out: &mut SchemaOutcome) {
     walk(schema, value, old, "", out);
+    // x-kubernetes-list-type set/map uniqueness is a pass of its own after the
+    // OpenAPI checks (structurallisttype); on UPDATE it runs only when the old
+    // object passes it (ratcheting).
+    let mut old_list_errors = Vec::new();
+    if let Some(o) = old {
+        list_errors(schema, o, "", &mut old_list_errors);
+    }
+    if old_list_errors.is_empty() {
+        list_errors(schema, value, "", &mut out.errors);
+    }
 }
 
-fn join(path: &str, key: &str) -> String {
+/// Duplicate items of `x-kubernetes-list-type: set` lists and duplicate keys
+/// of `map` lists, as `field.Duplicate` with the value Go prints (`%#v` of the
+/// key map for a map list); only the first repeat of a value is reported.
+fn list_errors(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldError>) {
+    match value {
+        Value::Object(obj) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (k, v) in obj {
+                if let Some(child) = props.and_then(|p| p.get(k)).or(additional) {
+                    list_errors(child, v, &join(path, k), out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            let keys: Vec<&str> = schema
+                .get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)
+                .map(|k| k.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
+            let identities: Option<Vec<(Value, String)>> = match list_type {
+                Some("set") => Some(items.iter().map(|i| (i.clone(), go_sharp(i))).collect()),
+                Some("map") => Some(
+                    items
+                        .iter()
+                        .map(|i| {
+                            let key = map_key(i, &keys);
+                            let shown = go_sharp(&key);
+                            (key, shown)
+                        })
+                        .collect(),
+                ),
+                _ => None,
+            };
+            if let Some(ids) = identities {
+                for (i, (id, shown)) in ids.iter().enumerate() {
+                    let before = ids.iter().take(i).filter(|(other, _)| other == id).count();
+                    if before == 1 {
+                        out.push(FieldError::duplicate(format!("{path}[{i}]"), shown.clone()));
+                    }
+                }
+            }
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    list_errors(item_schema, item, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A JSON value as Go's `%#v` prints what it decodes to (strings quoted, maps
+/// as `map[string]interface {}{"k":v}` with sorted keys, lists as
+/// `[]interface {}{...}`).
+fn go_sharp(v: &Value) -> String {
+    match v {
+        Value::Null => "interface {}(nil)".to_string(),
+        Value::String(s) => super::field_error::go_quote(s),
+        Value::Bool(_) | Value::Number(_) => v.to_string(),
+        Value::Array(items) => {
+            format!("[]interface {{}}{{{}}}", items.iter().map(go_sharp).collect::<Vec<_>>().join(", "))
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            let inner: Vec<String> =
+                entries.iter().map(|(k, v)| format!("{}:{}", super::field_error::go_quote(k), go_sharp(v))).collect();
+            format!("map[string]interface {{}}{{{}}}", inner.join(", "))
+        }
+    }
+}
+
+/// `parent.key` as field paths are printed (`key` at the root).
+pub(super) fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()
     } else {
@@ -100,6 +185,10 @@ fn display_path(path: &str) -> &str {
     }
 }
 
+// The order of checks is kube-openapi's `SchemaValidator`: type, string
+// (maxLength, minLength, pattern: the first failure only), format, number,
+// slice (items, then minItems, maxItems), enum, object (min/maxProperties,
+// properties, then required). A type failure does not stop the enum check.
 fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mut SchemaOutcome) {
     // Ratcheting (KEP-4008, GA in 1.33): an unchanged value is not re-validated.
     if old == Some(value) {
@@ -111,31 +200,37 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
             return;
         }
         if let Some(t) = schema.get("type").and_then(Value::as_str) {
+            // go-openapi's InvalidType carries the actual type's name as its value.
             out.errors.push(FieldError::type_invalid(
                 shown,
-                "null".to_string(),
+                "\"null\"".to_string(),
                 format!("{shown} in body must be of type {t}: \"null\""),
             ));
         }
+        check_enum(schema, value, shown, out);
         return;
     }
-    if let Some(t) = schema.get("type").and_then(Value::as_str) {
-        if !type_matches(t, value) {
+    let type_ok = match schema.get("type").and_then(Value::as_str) {
+        Some(t) if !type_matches(t, value) => {
+            let actual = json_type(value);
             out.errors.push(FieldError::type_invalid(
                 shown,
-                render_value(value),
-                format!("{shown} in body must be of type {t}: \"{}\"", json_type(value)),
+                format!("\"{actual}\""),
+                format!("{shown} in body must be of type {t}: \"{actual}\""),
             ));
-            return;
+            false
         }
-    }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
-        if !allowed.contains(value) {
-            out.errors.push(FieldError::not_supported(shown, render_value(value), allowed));
-        }
+        _ => true,
+    };
+    if !type_ok {
+        check_enum(schema, value, shown, out);
+        return;
     }
     match value {
-        Value::String(s) => check_string(schema, s, value, shown, out),
+        Value::String(s) => {
+            check_string(schema, s, value, shown, out);
+            check_enum(schema, value, shown, out);
+        }
         Value::Number(n) => {
             if let (Some(min), Some(v)) = (schema.get("minimum").and_then(Value::as_f64), n.as_f64()) {
                 if v < min {
@@ -146,15 +241,37 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
                     ));
                 }
             }
+            check_enum(schema, value, shown, out);
         }
-        Value::Array(items) => check_array(schema, items, old, path, out),
-        Value::Object(obj) => check_object(schema, obj, old, path, out),
-        _ => {}
+        Value::Array(items) => {
+            check_array(schema, items, old, path, out);
+            check_enum(schema, value, shown, out);
+        }
+        Value::Object(obj) => {
+            check_enum(schema, value, shown, out);
+            check_object(schema, obj, old, path, out);
+        }
+        _ => check_enum(schema, value, shown, out),
+    }
+}
+
+fn check_enum(schema: &Value, value: &Value, shown: &str, out: &mut SchemaOutcome) {
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
+        if !allowed.contains(value) {
+            out.errors.push(FieldError::not_supported(shown, render_value(value), allowed));
+        }
     }
 }
 
 fn check_string(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut SchemaOutcome) {
     let chars = s.chars().count() as u64;
+    // kube-openapi's stringValidator stops at its first failure.
+    if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
+        if chars > max {
+            out.errors.push(FieldError::too_long(shown, max));
+            return check_format(schema, s, value, shown, out);
+        }
+    }
     if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
         if chars < min {
             out.errors.push(FieldError::invalid(
@@ -162,26 +279,33 @@ fn check_string(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut S
                 render_value(value),
                 format!("{shown} in body should be at least {min} chars long"),
             ));
-        }
-    }
-    if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
-        if chars > max {
-            out.errors.push(FieldError::too_long(shown, max));
+            return check_format(schema, s, value, shown, out);
         }
     }
     if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
-        if let Ok(re) = regex_cache::get(pattern) {
-            if !re.is_match(s) {
-                out.errors.push(FieldError::invalid(
-                    shown,
-                    render_value(value),
-                    format!("{shown} in body should match '{pattern}'"),
-                ));
-            }
+        match regex_cache::get(pattern) {
+            Ok(re) if re.is_match(s) => {}
+            Ok(_) => out.errors.push(FieldError::invalid(
+                shown,
+                render_value(value),
+                format!("{shown} in body should match '{pattern}'"),
+            )),
+            // go-openapi reports a pattern it cannot compile on the value.
+            Err(e) => out.errors.push(FieldError::invalid(
+                shown,
+                render_value(value),
+                format!("{shown} in body should match '{pattern}, but pattern is invalid: {e}'"),
+            )),
         }
     }
-    if schema.get("format").and_then(Value::as_str) == Some("date-time") && !is_rfc3339(s) {
-        out.errors.push(FieldError::invalid(
+    check_format(schema, s, value, shown, out);
+}
+
+/// `format: date-time` (the only format our schemas use): go-openapi's
+/// `InvalidType(path, in, "date-time", value)`, a type error.
+fn check_format(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut SchemaOutcome) {
+    if schema.get("format").and_then(Value::as_str) == Some("date-time") && crate::time::parse_rfc3339(s).is_err() {
+        out.errors.push(FieldError::type_invalid(
             shown,
             render_value(value),
             format!("{shown} in body must be of type date-time: {}", render_value(value)),
@@ -189,21 +313,17 @@ fn check_string(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut S
     }
 }
 
-fn is_rfc3339(s: &str) -> bool {
-    regex_cache::get(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
-        .map(|re| re.is_match(s))
-        .unwrap_or(false)
-}
-
 fn check_array(schema: &Value, items: &[Value], old: Option<&Value>, path: &str, out: &mut SchemaOutcome) {
     let shown = display_path(path);
+    if let Some(item_schema) = schema.get("items") {
+        check_items(schema, item_schema, items, old, path, out);
+    }
+    // go-openapi's TooFewItems/TooManyItems carry the actual count.
     if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
         if (items.len() as u64) < min {
-            // The value is the list itself, which field.Error prints with Go's %#v.
-            let value = if items.is_empty() { "[]interface {}{}".to_string() } else { "\"array\"".to_string() };
             out.errors.push(FieldError::invalid(
                 shown,
-                value,
+                items.len().to_string(),
                 format!("{shown} in body should have at least {min} items"),
             ));
         }
@@ -213,9 +333,16 @@ fn check_array(schema: &Value, items: &[Value], old: Option<&Value>, path: &str,
             out.errors.push(FieldError::too_many(shown, items.len(), max));
         }
     }
-    let Some(item_schema) = schema.get("items") else {
-        return;
-    };
+}
+
+fn check_items(
+    schema: &Value,
+    item_schema: &Value,
+    items: &[Value],
+    old: Option<&Value>,
+    path: &str,
+    out: &mut SchemaOutcome,
+) {
     let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
     let map_keys: Vec<&str> = schema
         .get("x-kubernetes-list-map-keys")
@@ -223,7 +350,6 @@ fn check_array(schema: &Value, items: &[Value], old: Option<&Value>, path: &str,
         .map(|k| k.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     let old_items = old.and_then(Value::as_array);
-    let mut seen: Vec<Value> = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let item_path = format!("{path}[{i}]");
         // Correlate with the old list the way ratcheting does: by key for
@@ -231,19 +357,9 @@ fn check_array(schema: &Value, items: &[Value], old: Option<&Value>, path: &str,
         let correlated = match list_type {
             Some("map") => {
                 let key = map_key(item, &map_keys);
-                if list_type == Some("map") && seen.contains(&key) {
-                    out.errors.push(FieldError::duplicate(&item_path, key.to_string()));
-                }
-                seen.push(key.clone());
                 old_items.and_then(|o| o.iter().find(|oi| map_key(oi, &map_keys) == key))
             }
-            Some("set") => {
-                if seen.contains(item) {
-                    out.errors.push(FieldError::duplicate(&item_path, render_value(item)));
-                }
-                seen.push(item.clone());
-                old_items.and_then(|o| o.iter().find(|oi| *oi == item))
-            }
+            Some("set") => old_items.and_then(|o| o.iter().find(|oi| *oi == item)),
             _ => None,
         };
         walk(item_schema, item, correlated, &item_path, out);
@@ -262,30 +378,20 @@ fn map_key(item: &Value, keys: &[&str]) -> Value {
 
 fn check_object(schema: &Value, obj: &Map<String, Value>, old: Option<&Value>, path: &str, out: &mut SchemaOutcome) {
     let shown = display_path(path);
+    // go-openapi's TooFewProperties/TooManyProperties carry the actual count;
+    // apiextensions turns the second into field.TooMany.
     if let Some(min) = schema.get("minProperties").and_then(Value::as_u64) {
         if (obj.len() as u64) < min {
-            // go-openapi's TooFewProperties carries the bound as its value.
             out.errors.push(FieldError::invalid(
                 shown,
-                min.to_string(),
+                obj.len().to_string(),
                 format!("{shown} in body should have at least {min} properties"),
             ));
         }
     }
     if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64) {
         if obj.len() as u64 > max {
-            out.errors.push(FieldError::invalid(
-                shown,
-                max.to_string(),
-                format!("{shown} in body should have at most {max} properties"),
-            ));
-        }
-    }
-    if let Some(required) = schema.get("required").and_then(Value::as_array) {
-        for r in required.iter().filter_map(Value::as_str) {
-            if !obj.contains_key(r) {
-                out.errors.push(FieldError::required(join(path, r)));
-            }
+            out.errors.push(FieldError::too_many(shown, obj.len(), max));
         }
     }
     let props = schema.get("properties").and_then(Value::as_object);
@@ -307,6 +413,13 @@ fn check_object(schema: &Value, obj: &Map<String, Value>, old: Option<&Value>, p
                 {
                     out.unknown_fields.push(child_path);
                 }
+            }
+        }
+    }
+    if let Some(required) = schema.get("required").and_then(Value::as_array) {
+        for r in required.iter().filter_map(Value::as_str) {
+            if !obj.contains_key(r) {
+                out.errors.push(FieldError::required(join(path, r)));
             }
         }
     }
@@ -347,10 +460,44 @@ mod tests {
         let s = json!({"type":"object","properties":{"l":{"type":"array","maxItems":1,"minItems":1,"items":{"type":"string"}},"o":{"type":"object","minProperties":1}}});
         assert_eq!(
             run(s, json!({"l":[],"o":{}}), None),
+            // go-openapi's TooFewItems/TooFewProperties carry the actual count
+            // (as `spec.x: Invalid value: 0: spec.x in body should have at least 1 items`).
             vec![
-                "l: Invalid value: []interface {}{}: l in body should have at least 1 items",
-                "o: Invalid value: 1: o in body should have at least 1 properties"
+                "l: Invalid value: 0: l in body should have at least 1 items",
+                "o: Invalid value: 0: o in body should have at least 1 properties"
             ]
         );
+        let s = json!({"type":"object","properties":{"o":{"type":"object","maxProperties":1},"n":{"type":"string"},"e":{"type":"string","enum":["a"]}}});
+        assert_eq!(
+            run(s, json!({"o":{"a":1,"b":2},"n":5,"e":7}), None),
+            vec![
+                r#"e: Invalid value: "integer": e in body must be of type string: "integer""#,
+                r#"e: Unsupported value: 7: supported values: "a""#,
+                r#"n: Invalid value: "integer": n in body must be of type string: "integer""#,
+                "o: Too many: 2: must have at most 1 item",
+            ]
+        );
+    }
+
+    #[test]
+    fn string_checks_stop_at_the_first_failure_and_required_comes_last() {
+        let s = json!({"type":"object","required":["z"],"properties":{"a":{"type":"string","maxLength":2,"pattern":"^b$"}}});
+        assert_eq!(
+            run(s, json!({"a":"aaa"}), None),
+            vec!["a: Too long: may not be more than 2 bytes", "z: Required value"]
+        );
+    }
+
+    #[test]
+    fn list_map_duplicates_show_the_key_as_go_prints_it() {
+        let s = json!({"type":"object","properties":{"c":{"type":"array","x-kubernetes-list-type":"map",
+            "x-kubernetes-list-map-keys":["type"],"items":{"type":"object"}}}});
+        let v = json!({"c":[{"type":"A"},{"type":"A"},{"type":"A"}]});
+        assert_eq!(
+            run(s.clone(), v.clone(), None),
+            vec![r#"c[1]: Duplicate value: map[string]interface {}{"type":"A"}"#]
+        );
+        // Ratcheting: an old object that already had the duplicate is not judged again.
+        assert!(run(s, v.clone(), Some(json!({"c":[{"type":"A"},{"type":"A"}]}))).is_empty());
     }
 }

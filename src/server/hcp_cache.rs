@@ -24,7 +24,7 @@ use kube::{
 use serde_json::Value;
 
 use super::metrics::truncate;
-use crate::lookup::{Lookup, LookupError, Prefetched};
+use crate::admission::lookup::{Lookup, LookupError, Prefetched};
 
 /// Kubernetes namespace names: RFC 1123 labels.
 pub fn is_dns1123_label(s: &str) -> bool {

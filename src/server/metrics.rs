@@ -59,13 +59,17 @@ label_enum!(
 );
 
 impl Operation {
-    pub fn from_request(op: Option<&str>) -> Self {
+    /// The label of a parsed request's operation; `other` when the request
+    /// did not parse (an unknown operation does not parse: the typed request
+    /// only has the four Kubernetes has).
+    pub fn from_request(op: Option<crate::admission::Operation>) -> Self {
+        use crate::admission::Operation as Op;
         match op {
-            Some("CREATE") => Self::Create,
-            Some("UPDATE") => Self::Update,
-            Some("DELETE") => Self::Delete,
-            Some("CONNECT") => Self::Connect,
-            _ => Self::Other,
+            Some(Op::Create) => Self::Create,
+            Some(Op::Update) => Self::Update,
+            Some(Op::Delete) => Self::Delete,
+            Some(Op::Connect) => Self::Connect,
+            None => Self::Other,
         }
     }
 }
@@ -362,9 +366,7 @@ mod tests {
 
     #[test]
     fn operation_labels_are_a_closed_set() {
-        assert_eq!(Operation::from_request(Some("CREATE")), Operation::Create);
-        assert_eq!(Operation::from_request(Some("create")), Operation::Other);
-        assert_eq!(Operation::from_request(Some(&"X".repeat(20_000))), Operation::Other);
+        assert_eq!(Operation::from_request(Some(crate::admission::Operation::Create)), Operation::Create);
         assert_eq!(Operation::from_request(None), Operation::Other);
     }
 

@@ -21,6 +21,7 @@
 //!   `Connection: close` meanwhile), then stops accepting and lets in-flight
 //!   requests finish within the shutdown grace.
 
+pub mod certs;
 pub mod hcp_cache;
 pub mod limits;
 pub mod metrics;
@@ -62,6 +63,8 @@ pub enum ServerError {
     Tls(String),
     #[error("listening on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("the decision core cannot start: {0}")]
+    WarmUp(#[from] admission::WarmUpError),
 }
 
 /// Options of `serve`.
@@ -99,7 +102,7 @@ pub enum LookupSource {
     #[default]
     None,
     /// Fixed objects (`--context` files).
-    Static(crate::lookup::ContextObjects),
+    Static(crate::admission::lookup::ContextObjects),
     /// A reflector over the cluster this client talks to.
     Cluster(kube::Client),
 }
@@ -133,7 +136,7 @@ pub struct PeerIdentity {
 pub struct App {
     pub settings: Settings,
     /// Where the mutation finds HostedControlPlanes (context files or a reflector).
-    pub lookup: Option<Arc<dyn crate::lookup::Lookup + Send + Sync>>,
+    pub lookup: Option<Arc<dyn crate::admission::lookup::Lookup + Send + Sync>>,
     /// The HostedControlPlane reflector, when watching a cluster (readiness waits for its sync).
     pub hcp_cache: Option<Arc<hcp_cache::HcpCache>>,
     pub metrics: Arc<metrics::Metrics>,
@@ -170,14 +173,15 @@ impl Server {
             Some(a) => Some(bind(a).await?),
             None => None,
         };
-        let (lookup, hcp_cache): (Option<Arc<dyn crate::lookup::Lookup + Send + Sync>>, _) = match &opts.lookups {
-            LookupSource::None => (None, None),
-            LookupSource::Static(objects) => (Some(Arc::new(objects.clone())), None),
-            LookupSource::Cluster(client) => {
-                let cache = hcp_cache::HcpCache::start(client.clone());
-                (Some(cache.clone() as Arc<dyn crate::lookup::Lookup + Send + Sync>), Some(cache))
-            }
-        };
+        let (lookup, hcp_cache): (Option<Arc<dyn crate::admission::lookup::Lookup + Send + Sync>>, _) =
+            match &opts.lookups {
+                LookupSource::None => (None, None),
+                LookupSource::Static(objects) => (Some(Arc::new(objects.clone())), None),
+                LookupSource::Cluster(client) => {
+                    let cache = hcp_cache::HcpCache::start(client.clone());
+                    (Some(cache.clone() as Arc<dyn crate::admission::lookup::Lookup + Send + Sync>), Some(cache))
+                }
+            };
         let app = Arc::new(App {
             settings: opts.settings.clone(),
             lookup,
@@ -188,8 +192,8 @@ impl Server {
             limits: limits::Limits::new(opts.limits.clone()),
             client_auth: opts.client_ca.as_ref().map(|_| ClientAuth { allowed: opts.allowed_client_names.clone() }),
         });
-        // Compile every schema before reporting ready.
-        admission::warm_up();
+        // Parse every schema and compile every rule before reporting ready.
+        admission::warm_up()?;
         app.ready.store(true, std::sync::atomic::Ordering::Release);
         Ok(Self {
             listener,

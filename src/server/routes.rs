@@ -21,8 +21,7 @@ use super::{
     metrics::{truncate, Decision, Operation, RejectReason, Webhook},
     App, PeerIdentity,
 };
-use crate::admission::{self, DecisionInput, Target};
-use crate::lookup as hcp_lookup;
+use crate::admission::{self, lookup as hcp_lookup, DecisionInput, Target};
 
 pub use super::limits::MAX_BODY;
 
@@ -301,36 +300,36 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
         drop(slot);
         o
     };
-    let (parsed, review) = match outcome {
-        Ok(pr) => pr,
+    let reviewed = match outcome {
+        Ok(r) => r,
         Err((code, message)) => {
             app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
             return error(code, message);
         }
     };
     let elapsed = started.elapsed();
-    let req = &parsed["request"];
-    let resp = &review["response"];
-    let operation = Operation::from_request(req["operation"].as_str());
-    let decision = match (resp["allowed"].as_bool(), resp["status"]["code"].as_u64()) {
-        (Some(true), _) => Decision::Allowed,
-        (_, Some(400)) => Decision::CannotDecide,
-        _ => Decision::Denied,
+    let req = reviewed.request.as_ref();
+    // Labels from the typed request and decision: bounded sets.
+    let operation = Operation::from_request(req.map(|r| r.operation));
+    let decision = match reviewed.decision.denial() {
+        None => Decision::Allowed,
+        Some(d) if d.reason == admission::DenialReason::BadRequest => Decision::CannotDecide,
+        Some(_) => Decision::Denied,
     };
     app.metrics.observe(webhook, operation, decision, elapsed.as_secs_f64());
-    let field = |v: &Value| truncate(v.as_str().unwrap_or_default(), LOG_FIELD_MAX).into_owned();
+    let field = |v: Option<&str>| truncate(v.unwrap_or_default(), LOG_FIELD_MAX).into_owned();
     tracing::info!(
-        uid = field(&req["uid"]),
-        kind = field(&req["kind"]["kind"]),
-        namespace = field(&req["namespace"]),
-        name = field(&req["name"]),
-        operation = field(&req["operation"]),
-        dry_run = req["dryRun"].as_bool().unwrap_or(false),
+        uid = field(req.map(|r| r.uid.as_str())),
+        kind = field(req.map(|r| r.kind.kind.as_str())),
+        namespace = field(req.and_then(|r| r.namespace.as_deref())),
+        name = field(req.and_then(|r| r.name.as_deref())),
+        operation = req.map_or("", |r| r.operation.as_str()),
+        dry_run = req.and_then(|r| r.dry_run).unwrap_or(false),
         decision = decision.as_str(),
         latency_us = elapsed.as_micros() as u64,
         "admission review"
     );
-    Json(review).into_response()
+    Json(reviewed.review).into_response()
 }
 
 /// Reads and drops what is left of a body of at most twice `max` bytes, until
@@ -368,28 +367,25 @@ fn task_failed(e: tokio::task::JoinError) -> (StatusCode, String) {
     (StatusCode::INTERNAL_SERVER_ERROR, format!("decision task failed: {e}"))
 }
 
-/// Decides a parsed review (counting what the etcd-init mutation did); hands
-/// the request back with the answer. An HTTP error when it is not a review.
+/// Decides a parsed review (counting what the etcd-init mutation did): the
+/// typed request and decision, and the wire answer. An HTTP error when it is
+/// not a review.
 fn decide(
     app: &App,
     parsed: Value,
     prefetched: Option<&hcp_lookup::Prefetched>,
     target: Target,
-) -> Result<(Value, Value), (StatusCode, String)> {
+) -> Result<admission::Reviewed, (StatusCode, String)> {
     let lookup: Option<&dyn hcp_lookup::Lookup> = match prefetched {
         Some(p) => Some(p),
         None => app.lookup.as_deref().map(|l| l as &dyn hcp_lookup::Lookup),
     };
-    let decision = DecisionInput { settings: &app.settings, lookup, now: now_unix(), expect: Some(target) };
-    let (review, outcome) =
-        admission::review_with_outcome(&parsed, &decision).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
-    if let Some(o) = outcome {
+    let decision =
+        DecisionInput { settings: &app.settings, lookup, now: crate::time::system_now(), expect: Some(target) };
+    let reviewed = admission::review_typed(&parsed, &decision).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+    if let Some(o) = &reviewed.decision.etcd_init {
         let (outcome, reason) = o.labels();
         app.metrics.etcd_init(outcome, reason);
     }
-    Ok((parsed, review))
-}
-
-fn now_unix() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+    Ok(reviewed)
 }

@@ -4,6 +4,7 @@
 //! are held to the same expectations.
 #![allow(dead_code)]
 
+pub mod env;
 pub mod https;
 pub mod running;
 pub mod snapshot_server;
@@ -11,6 +12,14 @@ pub mod snapshot_server;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
+
+/// One expected `status.details.causes[]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    pub reason: String,
+    pub field: String,
+    pub message: String,
+}
 
 #[derive(Debug, Clone)]
 pub struct Case {
@@ -20,7 +29,13 @@ pub struct Case {
     pub settings: Value,
     pub now: String,
     pub allowed: bool,
-    pub messages: Vec<String>,
+    /// Denials: the complete `status.message`.
+    pub message: Option<String>,
+    /// Denials: `status.code` (422 with causes, 400 without, unless given).
+    pub code: Option<u64>,
+    /// Denials: the complete `status.details.causes`, in order.
+    pub causes: Vec<Cause>,
+    /// The complete `response.warnings`, in order.
     pub warnings: Vec<String>,
     pub absent: Vec<String>,
     /// Objects the decision may look up (HostedControlPlanes).
@@ -143,6 +158,61 @@ pub fn load_cases() -> Vec<Case> {
     cases
 }
 
+/// The keys a case may have (a typo must not silently drop an expectation).
+const CASE_KEYS: &[&str] = &[
+    "name",
+    "resource",
+    "operation",
+    "subResource",
+    "base",
+    "merge",
+    "oldBase",
+    "oldMerge",
+    "settings",
+    "now",
+    "allowed",
+    "message",
+    "code",
+    "causes",
+    "warnings",
+    "absent",
+    "context",
+    "patched",
+    "initContainers",
+    "env",
+    "noEnv",
+    "image",
+    "etcdInit",
+    "noEtcdInit",
+];
+
+fn causes_of(file: &str, name: &str, v: Option<&Value>) -> Vec<Cause> {
+    let Some(list) = v else { return Vec::new() };
+    list.as_array()
+        .unwrap_or_else(|| panic!("{file}: {name}: causes must be a list"))
+        .iter()
+        .map(|c| {
+            let get = |k: &str| {
+                c.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_else(|| panic!("{file}: {name}: every cause needs reason, field and message"))
+                    .to_string()
+            };
+            Cause { reason: get("reason"), field: get("field"), message: get("message") }
+        })
+        .collect()
+}
+
+/// For the HostedControlPlane run of a HostedCluster case: the same text with
+/// the kind and resource swapped.
+fn for_variant(text: &str, res: &str) -> String {
+    if res == "hostedcontrolplanes" {
+        text.replace("HostedCluster", "HostedControlPlane").replace("hostedclusters", "hostedcontrolplanes")
+    } else {
+        text.to_string()
+    }
+}
+
 fn load_file(path: &Path) -> Vec<Case> {
     let text = std::fs::read_to_string(path).expect("read conformance file");
     let doc: Value = serde_yaml_ng::from_str(&text).expect("conformance YAML");
@@ -152,12 +222,28 @@ fn load_file(path: &Path) -> Vec<Case> {
     let mut out = Vec::new();
     for (i, c) in doc.get("cases").and_then(Value::as_array).expect("cases").iter().enumerate() {
         let name = c["name"].as_str().expect("case name").to_string();
+        for key in c.as_object().expect("a case is a mapping").keys() {
+            assert!(
+                CASE_KEYS.contains(&key.as_str()),
+                "{file}: {name}: unknown key {key:?} (expectations are complete: message, code, causes, warnings; see the file header)"
+            );
+        }
         let resource = c["resource"].as_str().expect("resource").to_string();
         let op = c.get("operation").and_then(Value::as_str).unwrap_or("CREATE");
         let sub = c.get("subResource").and_then(Value::as_str);
         let obj = build(&fixtures, c.get("base"), c.get("merge"));
         let old = build(&fixtures, c.get("oldBase"), c.get("oldMerge"));
         let (obj, old) = if op == "DELETE" { (None, obj) } else { (obj, old) };
+        let allowed = c["allowed"].as_bool().expect("allowed");
+        let message = c.get("message").and_then(Value::as_str).map(str::to_string);
+        let causes = causes_of(&file, &name, c.get("causes"));
+        assert_eq!(
+            allowed,
+            message.is_none() && causes.is_empty(),
+            "{file}: {name}: a denial needs its complete message (and causes); an allowed case has neither"
+        );
+        let code =
+            c.get("code").and_then(Value::as_u64).or((!allowed).then_some(if causes.is_empty() { 400 } else { 422 }));
         let variants: Vec<&str> = if resource == "hostedclusters" {
             vec!["hostedclusters", "hostedcontrolplanes"]
         } else {
@@ -181,9 +267,11 @@ fn load_file(path: &Path) -> Vec<Case> {
                 review: admission_review(&uid, res, sub, op, o.as_ref(), ol.as_ref()),
                 settings: c.get("settings").cloned().unwrap_or(json!({})),
                 now: c.get("now").and_then(Value::as_str).unwrap_or(&file_now).to_string(),
-                allowed: c["allowed"].as_bool().expect("allowed"),
-                messages: strings(c.get("messages")),
-                warnings: strings(c.get("warnings")),
+                allowed,
+                message: message.as_deref().map(|m| for_variant(m, res)),
+                code,
+                causes: causes.iter().map(|c| Cause { message: for_variant(&c.message, res), ..c.clone() }).collect(),
+                warnings: strings(c.get("warnings")).iter().map(|w| for_variant(w, res)).collect(),
                 absent: strings(c.get("absent")),
                 context: strings(c.get("context"))
                     .iter()
@@ -206,7 +294,55 @@ fn load_file(path: &Path) -> Vec<Case> {
     out
 }
 
-/// Checks a response AdmissionReview against the case; returns the problems.
+/// YAML single-quoted scalar.
+fn yaml_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// A field path, plain when YAML allows it inside a flow mapping.
+fn yaml_field(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+        s.to_string()
+    } else {
+        yaml_quote(s)
+    }
+}
+
+/// The response's expectations as they would be written in a case (printed
+/// when a case fails, so a new case can be checked and pasted).
+pub fn as_case_yaml(resp: &Value) -> String {
+    let mut out = format!("    allowed: {}\n", resp["allowed"]);
+    if let Some(status) = resp.get("status") {
+        out += &format!("    message: {}\n", yaml_quote(status["message"].as_str().unwrap_or_default()));
+        let code = status["code"].as_u64().unwrap_or_default();
+        let causes = status["details"]["causes"].as_array().cloned().unwrap_or_default();
+        if code != if causes.is_empty() { 400 } else { 422 } {
+            out += &format!("    code: {code}\n");
+        }
+        if !causes.is_empty() {
+            out += "    causes:\n";
+            for c in causes {
+                out += &format!(
+                    "      - {{reason: {}, field: {}, message: {}}}\n",
+                    c["reason"].as_str().unwrap_or_default(),
+                    yaml_field(c["field"].as_str().unwrap_or_default()),
+                    yaml_quote(c["message"].as_str().unwrap_or_default())
+                );
+            }
+        }
+    }
+    if let Some(ws) = resp.get("warnings").and_then(Value::as_array) {
+        out += "    warnings:\n";
+        for w in ws {
+            out += &format!("      - {}\n", yaml_quote(w.as_str().unwrap_or_default()));
+        }
+    }
+    out
+}
+
+/// Checks a response AdmissionReview against the case: the complete result
+/// (allowed, status message, code, reason, details, every cause, every
+/// warning), never a part of it. Returns the problems.
 pub fn check_response(case: &Case, review: &Value) -> Vec<String> {
     let mut problems = Vec::new();
     let resp = &review["response"];
@@ -217,24 +353,24 @@ pub fn check_response(case: &Case, review: &Value) -> Vec<String> {
         problems.push(format!("uid not echoed: {}", resp["uid"]));
     }
     if resp["allowed"].as_bool() != Some(case.allowed) {
-        problems
-            .push(format!("allowed = {}, expected {}: {}", resp["allowed"], case.allowed, resp["status"]["message"]));
+        problems.push(format!("allowed = {}, expected {}", resp["allowed"], case.allowed));
     }
-    let message = resp["status"]["message"].as_str().unwrap_or_default();
-    for m in &case.messages {
-        if !message.contains(m.as_str()) {
-            problems.push(format!("message lacks {m:?}\n      got: {message}"));
-        }
+    let status = resp.get("status");
+    match (status, case.allowed) {
+        (Some(s), true) => problems.push(format!("an allowed response carries a status: {s}")),
+        (None, false) => problems.push("a denial without a status".to_string()),
+        (Some(s), false) => problems.extend(check_status(case, s)),
+        (None, true) => {}
     }
-    let warnings: Vec<&str> =
-        resp["warnings"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-    for w in &case.warnings {
-        if !warnings.iter().any(|x| x.contains(w.as_str())) {
-            problems.push(format!("warnings lack {w:?}; got {warnings:?}"));
-        }
+    let warnings: Vec<String> = resp["warnings"]
+        .as_array()
+        .map(|a| a.iter().map(|w| w.as_str().unwrap_or("<not a string>").to_string()).collect())
+        .unwrap_or_default();
+    if warnings != case.warnings {
+        problems.push(format!("warnings {warnings:?}\n      expected {:?}", case.warnings));
     }
-    if case.warnings.is_empty() && !warnings.is_empty() {
-        problems.push(format!("unexpected warnings {warnings:?}"));
+    if resp.get("warnings").is_some_and(|w| w.as_array().is_some_and(Vec::is_empty)) {
+        problems.push("an empty warnings list is sent (it must be omitted)".to_string());
     }
     let whole = review.to_string();
     for a in &case.absent {
@@ -245,11 +381,78 @@ pub fn check_response(case: &Case, review: &Value) -> Vec<String> {
     if resp.get("patchType").is_some() && resp.get("patch").is_none() {
         problems.push("patchType without patch".to_string());
     }
-    if !case.allowed && resp["status"]["code"].as_u64().is_none() {
-        problems.push("denial without status.code".to_string());
-    }
     problems.extend(check_patch(case, resp));
+    if !problems.is_empty() {
+        problems.push(format!("the response as a case:\n{}", as_case_yaml(resp)));
+    }
     problems
+}
+
+fn check_status(case: &Case, status: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let code = status["code"].as_u64();
+    if code != case.code {
+        problems.push(format!("status.code {code:?}, expected {:?}", case.code));
+    }
+    let want_reason = match case.code {
+        Some(422) => "Invalid",
+        Some(400) => "BadRequest",
+        Some(403) => "Forbidden",
+        Some(500) => "InternalError",
+        _ => "?",
+    };
+    if status["reason"] != want_reason || status["status"] != "Failure" {
+        problems.push(format!(
+            "status.reason {} / status {}, expected {want_reason} / Failure",
+            status["reason"], status["status"]
+        ));
+    }
+    let message = status["message"].as_str().unwrap_or_default();
+    if Some(message) != case.message.as_deref() {
+        problems.push(format!("message {message:?}\n      expected {:?}", case.message.as_deref().unwrap_or_default()));
+    }
+    let causes: Vec<Cause> = status["details"]["causes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| Cause {
+                    reason: c["reason"].as_str().unwrap_or_default().to_string(),
+                    field: c["field"].as_str().unwrap_or_default().to_string(),
+                    message: c["message"].as_str().unwrap_or_default().to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if causes != case.causes {
+        problems.push(format!("causes {causes:#?}\n      expected {:#?}", case.causes));
+    }
+    if matches!(case.code, Some(422) | Some(403)) {
+        // NewInvalid names the kind; NewForbidden the resource.
+        let req = &case.review["request"];
+        let obj = if req["object"].is_object() { &req["object"] } else { &req["oldObject"] };
+        let kind = if case.code == Some(403) { &req["resource"]["resource"] } else { &req["kind"]["kind"] };
+        let want = json!({
+            "name": obj["metadata"]["name"].as_str().or(req["name"].as_str()).unwrap_or_default(),
+            "group": req["kind"]["group"],
+            "kind": kind,
+        });
+        let details = &status["details"];
+        if details["name"] != want["name"] || details["group"] != want["group"] || details["kind"] != want["kind"] {
+            problems.push(format!("status.details {details}, expected name/group/kind {want}"));
+        }
+    } else if status.get("details").is_some() {
+        problems.push(format!("status.details on a {:?} denial", case.code));
+    }
+    problems
+}
+
+/// Applies a response's patch to the request object (`None` without a patch).
+pub fn patched_request_object(object: &Value, resp: &Value) -> Result<Option<Value>, String> {
+    let Some(patch) = decode_patch(resp) else { return Ok(None) };
+    let patch = patch?;
+    let mut obj = object.clone();
+    json_patch::patch(&mut obj, &patch).map_err(|e| format!("patch does not apply: {e}"))?;
+    Ok(Some(obj))
 }
 
 /// Decodes the base64 JSON patch of a response.
@@ -265,13 +468,9 @@ pub fn decode_patch(resp: &Value) -> Option<Result<json_patch::Patch, String>> {
     )
 }
 
-/// Applies a response's patch to the request object.
+/// Applies a response's patch to the case's request object.
 pub fn patched_object(case: &Case, resp: &Value) -> Result<Option<Value>, String> {
-    let Some(patch) = decode_patch(resp) else { return Ok(None) };
-    let patch = patch?;
-    let mut obj = case.review["request"]["object"].clone();
-    json_patch::patch(&mut obj, &patch).map_err(|e| format!("patch does not apply: {e}"))?;
-    Ok(Some(obj))
+    patched_request_object(&case.review["request"]["object"], resp)
 }
 
 fn check_patch(case: &Case, resp: &Value) -> Vec<String> {

@@ -37,9 +37,12 @@ impl SnapshotServer {
     /// Serves `files` (name → bytes) on 127.0.0.1 with a certificate for 127.0.0.1/localhost.
     pub async fn start(dir: &std::path::Path, files: HashMap<String, Vec<u8>>) -> Self {
         super::https::install_provider();
-        let set =
-            hcp_etcd_admission::certs::generate("snapshot store CA", &["127.0.0.1".into(), "localhost".into()], 2)
-                .expect("certs");
+        let set = hcp_etcd_admission::server::certs::generate(
+            "snapshot store CA",
+            &["127.0.0.1".into(), "localhost".into()],
+            2,
+        )
+        .expect("certs");
         let ca_file = dir.join("store-ca.crt");
         std::fs::write(&ca_file, &set.ca_pem).expect("ca");
         let chain: Vec<CertificateDer<'static>> =

@@ -1,19 +1,28 @@
 //! The Kubewarden protocol around the decision core: ValidationRequest in,
 //! ValidationResponse out (snake_case keys, as the policy SDK serialises
-//! them), settings validation. Pure, so it is tested natively; the waPC
-//! exports in [`crate::wasm`] only move bytes and make host calls.
+//! them), settings validation. The Kubewarden shell (feature `wasm`): this
+//! adapter is pure, so it is tested natively; the waPC exports in `guest.rs`
+//! (wasm32 only) only move bytes and make host calls.
 //!
-//! The mapping adds no decision: `accepted` is the admission response's
-//! `allowed`, `message`/`code` its status, `warnings` its warnings, and for a
+//! The adapter reads the core's typed decision: no wire round trip.
+//!
+//! The mapping adds no decision: `accepted` is the decision's verdict,
+//! `message`/`code` its denial, `warnings` its warnings, and for a
 //! mutation `mutated_object` is the request object with the core's JSON patch
 //! applied (Kubewarden computes the patch back from it).
+
+/// Build-time pre-initialisation of the policy module (wizer).
+pub mod preinit;
+
+/// The waPC exports (the module built by scripts/build-wasm.sh).
+#[cfg(target_arch = "wasm32")]
+pub mod guest;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::{
-    admission::{self, AdmissionRequest, DecisionInput},
-    lookup::Lookup,
+    admission::{self, lookup::Lookup, DecisionInput},
     settings::Settings,
 };
 
@@ -62,14 +71,16 @@ fn settings_of(v: &Value) -> Result<Settings, String> {
 pub fn validate_settings(payload: &[u8]) -> SettingsValidationResponse {
     let parsed: Result<Value, String> =
         serde_json::from_slice(payload).map_err(|e| format!("settings are not JSON: {e}"));
-    match parsed.and_then(|v| settings_of(&v)) {
+    // Policy load time: a schema or rule that does not compile fails the load.
+    let ready = admission::warm_up().map_err(|e| format!("the decision core cannot start: {e}"));
+    match ready.and(parsed).and_then(|v| settings_of(&v)) {
         Ok(_) => SettingsValidationResponse { valid: true, message: None },
         Err(message) => SettingsValidationResponse { valid: false, message: Some(message) },
     }
 }
 
 /// `validate`: one ValidationRequest, decided by the same core as the webhook.
-pub fn validate(payload: &[u8], lookup: Option<&dyn Lookup>, now: i64) -> ValidationResponse {
+pub fn validate(payload: &[u8], lookup: Option<&dyn Lookup>, now: crate::time::Now) -> ValidationResponse {
     let envelope: ValidationRequest = match serde_json::from_slice(payload) {
         Ok(e) => e,
         Err(e) => return reject(format!("the ValidationRequest does not parse: {e}"), 400),
@@ -78,34 +89,30 @@ pub fn validate(payload: &[u8], lookup: Option<&dyn Lookup>, now: i64) -> Valida
         Ok(s) => s,
         Err(e) => return reject(e, 400),
     };
-    let request: AdmissionRequest = match serde_json::from_value(envelope.request.clone()) {
+    let request = match admission::parse_request(&envelope.request) {
         Ok(r) => r,
-        Err(e) => return reject(format!("the AdmissionRequest does not parse: {e}"), 400),
+        Err(problem) => return reject(problem, 400),
     };
-    let decision = DecisionInput { settings: &settings, lookup, now, expect: None };
-    let response = admission::respond(&request, &decision);
-    let warnings = (!response.warnings.is_empty()).then(|| response.warnings.clone());
-    let mutated_object = match (&response.patch, &request.object) {
-        (Some(_), Some(object)) => match apply_response_patch(&response, object) {
-            Ok(m) => Some(m),
-            Err(e) => return reject(format!("internal error applying the mutation: {e}"), 500),
-        },
+    let input = DecisionInput { settings: &settings, lookup, now, expect: None };
+    let decision = admission::decide(&request, &input);
+    let mutated_object = match (&decision.patch, &request.object) {
+        (Some(patch), Some(object)) => {
+            let mut mutated = object.clone();
+            if let Err(e) = json_patch::patch(&mut mutated, patch) {
+                return reject(format!("internal error applying the mutation: {e}"), 500);
+            }
+            Some(mutated)
+        }
         _ => None,
     };
+    let denial = decision.denial();
     ValidationResponse {
-        accepted: response.allowed,
-        message: response.status.as_ref().map(|s| s.message.clone()),
-        code: response.status.as_ref().map(|s| s.code),
+        accepted: decision.allowed(),
+        message: denial.map(|d| d.message.clone()),
+        code: denial.map(|d| d.reason.code()),
         mutated_object,
-        warnings,
+        warnings: (!decision.warnings.is_empty()).then(|| decision.warnings.clone()),
     }
-}
-
-fn apply_response_patch(response: &admission::AdmissionResponse, object: &Value) -> Result<Value, String> {
-    let patch = response.patch_operations().unwrap_or_else(|| Ok(json_patch::Patch(Vec::new())))?;
-    let mut mutated = object.clone();
-    json_patch::patch(&mut mutated, &patch).map_err(|e| e.to_string())?;
-    Ok(mutated)
 }
 
 /// The body of Kubewarden's `list_resources_by_namespace` host call for HostedControlPlanes.

@@ -7,8 +7,8 @@ use kubewarden_policy_sdk::wapc_guest::{self as guest, CallResult};
 use serde_json::Value;
 
 use crate::{
+    admission::lookup::{Lookup, LookupError},
     kubewarden,
-    lookup::{Lookup, LookupError},
 };
 
 /// HostedControlPlanes through Kubewarden's Kubernetes host capability.
@@ -34,12 +34,13 @@ impl Lookup for HostLookup {
 /// policy-evaluator passes no environment, so there the WASI clock is used.
 pub const NOW_ENV: &str = "HCP_ETCD_ADMISSION_NOW";
 
-/// Read per request, never during pre-initialisation.
-fn now() -> i64 {
-    if let Some(pinned) = std::env::var(NOW_ENV).ok().and_then(|v| v.parse().ok()) {
-        return pinned;
+/// Read once per request, never during pre-initialisation; a pinned value
+/// that is not Unix seconds is a clock error (the expiry rule denies with it).
+fn now() -> crate::time::Now {
+    match std::env::var(NOW_ENV) {
+        Ok(v) => v.parse().map_err(|_| crate::time::ClockError("HCP_ETCD_ADMISSION_NOW is not Unix seconds")),
+        Err(_) => crate::time::system_now(),
     }
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
 fn validate(payload: &[u8]) -> CallResult {

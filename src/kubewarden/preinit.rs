@@ -20,7 +20,10 @@
 
 use serde_json::{json, Value};
 
-use crate::{admission, kubewarden, lookup::ContextObjects};
+use crate::{
+    admission::{self, lookup::ContextObjects},
+    kubewarden,
+};
 
 /// 2026-11-29T15:10:00Z: the fixed "now" of the sample decisions.
 const SAMPLE_NOW: i64 = 1_795_965_000;
@@ -29,11 +32,11 @@ const SAMPLE_NOW: i64 = 1_795_965_000;
 /// requests so that every path a real request takes has run once. Returns
 /// what failed to compile (empty: a test holds it so).
 pub fn warm_up() -> Vec<String> {
-    let problems = admission::warm_up();
+    let problems: Vec<String> = admission::warm_up().err().map(|e| e.to_string()).into_iter().collect();
     let lookup = ContextObjects::from_values([sample_hcp()]);
     for request in sample_requests() {
         let payload = json!({"settings": {}, "request": request});
-        let _ = kubewarden::validate(payload.to_string().as_bytes(), Some(&lookup), SAMPLE_NOW);
+        let _ = kubewarden::validate(payload.to_string().as_bytes(), Some(&lookup), Ok(SAMPLE_NOW));
     }
     let _ = kubewarden::validate_settings(br#"{"allowS3RestoreURL": false}"#);
     problems
@@ -187,7 +190,7 @@ mod tests {
             .into_iter()
             .map(|r| {
                 let payload = json!({"settings": {}, "request": r});
-                kubewarden::validate(payload.to_string().as_bytes(), Some(&lookup), SAMPLE_NOW)
+                kubewarden::validate(payload.to_string().as_bytes(), Some(&lookup), Ok(SAMPLE_NOW))
             })
             .collect();
         // S3 create allowed, spec change denied, Azure allowed, the bad one denied with many causes.

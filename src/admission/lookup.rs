@@ -1,11 +1,13 @@
-//! Objects a decision may look up (today: the HostedControlPlane of the etcd
-//! StatefulSet's namespace). The core only sees this trait; the shells fill
+//! The lookup port of the admission layer: objects a decision may look up
+//! (today: the HostedControlPlane of the etcd StatefulSet's namespace). The
+//! core only sees this trait; the shells fill
 //! it from `--context` files (CLI), a kube-rs reflector with a live read on a
 //! miss (server) or Kubewarden's context-aware host capability (Wasm).
 //!
-//! Objects are kept as JSON and read by path: a HostedControlPlane carries far
-//! more than this project models, and a field we do not know about must never
-//! make the lookup (and with it a restore) fail.
+//! Objects are kept as JSON and read by path (the readers are with the API
+//! types, [`crate::api::restore_snapshot_url`] and friends): a
+//! HostedControlPlane carries far more than this project models, and a field
+//! we do not know about must never make the lookup (and with it a restore) fail.
 //!
 //! A lookup that cannot answer says why ([`LookupError`]); the core turns
 //! every answer into a [`HcpLookup`] and fails closed on anything but exactly
@@ -109,29 +111,6 @@ impl Lookup for Prefetched {
     fn hosted_control_planes(&self, _namespace: &str) -> Result<Vec<Value>, LookupError> {
         self.0.clone()
     }
-}
-
-/// Whether etcd of this HostedControlPlane is unmanaged (no restore by us).
-pub fn unmanaged_etcd(hcp: &Value) -> bool {
-    hcp.pointer("/spec/etcd/managementType").and_then(Value::as_str) == Some("Unmanaged")
-}
-
-/// The restore URL of a HostedControlPlane, when managed etcd has one.
-pub fn restore_snapshot_url(hcp: &Value) -> Option<&str> {
-    if unmanaged_etcd(hcp) {
-        return None;
-    }
-    hcp.pointer("/spec/etcd/managed/storage/restoreSnapshotURL/0").and_then(Value::as_str).filter(|u| !u.is_empty())
-}
-
-/// Whether the HostedControlPlane's `EtcdSnapshotRestored` condition is True.
-pub fn snapshot_restored(hcp: &Value) -> bool {
-    hcp.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| {
-        cs.iter().any(|c| {
-            c.get("type").and_then(Value::as_str) == Some(crate::api::ETCD_SNAPSHOT_RESTORED)
-                && c.get("status").and_then(Value::as_str) == Some("True")
-        })
-    })
 }
 
 #[cfg(test)]

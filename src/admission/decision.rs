@@ -1,0 +1,227 @@
+//! The core's answer to one request, typed: a verdict (allowed, or a denial
+//! with the `metav1.Status` parts the apiserver would build), warnings and
+//! an optional JSON patch. Only the wire (`wire.rs`) turns it into an
+//! AdmissionReview; every shell reads it as it is.
+//!
+//! A 422 denial is `errors.NewInvalid`: reason Invalid, one cause per field
+//! error, and the message `<Kind>.<group> "<name>" is invalid: ...`.
+
+use serde::Serialize;
+
+use crate::schema::{go_quote, FieldError};
+
+/// The decision for one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    /// Shown by kubectl; also on an allowed request.
+    pub warnings: Vec<String>,
+    /// The JSON patch (RFC 6902) to apply; mutations only, never with a denial.
+    pub patch: Option<json_patch::Patch>,
+    /// What the etcd-init mutation did, when it ran (for metrics).
+    pub etcd_init: Option<crate::mutate::Outcome>,
+}
+
+/// Allowed, or denied with the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    Denied(Denial),
+}
+
+/// A denial as the apiserver would report it (`metav1.Status`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    pub reason: DenialReason,
+    pub message: String,
+    /// The object and every cause (422 Invalid; 403 Forbidden without causes).
+    pub details: Option<Details>,
+}
+
+/// `metav1.StatusReason` with its HTTP code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DenialReason {
+    /// 422: the object violates its schema or a rule.
+    Invalid,
+    /// 400: the request cannot be judged (wrong kind, no object).
+    BadRequest,
+    /// 403: what the decision needs cannot be established (the etcd
+    /// StatefulSet without its HostedControlPlane).
+    Forbidden,
+    /// 500: this webhook cannot work (a schema that does not parse, a patch
+    /// that does not serialise); fails closed.
+    InternalError,
+}
+
+impl DenialReason {
+    pub fn code(self) -> u16 {
+        match self {
+            DenialReason::Invalid => 422,
+            DenialReason::BadRequest => 400,
+            DenialReason::Forbidden => 403,
+            DenialReason::InternalError => 500,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenialReason::Invalid => "Invalid",
+            DenialReason::BadRequest => "BadRequest",
+            DenialReason::Forbidden => "Forbidden",
+            DenialReason::InternalError => "InternalError",
+        }
+    }
+}
+
+/// `metav1.StatusDetails` of an Invalid or Forbidden denial.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Details {
+    pub name: String,
+    pub group: String,
+    pub kind: String,
+    pub causes: Vec<Cause>,
+}
+
+/// `metav1.StatusCause`: one field error.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Cause {
+    /// `FieldValueInvalid`, `FieldValueTooMany`, ...
+    pub reason: &'static str,
+    /// The field error without its path (`field.Error.ErrorBody()`).
+    pub message: String,
+    pub field: String,
+}
+
+impl Cause {
+    fn of(e: &FieldError) -> Self {
+        Self { reason: e.kind.cause_reason(), message: e.body(), field: e.field.clone() }
+    }
+}
+
+/// The message of `errors.NewInvalid`: `<Kind>.<group> "<name>" is invalid: <err>`
+/// for one distinct error, `... is invalid: [<err>, <err>]` for several (the
+/// error list's aggregate drops repeated messages; the causes keep them), and
+/// `... is invalid` with none. The name is quoted with Go's `%q`.
+pub fn denial_message(kind: &str, group: &str, name: &str, errors: &[FieldError]) -> String {
+    let qualified = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
+    let mut distinct: Vec<String> = Vec::with_capacity(errors.len());
+    for e in errors {
+        let text = e.to_string();
+        if !distinct.contains(&text) {
+            distinct.push(text);
+        }
+    }
+    let name = go_quote(name);
+    match distinct.as_slice() {
+        [] => format!("{qualified} {name} is invalid"),
+        [one] => format!("{qualified} {name} is invalid: {one}"),
+        many => format!("{qualified} {name} is invalid: [{}]", many.join(", ")),
+    }
+}
+
+impl Decision {
+    /// Allowed, with warnings.
+    pub fn allow(warnings: Vec<String>) -> Self {
+        Self { verdict: Verdict::Allowed, warnings, patch: None, etcd_init: None }
+    }
+
+    /// Allowed with a JSON patch.
+    pub fn mutate(patch: json_patch::Patch, warnings: Vec<String>) -> Self {
+        Self { verdict: Verdict::Allowed, warnings, patch: Some(patch), etcd_init: None }
+    }
+
+    /// Records what the etcd-init mutation did.
+    pub fn with_etcd_init(mut self, outcome: crate::mutate::Outcome) -> Self {
+        self.etcd_init = Some(outcome);
+        self
+    }
+
+    /// A 422 Invalid denial listing every field error.
+    pub fn invalid(kind: &str, group: &str, name: &str, errors: &[FieldError], warnings: Vec<String>) -> Self {
+        let denial = Denial {
+            reason: DenialReason::Invalid,
+            message: denial_message(kind, group, name, errors),
+            details: Some(Details {
+                name: name.to_string(),
+                group: group.to_string(),
+                kind: kind.to_string(),
+                causes: errors.iter().map(Cause::of).collect(),
+            }),
+        };
+        Self { verdict: Verdict::Denied(denial), warnings, patch: None, etcd_init: None }
+    }
+
+    /// A 403 denial in `errors.NewForbidden`'s shape:
+    /// `<resource>.<group> "<name>" is forbidden: <reason>`.
+    pub fn forbidden(resource: &str, group: &str, name: &str, reason: &str, warnings: Vec<String>) -> Self {
+        let qualified = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
+        let denial = Denial {
+            reason: DenialReason::Forbidden,
+            message: format!("{qualified} {} is forbidden: {reason}", go_quote(name)),
+            details: Some(Details {
+                name: name.to_string(),
+                group: group.to_string(),
+                kind: resource.to_string(),
+                causes: Vec::new(),
+            }),
+        };
+        Self { verdict: Verdict::Denied(denial), warnings, patch: None, etcd_init: None }
+    }
+
+    /// A 400 denial for a request that cannot be judged.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::failure(DenialReason::BadRequest, message.into())
+    }
+
+    /// A 500 denial: this webhook failed; it fails closed, with the reason.
+    pub fn internal_error(message: impl Into<String>) -> Self {
+        Self::failure(DenialReason::InternalError, message.into())
+    }
+
+    fn failure(reason: DenialReason, message: String) -> Self {
+        let denial = Denial { reason, message, details: None };
+        Self { verdict: Verdict::Denied(denial), warnings: Vec::new(), patch: None, etcd_init: None }
+    }
+
+    pub fn allowed(&self) -> bool {
+        matches!(self.verdict, Verdict::Allowed)
+    }
+
+    /// The denial, when denied.
+    pub fn denial(&self) -> Option<&Denial> {
+        match &self.verdict {
+            Verdict::Allowed => None,
+            Verdict::Denied(d) => Some(d),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denial_message_has_the_shapes_of_errors_new_invalid() {
+        let e1 = FieldError::required("spec.a");
+        let e2 = FieldError::too_long("spec.b", 3);
+        let kind = "HCPEtcdBackup";
+        let group = "hypershift.openshift.io";
+        assert_eq!(
+            denial_message(kind, group, "x", std::slice::from_ref(&e1)),
+            r#"HCPEtcdBackup.hypershift.openshift.io "x" is invalid: spec.a: Required value"#
+        );
+        assert_eq!(
+            denial_message(kind, group, "x", &[e1.clone(), e2.clone()]),
+            r#"HCPEtcdBackup.hypershift.openshift.io "x" is invalid: [spec.a: Required value, spec.b: Too long: may not be more than 3 bytes]"#
+        );
+        // The aggregate drops repeated messages (one left: the single form); causes keep both.
+        assert_eq!(
+            denial_message(kind, group, "x", &[e1.clone(), e1.clone()]),
+            r#"HCPEtcdBackup.hypershift.openshift.io "x" is invalid: spec.a: Required value"#
+        );
+        let d = Decision::invalid(kind, group, "x", &[e1.clone(), e1], Vec::new());
+        assert_eq!(d.denial().and_then(|d| d.details.as_ref()).map(|d| d.causes.len()), Some(2));
+        assert_eq!(d.denial().map(|d| d.reason.code()), Some(422));
+        assert_eq!(denial_message("Pod", "", "a\u{1}", &[]), "Pod \"a\\x01\" is invalid");
+    }
+}

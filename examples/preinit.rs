@@ -2,7 +2,7 @@
 //! policy module with wasmtime-wizer.
 //!
 //! `cargo run --example preinit -- IN.wasm OUT.wasm` instantiates IN in
-//! wasmtime, calls its `wizer-initialize` export (src/preinit.rs: compiles
+//! wasmtime, calls its `wizer-initialize` export (src/kubewarden/preinit.rs: compiles
 //! every schema, CEL rule and regex and decides a few sample requests) and
 //! writes OUT: the same waPC module (same imports, `wapc_init`,
 //! `__guest_call`; the init export removed) whose memory already holds that

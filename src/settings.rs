@@ -38,6 +38,15 @@ pub struct Settings {
     /// informers that saw later revisions keep stale caches until they relist.
     /// Default: false (etcd-init fails with a clear message instead).
     pub allow_restore_without_revision_bump: bool,
+    /// HCPEtcdBackup preflight: on CREATE, look up what the HyperShift
+    /// Operator's controller will check (the HostedControlPlane, other
+    /// backups, the credentials Secret, the etcd StatefulSet). `false` turns
+    /// the whole feature off: no lookups, no watches, no Secret reads.
+    /// Default: true.
+    pub backup_preflight: bool,
+    /// The HyperShift Operator namespace, where the controller reads the
+    /// credentials Secret. Default: `hypershift`.
+    pub operator_namespace: String,
 }
 
 impl Default for Settings {
@@ -52,6 +61,8 @@ impl Default for Settings {
             restore_memory_request: "512Mi".to_string(),
             restore_memory_limit: "10Gi".to_string(),
             allow_restore_without_revision_bump: false,
+            backup_preflight: true,
+            operator_namespace: "hypershift".to_string(),
         }
     }
 }
@@ -94,6 +105,15 @@ impl Settings {
             if !is_quantity(v) {
                 problems.push(format!("{key}: {v:?} is not a Kubernetes quantity (e.g. 100m, 512Mi, 10Gi)"));
             }
+        }
+        let ns = &self.operator_namespace;
+        let dns_label = !ns.is_empty()
+            && ns.len() <= 63
+            && ns.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !ns.starts_with('-')
+            && !ns.ends_with('-');
+        if !dns_label {
+            problems.push(format!("operatorNamespace: {ns:?} is not a namespace name (a DNS label)"));
         }
         if problems.is_empty() {
             Ok(())

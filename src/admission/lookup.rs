@@ -32,6 +32,25 @@ pub trait Lookup {
     /// The HostedControlPlane objects in `namespace`, or why they cannot be
     /// looked up (the mutation then denies: it never guesses).
     fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError>;
+
+    // ---- HCPEtcdBackup preflight (issue 13). A source that does not
+    // provide these answers `Err`, and the preflight is skipped with a warning.
+
+    /// The HCPEtcdBackups in `namespace`.
+    fn hcp_etcd_backups(&self, _namespace: &str) -> Result<Vec<Value>, String> {
+        Err(NOT_PROVIDED.to_string())
+    }
+
+    /// The Secret `namespace/name` (`Ok(None)`: it does not exist). Only ever
+    /// asked for the HyperShift Operator namespace.
+    fn secret(&self, _namespace: &str, _name: &str) -> Result<Option<Value>, String> {
+        Err(NOT_PROVIDED.to_string())
+    }
+
+    /// The StatefulSet `etcd` of a hosted control plane namespace (`Ok(None)`: it does not exist).
+    fn etcd_stateful_set(&self, _namespace: &str) -> Result<Option<Value>, String> {
+        Err(NOT_PROVIDED.to_string())
+    }
 }
 
 /// The outcome of looking up the namespace's HostedControlPlane.
@@ -65,10 +84,15 @@ pub fn hosted_control_plane(lookup: Option<&dyn Lookup>, namespace: &str) -> Hcp
     }
 }
 
+/// Why a source has no answer for a preflight lookup.
+pub const NOT_PROVIDED: &str = "this lookup source does not provide it";
+
 /// Objects given up front (from `--context` files or test fixtures).
 #[derive(Debug, Default, Clone)]
 pub struct ContextObjects {
     hcps: Vec<Value>,
+    /// Everything given (for the preflight lookups); empty: no source.
+    all: Vec<Value>,
 }
 
 impl ContextObjects {
@@ -83,8 +107,11 @@ impl ContextObjects {
                         queue.extend(items.iter().cloned());
                     }
                 }
-                Some("HostedControlPlane") => out.hcps.push(obj),
-                _ => {}
+                Some("HostedControlPlane") => {
+                    out.all.push(obj.clone());
+                    out.hcps.push(obj);
+                }
+                _ => out.all.push(obj),
             }
         }
         out
@@ -99,6 +126,47 @@ impl Lookup for ContextObjects {
             .filter(|h| h.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace))
             .cloned()
             .collect())
+    }
+
+    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, String> {
+        self.preflight_source()?;
+        Ok(self.of_kind("HCPEtcdBackup", namespace).cloned().collect())
+    }
+
+    fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, String> {
+        self.preflight_source()?;
+        Ok(self.named("Secret", namespace, name))
+    }
+
+    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, String> {
+        self.preflight_source()?;
+        Ok(self.named("StatefulSet", namespace, "etcd"))
+    }
+}
+
+impl ContextObjects {
+    /// The context files are a snapshot of the cluster: an object not in
+    /// them does not exist. With no context objects at all there is no
+    /// snapshot, and the preflight is skipped (offline `check` of one file).
+    fn preflight_source(&self) -> Result<(), String> {
+        if self.all.is_empty() {
+            Err("no --context objects were given".to_string())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn of_kind<'a>(&'a self, kind: &'a str, namespace: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.all.iter().filter(move |o| {
+            o.get("kind").and_then(Value::as_str) == Some(kind)
+                && o.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace)
+        })
+    }
+
+    fn named(&self, kind: &str, namespace: &str, name: &str) -> Option<Value> {
+        self.of_kind(kind, namespace)
+            .find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(name))
+            .cloned()
     }
 }
 

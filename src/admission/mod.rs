@@ -29,6 +29,8 @@ pub enum Target {
     HostedControlPlanes,
     /// The etcd StatefulSet of a hosted control plane (mutating).
     EtcdStatefulSets,
+    /// Secrets labelled `hypershift.openshift.io/etcd-backup: "true"` (credentials format).
+    EtcdBackupSecrets,
 }
 
 impl Target {
@@ -36,6 +38,9 @@ impl Target {
     pub fn of(resource: &GroupVersionResource) -> Option<Self> {
         if resource.group == "apps" && resource.resource == "statefulsets" {
             return Some(Target::EtcdStatefulSets);
+        }
+        if resource.group.is_empty() && resource.resource == "secrets" {
+            return Some(Target::EtcdBackupSecrets);
         }
         if resource.group != crate::api::GROUP {
             return None;
@@ -55,6 +60,7 @@ impl Target {
             Target::HostedClusters => "hostedclusters.hypershift.openshift.io",
             Target::HostedControlPlanes => "hostedcontrolplanes.hypershift.openshift.io",
             Target::EtcdStatefulSets => "statefulsets.apps",
+            Target::EtcdBackupSecrets => "secrets",
         }
     }
 
@@ -65,6 +71,7 @@ impl Target {
             Target::HostedClusters => "HostedCluster",
             Target::HostedControlPlanes => "HostedControlPlane",
             Target::EtcdStatefulSets => "StatefulSet",
+            Target::EtcdBackupSecrets => "Secret",
         }
     }
 
@@ -75,6 +82,7 @@ impl Target {
             "HostedCluster" => Some(Target::HostedClusters),
             "HostedControlPlane" => Some(Target::HostedControlPlanes),
             "StatefulSet" => Some(Target::EtcdStatefulSets),
+            "Secret" => Some(Target::EtcdBackupSecrets),
             _ => None,
         }
     }
@@ -84,7 +92,8 @@ impl Target {
 #[derive(Clone, Copy)]
 pub struct DecisionInput<'a> {
     pub settings: &'a Settings,
-    /// Where the mutation finds the HostedControlPlane; `None`: no lookup.
+    /// Where the mutation finds the HostedControlPlane, and the HCPEtcdBackup
+    /// preflight its objects; `None`: no lookup.
     pub lookup: Option<&'a dyn crate::admission::lookup::Lookup>,
     /// The current time (Unix seconds), read once per request by the shell,
     /// or why it could not be read (time-dependent rules then deny).

@@ -25,7 +25,7 @@ fn compiled(target: Target) -> Option<&'static Compiled> {
         Target::HostedControlPlanes => {
             HCP.get_or_init(|| crd::hostedcontrolplane_schema().map(CompiledCrdSchema::compile))
         }
-        Target::EtcdStatefulSets => return None,
+        Target::EtcdStatefulSets | Target::EtcdBackupSecrets => return None,
     })
 }
 
@@ -103,6 +103,14 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
     if !subresource.is_empty() && subresource != "status" {
         return Decision::allow(Vec::new());
     }
+    if target == Target::EtcdBackupSecrets {
+        // Secrets have no subresource this webhook judges.
+        if !subresource.is_empty() {
+            return Decision::allow(Vec::new());
+        }
+        let findings = rules::check_backup_secret(object, old);
+        return finish(req, object, target, "", findings.errors, findings.warnings);
+    }
     let schema = match compiled(target) {
         Some(Ok(schema)) => schema,
         Some(Err(e)) => {
@@ -113,20 +121,42 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
     let prepared = prepare(object, old, subresource == "status");
     let outcome = schema.validate(&prepared, old);
     let ctx = RuleContext { settings: input.settings, now: input.now };
-    let findings = match target {
+    let mut findings = match target {
         Target::HcpEtcdBackups => rules::check_hcpetcdbackup(&prepared, old, &ctx),
         Target::HostedClusters | Target::HostedControlPlanes => rules::check_hosted(&prepared, old, &ctx),
-        Target::EtcdStatefulSets => rules::Findings::default(),
+        Target::EtcdStatefulSets | Target::EtcdBackupSecrets => rules::Findings::default(),
     };
+    if target == Target::HcpEtcdBackups && req.operation == Operation::Create && subresource.is_empty() {
+        let namespace = req
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .or_else(|| object.pointer("/metadata/namespace").and_then(Value::as_str))
+            .unwrap_or_default();
+        let pre = rules::check_backup_preflight(&prepared, namespace, input.lookup, input.settings);
+        findings.errors.extend(pre.errors);
+        findings.warnings.extend(pre.warnings);
+    }
     let mut errors = outcome.errors;
     errors.extend(findings.errors);
     let mut warnings: Vec<String> = outcome.unknown_fields.iter().map(|f| format!("unknown field {f:?}")).collect();
     warnings.extend(findings.warnings);
+    finish(req, object, target, GROUP, errors, warnings)
+}
+
+fn finish(
+    req: &AdmissionRequest,
+    object: &Value,
+    target: Target,
+    group: &str,
+    errors: Vec<crate::schema::FieldError>,
+    warnings: Vec<String>,
+) -> Decision {
     if errors.is_empty() {
         Decision::allow(warnings)
     } else {
         let name = object.pointer("/metadata/name").and_then(Value::as_str).or(req.name.as_deref()).unwrap_or_default();
-        Decision::invalid(target.kind(), GROUP, name, &errors, warnings)
+        Decision::invalid(target.kind(), group, name, &errors, warnings)
     }
 }
 

@@ -10,8 +10,11 @@
 
 mod backup;
 mod bucket;
+pub mod credentials;
 mod kms;
+pub mod preflight;
 mod restore_url;
+pub mod secret;
 
 use serde_json::Value;
 
@@ -58,6 +61,16 @@ pub const BEYOND_RULES: &[RuleInfo] = &[
     restore_url::URL_S3_SCHEME,
     restore_url::URL_EXPIRED,
     restore_url::URL_EXPIRING,
+    preflight::UNAVAILABLE,
+    preflight::HCP_EXISTS,
+    preflight::IN_PROGRESS,
+    preflight::PENDING,
+    preflight::SECRET_EXISTS,
+    preflight::SECRET_FORMAT,
+    preflight::SECRET_FALLBACK,
+    preflight::ETCD_READY,
+    secret::FORMAT,
+    secret::MODE,
 ];
 
 /// What the rules found: denials and warnings.
@@ -111,4 +124,20 @@ pub fn check_hosted(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>) -> 
     restore_url::check(obj, old, ctx, &mut f);
     kms::check_hosted(obj, old, &mut f);
     f
+}
+
+/// The HCPEtcdBackup preflight (CREATE only): what the HyperShift Operator
+/// checks at run time, from the objects `lookup` provides.
+pub fn check_backup_preflight(
+    obj: &Value,
+    namespace: &str,
+    lookup: Option<&dyn crate::admission::lookup::Lookup>,
+    settings: &Settings,
+) -> Findings {
+    preflight::check(obj, namespace, lookup, settings)
+}
+
+/// The rules for an etcd-backup credentials Secret (CREATE/UPDATE).
+pub fn check_backup_secret(obj: &Value, old: Option<&Value>) -> Findings {
+    secret::check(obj, old)
 }

@@ -1,0 +1,328 @@
+//! HCPEtcdBackup preflight: on CREATE, what the HyperShift Operator's
+//! controller checks at run time (hypershift-facts §2, §6.1), judged at
+//! admission from the objects a [`Lookup`] provides, so that whoever creates
+//! the backup sees the failure instead of a terminal condition nobody reads.
+//!
+//! Messages carry names, key names and modes only, never a Secret value.
+
+use serde_json::Value;
+
+use super::{
+    credentials::{self, Fit, SecretData, Storage},
+    Findings, RuleInfo, Severity,
+};
+use crate::{
+    admission::lookup::Lookup,
+    schema::{go_quote, FieldError},
+    settings::Settings,
+};
+
+pub const UNAVAILABLE: RuleInfo = RuleInfo {
+    id: "hcpetcdbackup-preflight-unavailable",
+    objects: "HCPEtcdBackup",
+    field: "(CREATE)",
+    severity: Severity::Warn,
+    summary: "warns that the preflight rules below were skipped because the objects they read could not be looked up (no `--context`, no cluster watch, Kubewarden policy not context aware); setting `backupPreflight: false` turns the preflight off",
+};
+
+pub const HCP_EXISTS: RuleInfo = RuleInfo {
+    id: "hcpetcdbackup-hcp-exists",
+    objects: "HCPEtcdBackup",
+    field: "metadata.namespace",
+    severity: Severity::Deny,
+    summary: "a HostedControlPlane exists in the backup's namespace (otherwise the controller fails it: `HostedControlPlane not found in namespace <ns>`)",
+};
+
+pub const IN_PROGRESS: RuleInfo = RuleInfo {
+    id: "hcpetcdbackup-backup-in-progress",
+    objects: "HCPEtcdBackup",
+    field: "metadata.namespace",
+    severity: Severity::Deny,
+    summary: "no other HCPEtcdBackup in the namespace is `BackupInProgress` (its Job runs; the controller's serial guard would reject this one as `BackupRejected`, which is terminal)",
+};
+
+pub const PENDING: RuleInfo = RuleInfo {
+    id: "hcpetcdbackup-backup-pending",
+    objects: "HCPEtcdBackup",
+    field: "metadata.namespace",
+    severity: Severity::Warn,
+    summary: "warns when another HCPEtcdBackup in the namespace is not terminal for another reason (no status yet, `EtcdUnhealthy`): whichever Job starts second is rejected",
+};
+
+pub const SECRET_EXISTS: RuleInfo = RuleInfo {
+    id: "hcpetcdbackup-credentials-secret-exists",
+    objects: "HCPEtcdBackup",
+    field: "spec.storage.{s3,azureBlob}.credentials.name",
+    severity: Severity::Deny,
+    summary: "the credentials Secret exists in the HyperShift Operator namespace (setting `operatorNamespace`, default `hypershift`), where the controller reads it",
+};
+
+pub const SECRET_FORMAT: RuleInfo = RuleInfo {
+    id: "hcpetcdbackup-credentials-format",
+    objects: "HCPEtcdBackup",
+    field: "spec.storage.{s3,azureBlob}.credentials.name",
+    severity: Severity::Deny,
+    summary: "the Secret's content works in the mode the controller detects: S3 a bare IAM role ARN (aws-sts) or a shared-credentials file with a `[default]` profile (aws-static); AzureBlob `cloud` with a GUID `AZURE_CLIENT_ID` (workload identity), else `credentials` JSON (client secret or managed identity). Denials name the detected mode and what is expected, never a value",
+};
+
+pub const SECRET_FALLBACK: RuleInfo = RuleInfo {
+    id: "hcpetcdbackup-credentials-fallback",
+    objects: "HCPEtcdBackup",
+    field: "spec.storage.{s3,azureBlob}.credentials.name",
+    severity: Severity::Warn,
+    summary: "warns where the controller silently picks another mode than the content suggests (Azure: `cloud` without `AZURE_CLIENT_ID` → managed identity; a `clientSecret` ignored or empty)",
+};
+
+pub const ETCD_READY: RuleInfo = RuleInfo {
+    id: "hcpetcdbackup-etcd-ready",
+    objects: "HCPEtcdBackup",
+    field: "metadata.namespace",
+    severity: Severity::Warn,
+    summary: "warns when the `etcd` StatefulSet is missing or not fully ready: the controller marks the backup `EtcdUnhealthy` and retries every 10 s",
+};
+
+const SKIPPED: &str = "HCPEtcdBackup preflight skipped: the objects the HyperShift Operator checks (HostedControlPlane, other HCPEtcdBackups, the credentials Secret, the etcd StatefulSet) could not be looked up; give --context files, run the server with its cluster watch, or make the Kubewarden policy context aware";
+
+fn skipped_part(f: &mut Findings, field: &str, what: &str) {
+    f.warn(&UNAVAILABLE, field, format!("{what} not checked: it could not be looked up"));
+}
+
+/// A condition's reason, when `BackupCompleted` is present.
+fn backup_state(backup: &Value) -> (Option<&str>, Option<&str>) {
+    let cond = backup
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("BackupCompleted")));
+    match cond {
+        Some(c) => (c.get("status").and_then(Value::as_str), c.get("reason").and_then(Value::as_str)),
+        None => (None, None),
+    }
+}
+
+/// Terminal as the controller defines it: completed, or failed, or rejected.
+fn terminal(status: Option<&str>, reason: Option<&str>) -> bool {
+    status == Some("True") || matches!(reason, Some("BackupFailed" | "BackupRejected"))
+}
+
+/// The preflight of an HCPEtcdBackup CREATE in `namespace`.
+pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings: &Settings) -> Findings {
+    let mut f = Findings::default();
+    if !settings.backup_preflight || namespace.is_empty() {
+        return f;
+    }
+    let Some(lookup) = lookup else {
+        f.warnings.push(format!("{SKIPPED} (rule {})", UNAVAILABLE.id));
+        return f;
+    };
+    // The backups list doubles as the probe of whether the source serves the preflight at all.
+    let Ok(backups) = lookup.hcp_etcd_backups(namespace) else {
+        f.warnings.push(format!("{SKIPPED} (rule {})", UNAVAILABLE.id));
+        return f;
+    };
+    match lookup.hosted_control_planes(namespace) {
+        Ok(hcps) if hcps.is_empty() => f.deny(
+            &HCP_EXISTS,
+            FieldError::invalid(
+                "metadata.namespace",
+                go_quote(namespace),
+                format!("HostedControlPlane not found in namespace {namespace}: the HyperShift Operator would fail this backup (BackupFailed); create HCPEtcdBackups in a hosted control plane namespace"),
+            ),
+        ),
+        Ok(_) => {}
+        Err(_) => skipped_part(&mut f, "metadata.namespace", "the HostedControlPlane"),
+    }
+    let own = obj.pointer("/metadata/name").and_then(Value::as_str);
+    let mut others: Vec<(&str, Option<&str>, Option<&str>)> = backups
+        .iter()
+        .filter_map(|b| {
+            let name = b.pointer("/metadata/name").and_then(Value::as_str)?;
+            let (status, reason) = backup_state(b);
+            (Some(name) != own && !terminal(status, reason)).then_some((name, status, reason))
+        })
+        .collect();
+    others.sort();
+    for (name, _, reason) in others {
+        if reason == Some("BackupInProgress") {
+            f.deny(
+                &IN_PROGRESS,
+                FieldError::forbidden(
+                    "metadata.namespace",
+                    format!("HCPEtcdBackup {} in namespace {} is in progress (BackupCompleted=False, reason BackupInProgress): the controller's serial guard would reject this backup with BackupRejected, which is terminal; create it after {} completes", go_quote(name), go_quote(namespace), go_quote(name)),
+                ),
+            );
+        } else {
+            let state = match reason {
+                Some(r) => format!("reason {r}"),
+                None => "no status yet".to_string(),
+            };
+            f.warn(
+                &PENDING,
+                "metadata.namespace",
+                format!("HCPEtcdBackup {} in this namespace has not finished ({state}): if its backup Job is running when this one starts, the controller rejects this one with BackupRejected (terminal)", go_quote(name)),
+            );
+        }
+    }
+    check_credentials(obj, lookup, settings, &mut f);
+    match lookup.etcd_stateful_set(namespace) {
+        Ok(None) => f.warn(
+            &ETCD_READY,
+            "metadata.namespace",
+            "etcd StatefulSet not found: the controller marks the backup EtcdUnhealthy and retries every 10 s"
+                .to_string(),
+        ),
+        Ok(Some(sts)) => {
+            let want = sts.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
+            let ready = sts.pointer("/status/readyReplicas").and_then(Value::as_i64).unwrap_or(0);
+            if ready < want {
+                f.warn(
+                    &ETCD_READY,
+                    "metadata.namespace",
+                    format!("etcd StatefulSet not fully ready: {ready}/{want} replicas ready: the controller marks the backup EtcdUnhealthy and retries every 10 s"),
+                );
+            }
+        }
+        Err(_) => skipped_part(&mut f, "metadata.namespace", "the etcd StatefulSet"),
+    }
+    f
+}
+
+fn check_credentials(obj: &Value, lookup: &dyn Lookup, settings: &Settings, f: &mut Findings) {
+    let Some(storage) = Storage::of_backup(obj) else { return };
+    let block = storage.block();
+    let Some(name) = obj
+        .pointer(&format!("/spec/storage/{block}/credentials/name"))
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    else {
+        return;
+    };
+    let field = format!("spec.storage.{block}.credentials.name");
+    let ns = settings.operator_namespace.as_str();
+    let secret = match lookup.secret(ns, name) {
+        Ok(s) => s,
+        Err(_) => return skipped_part(f, &field, "the credentials Secret"),
+    };
+    let Some(secret) = secret else {
+        f.deny(
+            &SECRET_EXISTS,
+            FieldError::invalid(
+                &field,
+                go_quote(name),
+                format!("credential Secret {} not found in namespace {}: the HyperShift Operator reads it from its own namespace and would fail this backup (BackupFailed); create the Secret there first", go_quote(name), go_quote(ns)),
+            ),
+        );
+        return;
+    };
+    let d = credentials::detect(storage, &SecretData::from_secret(&secret));
+    match &d.fit {
+        Fit::Fits => {}
+        Fit::Fallback(why) => f.warn(
+            &SECRET_FALLBACK,
+            &field,
+            format!(
+                "Secret {ns}/{name} ({}): the controller will use mode {} ({}): {why}",
+                d.key_list(),
+                d.mode.as_str(),
+                d.mode.describe()
+            ),
+        ),
+        Fit::Unfit(why) => f.deny(
+            &SECRET_FORMAT,
+            FieldError::invalid(
+                &field,
+                go_quote(name),
+                format!(
+                    "Secret {ns}/{name} ({}) does not fit storageType {}: {why}; the controller detects mode {}; expected {}",
+                    d.key_list(),
+                    storage.as_str(),
+                    d.mode.as_str(),
+                    d.expected()
+                ),
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::admission::lookup::ContextObjects;
+
+    fn backup(name: &str, reason: Option<(&str, &str)>) -> Value {
+        let mut b = json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
+            "metadata": {"name": name, "namespace": "clusters-prod"},
+            "spec": {"storage": {"storageType": "S3", "s3": {"credentials": {"name": "creds"}}}}});
+        if let Some((status, reason)) = reason {
+            b["status"] = json!({"conditions": [{"type": "BackupCompleted", "status": status, "reason": reason}]});
+        }
+        b
+    }
+
+    fn world(extra: Vec<Value>) -> ContextObjects {
+        let mut objs = vec![
+            json!({"kind": "HostedControlPlane", "metadata": {"name": "prod", "namespace": "clusters-prod"}}),
+            json!({"kind": "Secret", "apiVersion": "v1", "metadata": {"name": "creds", "namespace": "hypershift"},
+                   "stringData": {"credentials": "arn:aws:iam::123456789012:role/backup"}}),
+            json!({"kind": "StatefulSet", "metadata": {"name": "etcd", "namespace": "clusters-prod"},
+                   "spec": {"replicas": 3}, "status": {"readyReplicas": 3}}),
+        ];
+        objs.extend(extra);
+        ContextObjects::from_values(objs)
+    }
+
+    fn run(ctx: Option<&ContextObjects>) -> Findings {
+        check(&backup("new", None), "clusters-prod", ctx.map(|c| c as &dyn Lookup), &Settings::default())
+    }
+
+    #[test]
+    fn all_good_is_silent() {
+        assert_eq!(run(Some(&world(vec![]))), Findings::default());
+    }
+
+    #[test]
+    fn no_source_warns_and_the_setting_turns_it_off() {
+        let f = run(None);
+        assert!(f.errors.is_empty());
+        assert!(f.warnings[0].contains("preflight skipped"));
+        assert_eq!(run(Some(&ContextObjects::default())).warnings, f.warnings);
+        let off = Settings { backup_preflight: false, ..Settings::default() };
+        assert_eq!(check(&backup("new", None), "clusters-prod", None, &off), Findings::default());
+    }
+
+    #[test]
+    fn serial_guard_and_terminal_states() {
+        let w = world(vec![
+            backup("running", Some(("False", "BackupInProgress"))),
+            backup("waiting", Some(("False", "EtcdUnhealthy"))),
+            backup("fresh", None),
+            backup("done", Some(("True", "BackupSucceeded"))),
+            backup("failed", Some(("False", "BackupFailed"))),
+            backup("rejected", Some(("False", "BackupRejected"))),
+        ]);
+        let f = run(Some(&w));
+        assert_eq!(f.errors.len(), 1, "{:?}", f.errors);
+        assert!(f.errors[0].to_string().contains("\"running\""));
+        assert_eq!(f.warnings.len(), 2, "{:?}", f.warnings);
+        assert!(f.warnings[0].contains("\"fresh\"") && f.warnings[0].contains("no status yet"));
+        assert!(f.warnings[1].contains("\"waiting\"") && f.warnings[1].contains("EtcdUnhealthy"));
+    }
+
+    #[test]
+    fn hcp_secret_and_etcd() {
+        let empty = ContextObjects::from_values(vec![json!({"kind": "ConfigMap", "metadata": {"name": "x"}})]);
+        let f = run(Some(&empty));
+        let text: Vec<String> = f.errors.iter().map(ToString::to_string).collect();
+        assert!(text[0].contains("HostedControlPlane not found in namespace clusters-prod"), "{text:?}");
+        assert!(text[1].contains("credential Secret \"creds\" not found in namespace \"hypershift\""), "{text:?}");
+        assert!(f.warnings[0].contains("etcd StatefulSet not found"));
+        let objs = vec![
+            json!({"kind": "StatefulSet", "metadata": {"name": "etcd", "namespace": "clusters-prod"},
+                "spec": {"replicas": 3}, "status": {"readyReplicas": 1}}),
+            json!({"kind": "HostedControlPlane", "metadata": {"name": "prod", "namespace": "clusters-prod"}}),
+        ];
+        let f = run(Some(&ContextObjects::from_values(objs)));
+        assert!(f.warnings.iter().any(|w| w.contains("etcd StatefulSet not fully ready: 1/3 replicas ready")), "{f:?}");
+    }
+}

@@ -132,3 +132,23 @@ pub fn list_items(answer: &[u8]) -> Result<Vec<Value>, String> {
     let v: Value = serde_json::from_slice(answer).map_err(|e| format!("the host's answer is not JSON: {e}"))?;
     Ok(v.get("items").and_then(Value::as_array).cloned().unwrap_or_default())
 }
+
+/// The body of a `list_resources_by_namespace` host call for the HCPEtcdBackup
+/// preflight; `name` narrows it to one object with a field selector, so a
+/// missing object is an empty list rather than an error (`get_resource`
+/// cannot tell "not found" from "not allowed").
+pub fn list_request(api_version: &str, kind: &str, namespace: &str, name: Option<&str>) -> Value {
+    json!({
+        "api_version": api_version,
+        "kind": kind,
+        "namespace": namespace,
+        "label_selector": null,
+        "field_selector": name.map(|n| format!("metadata.name={n}")),
+        "field_masks": null,
+    })
+}
+
+/// The one object of a host-call List answer narrowed by name.
+pub fn single_item(answer: &[u8], name: &str) -> Result<Option<Value>, String> {
+    Ok(list_items(answer)?.into_iter().find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(name)))
+}

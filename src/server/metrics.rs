@@ -6,6 +6,10 @@
 //!
 //! Adding a metric: a field, its registration in [`Metrics::new`] and a method
 //! that records it; a new label set is an enum with [`label_enum!`].
+//!
+//! The one exception is the credentials gauge, labelled with a Secret's
+//! namespace and name (never its content), bounded to
+//! [`MAX_CREDENTIAL_SERIES`] series.
 
 use std::sync::atomic::AtomicI64;
 
@@ -44,6 +48,7 @@ label_enum!(
         HostedClusters => "hostedclusters",
         HostedControlPlanes => "hostedcontrolplanes",
         EtcdStatefulSets => "etcd-statefulsets",
+        EtcdBackupSecrets => "etcd-backup-secrets",
     }
 );
 
@@ -153,6 +158,16 @@ pub struct WebhookLabels {
     pub webhook: Webhook,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct SecretLabels {
+    pub namespace: String,
+    pub secret: String,
+}
+
+/// Most credentials Secrets tracked at once: the OADP plugin makes one per
+/// backup and deletes it afterwards, so old series are dropped past this.
+pub const MAX_CREDENTIAL_SERIES: usize = 500;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: ReloadResult,
@@ -189,6 +204,8 @@ pub struct Metrics {
     connections: Gauge<i64, AtomicI64>,
     draining: Gauge<i64, AtomicI64>,
     etcd_init: Family<EtcdInitLabels, Counter>,
+    credentials: Family<SecretLabels, Gauge<i64, AtomicI64>>,
+    credential_series: std::sync::Mutex<std::collections::BTreeSet<SecretLabels>>,
 }
 
 /// Latency buckets from 100 µs to 10 s (seconds); 4 s is the request deadline.
@@ -273,6 +290,12 @@ impl Metrics {
         for r in RejectReason::ALL {
             let _ = rejected.get_or_create(&ReasonLabels { reason: *r });
         }
+        let credentials = Family::<SecretLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "backup_credentials_valid",
+            "1 when an etcd-backup credentials Secret fits the controller's detection, 0 when it is missing or does not fit",
+            credentials.clone(),
+        );
         Self {
             registry,
             requests,
@@ -285,6 +308,8 @@ impl Metrics {
             connections,
             draining,
             etcd_init,
+            credentials,
+            credential_series: Default::default(),
         }
     }
 
@@ -331,6 +356,21 @@ impl Metrics {
 
     pub fn set_draining(&self, on: bool) {
         self.draining.set(i64::from(on));
+    }
+
+    /// Records whether the credentials Secret `namespace/secret` is usable.
+    pub fn credentials_valid(&self, namespace: &str, secret: &str, valid: bool) {
+        let labels = SecretLabels { namespace: namespace.into(), secret: secret.into() };
+        if let Ok(mut seen) = self.credential_series.lock() {
+            if !seen.contains(&labels) && seen.len() >= MAX_CREDENTIAL_SERIES {
+                // Bound memory: drop one series (the first by name) for the new one.
+                if let Some(first) = seen.pop_first() {
+                    self.credentials.remove(&first);
+                }
+            }
+            seen.insert(labels.clone());
+        }
+        self.credentials.get_or_create(&labels).set(i64::from(valid));
     }
 
     pub fn render(&self) -> String {

@@ -21,6 +21,7 @@
 //!   `Connection: close` meanwhile), then stops accepting and lets in-flight
 //!   requests finish within the shutdown grace.
 
+pub mod backup_cache;
 pub mod certs;
 pub mod hcp_cache;
 pub mod limits;
@@ -139,6 +140,9 @@ pub struct App {
     pub lookup: Option<Arc<dyn crate::admission::lookup::Lookup + Send + Sync>>,
     /// The HostedControlPlane reflector, when watching a cluster (readiness waits for its sync).
     pub hcp_cache: Option<Arc<hcp_cache::HcpCache>>,
+    /// The HCPEtcdBackup preflight's caches and live Secret reader, when
+    /// watching a cluster with `backupPreflight` on.
+    pub backup_cache: Option<Arc<backup_cache::BackupCache>>,
     pub metrics: Arc<metrics::Metrics>,
     pub ready: AtomicBool,
     /// Set on SIGTERM: `/readyz` answers 503.
@@ -173,19 +177,24 @@ impl Server {
             Some(a) => Some(bind(a).await?),
             None => None,
         };
-        let (lookup, hcp_cache): (Option<Arc<dyn crate::admission::lookup::Lookup + Send + Sync>>, _) =
-            match &opts.lookups {
-                LookupSource::None => (None, None),
-                LookupSource::Static(objects) => (Some(Arc::new(objects.clone())), None),
-                LookupSource::Cluster(client) => {
-                    let cache = hcp_cache::HcpCache::start(client.clone());
-                    (Some(cache.clone() as Arc<dyn crate::admission::lookup::Lookup + Send + Sync>), Some(cache))
-                }
-            };
+        type SharedLookup = Arc<dyn crate::admission::lookup::Lookup + Send + Sync>;
+        let (lookup, hcp_cache, backup_cache): (Option<SharedLookup>, _, _) = match &opts.lookups {
+            LookupSource::None => (None, None, None),
+            LookupSource::Static(objects) => (Some(Arc::new(objects.clone())), None, None),
+            LookupSource::Cluster(client) => {
+                let cache = hcp_cache::HcpCache::start(client.clone());
+                let backups = opts.settings.backup_preflight.then(|| {
+                    backup_cache::BackupCache::start(client.clone(), opts.settings.operator_namespace.clone())
+                });
+                let lookup = backup_cache::ClusterLookup { hcps: cache.clone(), backups: backups.clone() };
+                (Some(Arc::new(lookup) as SharedLookup), Some(cache), backups)
+            }
+        };
         let app = Arc::new(App {
             settings: opts.settings.clone(),
             lookup,
             hcp_cache,
+            backup_cache,
             metrics,
             ready: AtomicBool::new(false),
             draining: AtomicBool::new(false),

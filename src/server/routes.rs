@@ -17,11 +17,16 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::{
+    backup_cache::{BackupCache, WithSecret},
     limits::BodyError,
     metrics::{truncate, Decision, Operation, RejectReason, Webhook},
     App, PeerIdentity,
 };
 use crate::admission::{self, lookup as hcp_lookup, DecisionInput, Target};
+use crate::rules::{
+    self,
+    credentials::{self, SecretData, Storage},
+};
 
 pub use super::limits::MAX_BODY;
 
@@ -43,6 +48,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route(
             "/mutate/etcd-statefulsets",
             post(|s, r| admit(s, r, Target::EtcdStatefulSets, Webhook::EtcdStatefulSets)),
+        )
+        .route(
+            "/validate/etcd-backup-secrets",
+            post(|s, r| admit(s, r, Target::EtcdBackupSecrets, Webhook::EtcdBackupSecrets)),
         )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -136,6 +145,9 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
     if app.hcp_cache.as_ref().is_some_and(|c| !c.synced()) {
         return error(StatusCode::SERVICE_UNAVAILABLE, "not ready: HostedControlPlane cache not synced yet");
     }
+    // The backup preflight's caches do not gate readiness: until they sync
+    // (or when their RBAC is missing) the preflight is skipped with a warning,
+    // and no other admission is blocked for it.
     if app.ready.load(std::sync::atomic::Ordering::Acquire) {
         "ok".into_response()
     } else {
@@ -281,11 +293,19 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
         }
         _ => None,
     };
+    // An HCPEtcdBackup CREATE reads the credentials Secret it names, live
+    // (within the request deadline; a read that does not finish skips that check).
+    let secret_read = match (target, &app.backup_cache, &app.lookup) {
+        (Target::HcpEtcdBackups, Some(cache), Some(_)) => {
+            tokio::time::timeout_at(deadline, read_credentials(&app, cache, &parsed["request"])).await.ok().flatten()
+        }
+        _ => None,
+    };
     let outcome = if big {
         let app2 = app.clone();
         let task = tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            decide(&app2, parsed, prefetched.as_ref(), target)
+            decide(&app2, parsed, prefetched.as_ref(), secret_read.as_ref(), target)
         });
         match tokio::time::timeout_at(deadline, task).await {
             Ok(Ok(o)) => o,
@@ -296,7 +316,7 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
             }
         }
     } else {
-        let o = decide(&app, parsed, prefetched.as_ref(), target);
+        let o = decide(&app, parsed, prefetched.as_ref(), secret_read.as_ref(), target);
         drop(slot);
         o
     };
@@ -317,6 +337,17 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
         Some(_) => Decision::Denied,
     };
     app.metrics.observe(webhook, operation, decision, elapsed.as_secs_f64());
+    if target == Target::EtcdBackupSecrets && matches!(operation, Operation::Create | Operation::Update) {
+        if let Some((r, obj)) = req.and_then(|r| r.object.as_ref().map(|o| (r, o))) {
+            if let Some(valid) = rules::secret::usable(obj) {
+                let ns = r.namespace.as_deref().or_else(|| obj.pointer("/metadata/namespace").and_then(Value::as_str));
+                let name = obj.pointer("/metadata/name").and_then(Value::as_str).or(r.name.as_deref());
+                if let (Some(ns), Some(name)) = (ns, name) {
+                    app.metrics.credentials_valid(ns, name, valid);
+                }
+            }
+        }
+    }
     let field = |v: Option<&str>| truncate(v.unwrap_or_default(), LOG_FIELD_MAX).into_owned();
     tracing::info!(
         uid = field(req.map(|r| r.uid.as_str())),
@@ -374,11 +405,22 @@ fn decide(
     app: &App,
     parsed: Value,
     prefetched: Option<&hcp_lookup::Prefetched>,
+    secret: Option<&SecretRead>,
     target: Target,
 ) -> Result<admission::Reviewed, (StatusCode, String)> {
-    let lookup: Option<&dyn hcp_lookup::Lookup> = match prefetched {
+    let base: Option<&dyn hcp_lookup::Lookup> = match prefetched {
         Some(p) => Some(p),
         None => app.lookup.as_deref().map(|l| l as &dyn hcp_lookup::Lookup),
+    };
+    let with_secret = match (secret, base) {
+        (Some((ns, name, secret)), Some(inner)) => {
+            Some(WithSecret { inner, namespace: ns.as_str(), name: name.as_str(), secret: secret.clone() })
+        }
+        _ => None,
+    };
+    let lookup = match &with_secret {
+        Some(w) => Some(w as &dyn hcp_lookup::Lookup),
+        None => base,
     };
     let decision =
         DecisionInput { settings: &app.settings, lookup, now: crate::time::system_now(), expect: Some(target) };
@@ -388,4 +430,36 @@ fn decide(
         app.metrics.etcd_init(outcome, reason);
     }
     Ok(reviewed)
+}
+
+/// A credentials Secret read for one request: (namespace, name, what the read gave).
+type SecretRead = (String, String, Result<Option<Value>, String>);
+
+/// For an HCPEtcdBackup CREATE: reads the credentials Secret it names, live,
+/// from the operator namespace, and records the credentials gauge. Returns
+/// (namespace, name, what the read gave) for the decision's lookup.
+async fn read_credentials(app: &App, cache: &BackupCache, req: &Value) -> Option<SecretRead> {
+    if req["operation"] != "CREATE" || req.get("subResource").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
+        return None;
+    }
+    let object = &req["object"];
+    let storage = Storage::of_backup(object)?;
+    let name = object
+        .pointer(&format!("/spec/storage/{}/credentials/name", storage.block()))
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())?
+        .to_string();
+    let ns = cache.operator_namespace().to_string();
+    let secret = cache.read_secret(&name).await;
+    match &secret {
+        Ok(Some(s)) => {
+            let valid = credentials::detect(storage, &SecretData::from_secret(s)).usable();
+            app.metrics.credentials_valid(&ns, &name, valid);
+        }
+        Ok(None) => app.metrics.credentials_valid(&ns, &name, false),
+        Err(e) => {
+            tracing::warn!(namespace = %ns, secret = %name, error = %e, "credentials Secret not read; preflight skips it")
+        }
+    }
+    Some((ns, name, secret))
 }

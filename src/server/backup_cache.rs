@@ -1,0 +1,200 @@
+//! What the HCPEtcdBackup preflight reads from the cluster, with the least
+//! privilege that does it:
+//!
+//! * HCPEtcdBackups: a reflector over all namespaces (list/watch, ClusterRole);
+//! * the etcd StatefulSets: a reflector with the field selector
+//!   `metadata.name=etcd`, so no other StatefulSet is ever held in memory;
+//! * the credentials Secret: **never cached**. It is read live (`get` only,
+//!   through a Role in the HyperShift Operator namespace) when an
+//!   HCPEtcdBackup CREATE names it. A Secret cache would need list/watch on
+//!   every Secret of that namespace (RBAC cannot narrow list by name or
+//!   label), which puts the operator's other Secrets in this process's
+//!   memory; backups are rare, so one GET per CREATE costs nothing.
+//!
+//! Objects are kept as JSON ([`DynamicObject`]), as for HostedControlPlanes.
+
+use std::sync::{
+    atomic::{AtomicBool, Ordering},
+    Arc,
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Secret};
+use kube::{
+    api::{Api, ApiResource, DynamicObject, GroupVersionKind},
+    runtime::{reflector, watcher, WatchStreamExt},
+    Client,
+};
+use serde_json::Value;
+
+use crate::admission::lookup::{Lookup, LookupError, NOT_PROVIDED};
+
+/// Longest a live Secret read may take before the preflight skips it.
+pub const SECRET_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The HCPEtcdBackup and etcd StatefulSet caches, and the live Secret reader.
+pub struct BackupCache {
+    backups: reflector::Store<DynamicObject>,
+    etcd: reflector::Store<DynamicObject>,
+    backups_synced: Arc<AtomicBool>,
+    etcd_synced: Arc<AtomicBool>,
+    client: Client,
+    operator_namespace: String,
+}
+
+fn spawn_reflector(
+    api: Api<DynamicObject>,
+    resource: ApiResource,
+    config: watcher::Config,
+    what: &'static str,
+) -> (reflector::Store<DynamicObject>, Arc<AtomicBool>) {
+    let writer = reflector::store::Writer::<DynamicObject>::new(resource);
+    let reader = writer.as_reader();
+    let synced = Arc::new(AtomicBool::new(false));
+    let stream = watcher(api, config).default_backoff();
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(reflector(writer, stream));
+        while let Some(ev) = events.next().await {
+            if let Err(e) = ev {
+                tracing::warn!(error = %e, what, "watch error (retrying with backoff)");
+            }
+        }
+    });
+    let flag = synced.clone();
+    let r = reader.clone();
+    tokio::spawn(async move {
+        if r.wait_until_ready().await.is_ok() {
+            flag.store(true, Ordering::Release);
+            tracing::info!(objects = r.len(), what, "cache synced");
+        }
+    });
+    (reader, synced)
+}
+
+impl BackupCache {
+    /// Starts both reflectors on `client`; returns at once.
+    pub fn start(client: Client, operator_namespace: String) -> Arc<Self> {
+        let gvk = GroupVersionKind::gvk(crate::api::GROUP, crate::api::VERSION, "HCPEtcdBackup");
+        let backups_res = ApiResource::from_gvk_with_plural(&gvk, "hcpetcdbackups");
+        let (backups, backups_synced) = spawn_reflector(
+            Api::all_with(client.clone(), &backups_res),
+            backups_res,
+            watcher::Config::default(),
+            "HCPEtcdBackups",
+        );
+        let sts_res = ApiResource::erase::<StatefulSet>(&());
+        let (etcd, etcd_synced) = spawn_reflector(
+            Api::all_with(client.clone(), &sts_res),
+            sts_res,
+            watcher::Config::default().fields("metadata.name=etcd"),
+            "etcd StatefulSets",
+        );
+        Arc::new(Self { backups, etcd, backups_synced, etcd_synced, client, operator_namespace })
+    }
+
+    pub fn operator_namespace(&self) -> &str {
+        &self.operator_namespace
+    }
+
+    /// Reads the Secret `name` in the operator namespace, live (`Ok(None)`: not found).
+    ///
+    /// Read as raw JSON ([`DynamicObject`]): a typed `Secret` could fail to
+    /// decode a `data` value, and a decoding error may quote the value. The
+    /// error text never carries the body for the same reason.
+    pub async fn read_secret(&self, name: &str) -> Result<Option<Value>, String> {
+        let resource = ApiResource::erase::<Secret>(&());
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &self.operator_namespace, &resource);
+        match tokio::time::timeout(SECRET_READ_TIMEOUT, api.get_opt(name)).await {
+            Err(_) => Err(format!("reading the Secret took longer than {SECRET_READ_TIMEOUT:?}")),
+            Ok(Err(kube::Error::Api(status))) => {
+                Err(format!("reading the Secret: the apiserver answered {} {}", status.code, status.reason))
+            }
+            Ok(Err(kube::Error::SerdeError(_))) => Err("reading the Secret: the answer does not parse".to_string()),
+            Ok(Err(e)) => Err(format!("reading the Secret: {e}")),
+            Ok(Ok(None)) => Ok(None),
+            Ok(Ok(Some(s))) => {
+                serde_json::to_value(s).map(Some).map_err(|_| "the Secret does not serialise".to_string())
+            }
+        }
+    }
+
+    pub fn backups_in(&self, namespace: &str) -> Result<Vec<Value>, String> {
+        if !self.backups_synced.load(Ordering::Acquire) {
+            return Err("the HCPEtcdBackup cache has not synced yet".to_string());
+        }
+        Ok(self
+            .backups
+            .state()
+            .iter()
+            .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
+            .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
+            .collect())
+    }
+
+    pub fn etcd_in(&self, namespace: &str) -> Result<Option<Value>, String> {
+        if !self.etcd_synced.load(Ordering::Acquire) {
+            return Err("the etcd StatefulSet cache has not synced yet".to_string());
+        }
+        Ok(self
+            .etcd
+            .state()
+            .iter()
+            .find(|o| o.metadata.namespace.as_deref() == Some(namespace) && o.metadata.name.as_deref() == Some("etcd"))
+            .and_then(|o| serde_json::to_value(o.as_ref()).ok()))
+    }
+}
+
+/// The server's lookup when it watches a cluster: HostedControlPlanes from
+/// their reflector, the preflight objects from [`BackupCache`] (the Secret
+/// is added per request by [`WithSecret`]).
+pub struct ClusterLookup {
+    pub hcps: Arc<super::hcp_cache::HcpCache>,
+    pub backups: Option<Arc<BackupCache>>,
+}
+
+impl Lookup for ClusterLookup {
+    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
+        self.hcps.hosted_control_planes(namespace)
+    }
+
+    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, String> {
+        match &self.backups {
+            Some(b) => b.backups_in(namespace),
+            None => Err(NOT_PROVIDED.to_string()),
+        }
+    }
+
+    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, String> {
+        match &self.backups {
+            Some(b) => b.etcd_in(namespace),
+            None => Err(NOT_PROVIDED.to_string()),
+        }
+    }
+}
+
+/// A lookup plus one Secret read for this request.
+pub struct WithSecret<'a> {
+    pub inner: &'a dyn Lookup,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub secret: Result<Option<Value>, String>,
+}
+
+impl Lookup for WithSecret<'_> {
+    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
+        self.inner.hosted_control_planes(namespace)
+    }
+    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, String> {
+        self.inner.hcp_etcd_backups(namespace)
+    }
+    fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, String> {
+        if namespace == self.namespace && name == self.name {
+            self.secret.clone()
+        } else {
+            self.inner.secret(namespace, name)
+        }
+    }
+    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, String> {
+        self.inner.etcd_stateful_set(namespace)
+    }
+}

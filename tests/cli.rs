@@ -175,6 +175,21 @@ fn every_subcommand_help_shows_an_example() {
     }
 }
 
+/// The README's preflight example: the output printed there is what `check` prints.
+#[test]
+fn check_preflight_example_matches_the_readme() {
+    let o = run(&["check", "--context", "examples/cluster.yaml", "examples/backups.yaml"]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    let readme = std::fs::read_to_string(common::root().join("README.md")).expect("README");
+    let start = readme
+        .find("$ hcp-etcd-admission check --context examples/cluster.yaml examples/backups.yaml\n")
+        .expect("example in README");
+    let block = &readme[start..];
+    let block = &block[block.find('\n').map_or(0, |i| i + 1)..block.find("```").unwrap_or(block.len())];
+    assert_eq!(out, block, "README example is stale");
+}
+
 /// `serve` reads the clock for every request; it has no `--now` to ignore.
 #[test]
 fn serve_has_no_now_flag() {

@@ -89,6 +89,18 @@ fn registrations_are_explicit_and_safe() {
         !vwc.1.to_string().contains("hcpetcdbackups/status"),
         "status writes are judged by the CRD itself, not sent here (README)"
     );
+    // The Secret webhook only ever sees labelled Secrets.
+    let secrets = vwc.1["webhooks"]
+        .as_array()
+        .expect("webhooks")
+        .iter()
+        .find(|w| w["clientConfig"]["service"]["path"] == "/validate/etcd-backup-secrets")
+        .expect("secret webhook");
+    assert_eq!(
+        secrets["objectSelector"],
+        serde_json::json!({"matchLabels": {"hypershift.openshift.io/etcd-backup": "true"}})
+    );
+    assert_eq!(secrets["rules"][0]["resources"], serde_json::json!(["secrets"]));
 }
 
 /// Evaluates a webhook's matchConditions the way the apiserver does (CEL over
@@ -148,7 +160,9 @@ fn match_conditions_send_only_what_is_judged() {
         let hooks: Vec<Value> = match doc["kind"].as_str() {
             Some("ValidatingWebhookConfiguration") => doc["webhooks"].as_array().cloned().unwrap_or_default(),
             Some("ClusterAdmissionPolicy") if doc["spec"]["mutating"] == false => {
-                kubewarden = Some(doc["spec"].clone());
+                if doc["metadata"]["name"] == "hcp-etcd-admission-validate" {
+                    kubewarden = Some(doc["spec"].clone());
+                }
                 vec![doc["spec"].clone()]
             }
             _ => continue,
@@ -173,6 +187,11 @@ fn match_conditions_send_only_what_is_judged() {
                 assert!(!send("UPDATE", &deleting, Some(&hc)), "{what}: an object being deleted is skipped");
                 if resource == "hcpetcdbackups" {
                     assert!(send("UPDATE", &status_only, Some(&hc)), "{what}: backups UPDATEs are judged");
+                    continue;
+                }
+                if resource == "secrets" {
+                    // Data changes are judged (an unchanged UPDATE is ratcheted in the webhook).
+                    assert!(send("UPDATE", &other_spec, Some(&hc)), "{what}: Secret UPDATEs are judged");
                     continue;
                 }
                 assert!(send("UPDATE", &url_added, Some(&hc)), "{what}: a spec.etcd change is judged");
@@ -338,6 +357,62 @@ fn prometheus_rule_alerts_on_metrics_the_server_exports() {
     }
 }
 
+/// RBAC grants exactly what the rules read: HostedControlPlanes and
+/// HCPEtcdBackups and StatefulSets read-only cluster-wide, Secrets `get` only
+/// and only in the HyperShift Operator namespace, through a Role.
+#[test]
+fn rbac_is_least_privilege() {
+    let objects = all_objects();
+    let mut grants: Vec<(String, String, String, String, Value)> = Vec::new();
+    // The webhook's own RBAC (webhooks/base); the Kubewarden PolicyServer's is separate.
+    let base: Vec<&(std::path::PathBuf, Value)> =
+        objects.iter().filter(|(p, _)| p.parent().is_some_and(|d| d.ends_with("webhooks/base"))).collect();
+    for (_, d) in
+        base.iter().map(|o| (&o.0, &o.1)).filter(|(_, d)| matches!(d["kind"].as_str(), Some("ClusterRole" | "Role")))
+    {
+        for r in d["rules"].as_array().expect("rules") {
+            for res in r["resources"].as_array().expect("resources") {
+                grants.push((
+                    d["kind"].as_str().unwrap_or_default().to_string(),
+                    d["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
+                    r["apiGroups"][0].as_str().unwrap_or_default().to_string(),
+                    res.as_str().unwrap_or_default().to_string(),
+                    r["verbs"].clone(),
+                ));
+            }
+        }
+    }
+    grants.sort_by(|a, b| (&a.0, &a.1, &a.2, &a.3).cmp(&(&b.0, &b.1, &b.2, &b.3)));
+    let want: Vec<(String, String, String, String, Value)> = [
+        ("ClusterRole", "", "apps", "statefulsets", serde_json::json!(["list", "watch"])),
+        ("ClusterRole", "", "hypershift.openshift.io", "hcpetcdbackups", serde_json::json!(["list", "watch"])),
+        (
+            "ClusterRole",
+            "",
+            "hypershift.openshift.io",
+            "hostedcontrolplanes",
+            serde_json::json!(["get", "list", "watch"]),
+        ),
+        ("Role", "hypershift", "", "secrets", serde_json::json!(["get"])),
+    ]
+    .into_iter()
+    .map(|(a, b, c, d, e)| (a.to_string(), b.to_string(), c.to_string(), d.to_string(), e))
+    .collect();
+    assert_eq!(grants, want);
+    // Every Role and ClusterRole is bound to the webhook's ServiceAccount, in the Role's namespace.
+    for (_, d) in base
+        .iter()
+        .map(|o| (&o.0, &o.1))
+        .filter(|(_, d)| matches!(d["kind"].as_str(), Some("ClusterRoleBinding" | "RoleBinding")))
+    {
+        assert_eq!(d["subjects"][0]["name"], "hcp-etcd-admission");
+        if d["kind"] == "RoleBinding" {
+            assert_eq!(d["metadata"]["namespace"], "hypershift");
+            assert_eq!(d["roleRef"]["kind"], "Role");
+        }
+    }
+}
+
 #[test]
 fn deployment_flags_exist_and_settings_parse() {
     let objects = all_objects();
@@ -420,7 +495,7 @@ async fn every_webhook_path_in_the_manifests_is_served() {
             }
         }
     }
-    assert_eq!(paths, 4);
+    assert_eq!(paths, 5);
     let (status, text) = plain_get(plain, "/metrics").await;
     assert_eq!(status, 200);
     assert!(text.contains("hcp_etcd_admission_"), "{text}");
@@ -518,7 +593,10 @@ fn kubewarden_metadata_and_policies_agree() {
     assert_eq!(meta["contextAwareResources"][0]["kind"], "HostedControlPlane");
     let policies: Vec<Value> =
         all_objects().into_iter().map(|(_, d)| d).filter(|d| d["kind"] == "ClusterAdmissionPolicy").collect();
-    assert_eq!(policies.len(), 2);
+    assert_eq!(policies.len(), 3);
+    for kind in ["HCPEtcdBackup", "Secret", "StatefulSet"] {
+        assert!(meta["contextAwareResources"].to_string().contains(kind), "{kind} is not declared context aware");
+    }
     let meta_resources: Vec<Value> = meta["rules"]
         .as_array()
         .expect("rules")

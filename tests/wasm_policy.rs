@@ -25,7 +25,7 @@ use hcp_etcd_admission::{
     time::parse_rfc3339,
 };
 use serde_json::{json, Value};
-use wasm_host::{HostCallHandler, Policy, PolicyModule};
+use wasm_host::{context_handler, HostCallHandler, Policy, PolicyModule};
 
 /// What the suite needs: the module scripts/build-wasm.sh builds.
 fn wasm_module() -> common::env::Need {
@@ -36,28 +36,6 @@ fn wasm_module() -> common::env::Need {
 fn module() -> &'static PolicyModule {
     static MODULE: OnceLock<PolicyModule> = OnceLock::new();
     MODULE.get_or_init(|| PolicyModule::load(&wasm_host::module_path()).unwrap_or_else(|e| panic!("{e}")))
-}
-
-/// Serves `list_resources_by_namespace` from fixtures, as policy-server does from its reflectors.
-fn context_handler(objects: Vec<Value>) -> HostCallHandler {
-    Box::new(move |binding, ns, op, payload| {
-        if (binding, ns, op) != ("kubewarden", "kubernetes", "list_resources_by_namespace") {
-            return Err(format!("unexpected host call {binding}/{ns}/{op}"));
-        }
-        let req: Value = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
-        let items: Vec<&Value> = objects
-            .iter()
-            .filter(|o| {
-                o["kind"] == req["kind"]
-                    && o["apiVersion"] == req["api_version"]
-                    && o["metadata"]["namespace"] == req["namespace"]
-            })
-            .collect();
-        Ok(serde_json::to_vec(
-            &json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": items}),
-        )
-        .unwrap_or_default())
-    })
 }
 
 /// A fresh instance with the clock of the suite (the conformance files' `now`).

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod env;
+pub mod fake_apiserver;
 pub mod https;
 pub mod running;
 pub mod snapshot_server;
@@ -38,7 +39,8 @@ pub struct Case {
     /// The complete `response.warnings`, in order.
     pub warnings: Vec<String>,
     pub absent: Vec<String>,
-    /// Objects the decision may look up (HostedControlPlanes).
+    /// Objects the decision may look up (HostedControlPlanes; for the
+    /// HCPEtcdBackup preflight also HCPEtcdBackups, Secrets, StatefulSets).
     pub context: Vec<Value>,
     /// For mutations: whether a patch is expected, the resulting init
     /// container order, env values etcd-init must carry (and must not), its image.
@@ -97,6 +99,7 @@ fn group_version(resource: &str) -> (&'static str, &'static str, &'static str) {
         "hostedclusters" => ("hypershift.openshift.io", "v1beta1", "HostedCluster"),
         "hostedcontrolplanes" => ("hypershift.openshift.io", "v1beta1", "HostedControlPlane"),
         "statefulsets" => ("apps", "v1", "StatefulSet"),
+        "secrets" => ("", "v1", "Secret"),
         other => panic!("unknown resource {other}"),
     }
 }
@@ -219,6 +222,8 @@ fn load_file(path: &Path) -> Vec<Case> {
     let file = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     let fixtures = doc.get("fixtures").cloned().unwrap_or(json!({}));
     let file_now = doc.get("now").and_then(Value::as_str).unwrap_or("2026-11-29T15:00:00Z").to_string();
+    // File-level settings; a case's own settings are merged over them.
+    let file_settings = doc.get("settings").cloned().unwrap_or(json!({}));
     let mut out = Vec::new();
     for (i, c) in doc.get("cases").and_then(Value::as_array).expect("cases").iter().enumerate() {
         let name = c["name"].as_str().expect("case name").to_string();
@@ -265,7 +270,13 @@ fn load_file(path: &Path) -> Vec<Case> {
                 file: file.clone(),
                 name: format!("{name} [{res}]"),
                 review: admission_review(&uid, res, sub, op, o.as_ref(), ol.as_ref()),
-                settings: c.get("settings").cloned().unwrap_or(json!({})),
+                settings: {
+                    let mut s = file_settings.clone();
+                    if let Some(own) = c.get("settings") {
+                        json_patch::merge(&mut s, own);
+                    }
+                    s
+                },
                 now: c.get("now").and_then(Value::as_str).unwrap_or(&file_now).to_string(),
                 allowed,
                 message: message.as_deref().map(|m| for_variant(m, res)),

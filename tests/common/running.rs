@@ -51,6 +51,13 @@ pub async fn start(dir: &Path, client_ca: Option<&Path>, reload: Duration, looku
     start_with(options(dir, client_ca, reload, lookups)).await
 }
 
+/// Serves with the given settings (otherwise the defaults of [`options`]).
+pub async fn start_settings(dir: &Path, settings: Settings, lookups: LookupSource) -> Running {
+    let mut opts = options(dir, None, Duration::from_secs(60), lookups);
+    opts.settings = settings;
+    start_with(opts).await
+}
+
 /// Serves with `opts` (its `listen` is replaced by an ephemeral loopback port
 /// only if it is port 0 already).
 pub async fn start_with(opts: ServeOptions) -> Running {

@@ -126,3 +126,34 @@ impl Policy {
         self.calls.lock().map(|c| c.clone()).unwrap_or_default()
     }
 }
+
+/// Serves `list_resources_by_namespace` from fixtures, as policy-server does
+/// from its reflectors (including a `metadata.name=` field selector). A case
+/// without context objects models a policy that is not context aware for the
+/// backup preflight's kinds: those calls fail, as policy-server refuses them.
+pub fn context_handler(objects: Vec<serde_json::Value>) -> HostCallHandler {
+    use serde_json::{json, Value};
+    Box::new(move |binding, ns, op, payload| {
+        if (binding, ns, op) != ("kubewarden", "kubernetes", "list_resources_by_namespace") {
+            return Err(format!("unexpected host call {binding}/{ns}/{op}"));
+        }
+        let req: Value = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
+        if objects.is_empty() && req["kind"] != "HostedControlPlane" {
+            return Err(format!("{} is not in the policy's contextAwareResources", req["kind"]));
+        }
+        let name = req["field_selector"].as_str().and_then(|f| f.strip_prefix("metadata.name="));
+        let items: Vec<&Value> = objects
+            .iter()
+            .filter(|o| {
+                o["kind"] == req["kind"]
+                    && o["apiVersion"] == req["api_version"]
+                    && o["metadata"]["namespace"] == req["namespace"]
+                    && name.is_none_or(|n| o["metadata"]["name"] == n)
+            })
+            .collect();
+        Ok(serde_json::to_vec(
+            &json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": items}),
+        )
+        .unwrap_or_default())
+    })
+}

@@ -1,0 +1,141 @@
+//! A minimal kube-apiserver stand-in on loopback (there is none on these
+//! machines) serving exactly the requests the server's cluster watch makes:
+//! LIST and WATCH of hostedcontrolplanes, hcpetcdbackups and statefulsets
+//! (honouring a `metadata.name=` field selector), and GET of one Secret
+//! (403 in the namespace `forbidden`).
+//! Every request is recorded, so tests can assert what was (not) asked for.
+#![allow(dead_code)]
+
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{body::Body, http::Uri, response::IntoResponse, Router};
+use serde_json::{json, Value};
+
+pub struct FakeApi {
+    pub addr: SocketAddr,
+    /// `METHOD path?query` of every request, in order.
+    pub requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl FakeApi {
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// A kube client for it.
+    pub fn client(&self) -> kube::Client {
+        let config = kube::Config::new(format!("http://{}", self.addr).parse().expect("url"));
+        kube::Client::try_from(config).expect("client")
+    }
+
+    /// A kubeconfig file pointing at it (for a `serve` process).
+    pub fn kubeconfig(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join("kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\n",
+            self.addr
+        );
+        std::fs::write(&path, text).expect("kubeconfig");
+        path
+    }
+}
+
+fn query_param(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then(|| v.replace("%3D", "=").replace("%3d", "="))
+    })
+}
+
+/// Serves `objects` (by kind); LIST answers are delayed by `list_delay`.
+pub async fn start(objects: Vec<Value>, list_delay: Duration) -> FakeApi {
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let objects = Arc::new(objects);
+    let rec = requests.clone();
+    let app = Router::new().fallback(move |method: axum::http::Method, uri: Uri| {
+        let objects = objects.clone();
+        let rec = rec.clone();
+        async move {
+            let path = uri.path().to_string();
+            let query = uri.query().unwrap_or_default().to_string();
+            if let Ok(mut r) = rec.lock() {
+                r.push(format!("{method} {path}?{query}"));
+            }
+            let json_reply = |code: u16, v: Value| {
+                (
+                    axum::http::StatusCode::from_u16(code).unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR),
+                    [("content-type", "application/json")],
+                    v.to_string(),
+                )
+                    .into_response()
+            };
+            let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+            // GET /api/v1/namespaces/{ns}/secrets/{name}
+            if let ["api", "v1", "namespaces", ns, "secrets", name] = segments.as_slice() {
+                // A namespace the webhook has no Role in.
+                if *ns == "forbidden" {
+                    return json_reply(
+                        403,
+                        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                            "message": format!("secrets \"{name}\" is forbidden"), "reason": "Forbidden", "code": 403}),
+                    );
+                }
+                let found = objects.iter().find(|o| {
+                    o["kind"] == "Secret" && o["metadata"]["namespace"] == *ns && o["metadata"]["name"] == *name
+                });
+                return match found {
+                    Some(s) => json_reply(200, s.clone()),
+                    None => json_reply(
+                        404,
+                        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                            "message": format!("secrets \"{name}\" not found"), "reason": "NotFound",
+                            "details": {"name": name, "kind": "secrets"}, "code": 404}),
+                    ),
+                };
+            }
+            let (kind, api_version) = match path.as_str() {
+                "/apis/hypershift.openshift.io/v1beta1/hostedcontrolplanes" => {
+                    ("HostedControlPlane", "hypershift.openshift.io/v1beta1")
+                }
+                "/apis/hypershift.openshift.io/v1beta1/hcpetcdbackups" => {
+                    ("HCPEtcdBackup", "hypershift.openshift.io/v1beta1")
+                }
+                "/apis/apps/v1/statefulsets" => ("StatefulSet", "apps/v1"),
+                _ => {
+                    return json_reply(
+                        403,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden",
+                            "message": format!("the fake apiserver does not serve {path}"), "code": 403}),
+                    )
+                }
+            };
+            if matches!(query_param(&query, "watch").as_deref(), Some("true" | "1")) {
+                let stream = futures::stream::pending::<Result<axum::body::Bytes, Infallible>>();
+                return ([("content-type", "application/json")], Body::from_stream(stream)).into_response();
+            }
+            tokio::time::sleep(list_delay).await;
+            let name =
+                query_param(&query, "fieldSelector").and_then(|f| f.strip_prefix("metadata.name=").map(str::to_string));
+            let items: Vec<&Value> = objects
+                .iter()
+                .filter(|o| o["kind"] == kind && name.as_deref().is_none_or(|n| o["metadata"]["name"] == n))
+                .collect();
+            json_reply(
+                200,
+                json!({"apiVersion": api_version, "kind": format!("{kind}List"),
+                    "metadata": {"resourceVersion": "100"}, "items": items}),
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    FakeApi { addr, requests }
+}

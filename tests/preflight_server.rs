@@ -1,0 +1,226 @@
+//! The HCPEtcdBackup preflight and the credentials Secret webhook in the real
+//! server, fed by its cluster watch against a fake apiserver: the reflectors
+//! over HostedControlPlanes, HCPEtcdBackups and etcd StatefulSets, the live
+//! Secret read in the operator namespace, `/readyz` waiting for the
+//! HostedControlPlane cache only, and the `backup_credentials_valid` gauge. The fixtures are those of
+//! tests/conformance/preflight.yaml.
+
+mod common;
+
+use std::{sync::Arc, time::Duration};
+
+use common::https::Client;
+use hcp_etcd_admission::server::{certs, LookupSource};
+use serde_json::Value;
+
+const MARKER: &str = "MARKER-7f3a";
+
+fn fixtures() -> Value {
+    let text = std::fs::read_to_string(common::root().join("tests/conformance/preflight.yaml")).expect("fixtures");
+    let doc: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    doc["fixtures"].clone()
+}
+
+fn with_name(mut v: Value, name: &str) -> Value {
+    v["metadata"]["name"] = Value::from(name);
+    v
+}
+
+/// Waits until the preflight's caches have synced (they do not gate /readyz):
+/// a probe backup is no longer answered with the "skipped" warning.
+async fn wait_for_preflight(https: &Client, addr: std::net::SocketAddr, fx: &Value) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let v = https
+            .post_json(addr, "/validate/hcpetcdbackups", &backup_review("probe", fx, "s3", "probe"))
+            .await
+            .expect("probe")
+            .json();
+        if !v["response"]["warnings"].to_string().contains("preflight skipped") {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the preflight caches never synced: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn backup_review(uid: &str, fx: &Value, base: &str, secret: &str) -> Value {
+    let mut b = fx[base].clone();
+    let block = if base == "s3" { "s3" } else { "azureBlob" };
+    b["spec"]["storage"][block]["credentials"]["name"] = Value::from(secret);
+    b["metadata"]["name"] = Value::from(format!("backup-{uid}"));
+    common::admission_review(uid, "hcpetcdbackups", None, "CREATE", Some(&b), None)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflight_from_the_cluster_watch_and_a_live_secret_read() {
+    common::https::install_provider();
+    let fx = fixtures();
+    let objects = vec![
+        fx["hcp"].clone(),
+        fx["etcdnotready"].clone(),
+        fx["unhealthy"].clone(),
+        with_name(fx["secretsts"].clone(), "good"),
+        with_name(fx["secretkms"].clone(), "bad"),
+        // In the backup's namespace, not the operator's: must not be found.
+        with_name(fx["secretwrongns"].clone(), "elsewhere"),
+    ];
+    let api = common::fake_apiserver::start(objects, Duration::from_millis(600)).await;
+    let dir = std::env::temp_dir().join(format!("hcp-preflight-srv-{}", std::process::id()));
+    let set = certs::generate("preflight CA", &["localhost".into(), "127.0.0.1".into()], 2).expect("certs");
+    certs::write(&dir, &set).expect("write");
+    let srv = common::running::start(&dir, None, Duration::from_secs(60), LookupSource::Cluster(api.client())).await;
+    let addr = srv.addr;
+    let https = Arc::new(Client::new(&[&set.ca_pem], None));
+
+    let first = https.request(addr, "GET", "/readyz", vec![]).await.expect("readyz");
+    assert_eq!(first.status, 503, "{}", first.text());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = https.request(addr, "GET", "/readyz", vec![]).await.expect("readyz");
+        if r.status == 200 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "caches never synced: {}", r.text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_for_preflight(&https, addr, &fx).await;
+
+    let post = |path: &'static str, review: Value| {
+        let https = https.clone();
+        async move { https.post_json(addr, path, &review).await.expect("post") }
+    };
+    // Good Secret: allowed, with the warnings from the watched objects.
+    let r = post("/validate/hcpetcdbackups", backup_review("a", &fx, "s3", "good")).await;
+    let v = r.json();
+    assert_eq!(v["response"]["allowed"], true, "{v}");
+    let warnings = v["response"]["warnings"].to_string();
+    assert!(warnings.contains("etcd StatefulSet not fully ready: 1/3 replicas ready"), "{warnings}");
+    assert!(
+        warnings.contains("\\\"oadp-earlier-a1b2\\\" in this namespace has not finished (reason EtcdUnhealthy)"),
+        "{warnings}"
+    );
+    // Missing (only in another namespace): denied after the live read.
+    let v = post("/validate/hcpetcdbackups", backup_review("b", &fx, "s3", "elsewhere")).await.json();
+    assert_eq!(v["response"]["allowed"], false, "{v}");
+    assert!(
+        v["response"]["status"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("credential Secret \"elsewhere\" not found in namespace \"hypershift\""),
+        "{v}"
+    );
+    // Does not fit S3: denied, naming the detected mode, never the value.
+    let v = post("/validate/hcpetcdbackups", backup_review("c", &fx, "s3", "bad")).await.json();
+    assert_eq!(v["response"]["allowed"], false);
+    assert!(v.to_string().contains("the controller detects mode aws-sts"), "{v}");
+    assert!(!v.to_string().contains(MARKER), "{v}");
+    // The Secret webhook (Secret object in the request; no lookup).
+    let secret = with_name(fx["secretgarbage"].clone(), "typed-by-hand");
+    let v = post(
+        "/validate/etcd-backup-secrets",
+        common::admission_review("s", "secrets", None, "CREATE", Some(&secret), None),
+    )
+    .await
+    .json();
+    assert_eq!(v["response"]["allowed"], false, "{v}");
+    assert!(!v.to_string().contains(MARKER));
+
+    let metrics = https.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
+    for line in [
+        "hcp_etcd_admission_backup_credentials_valid{namespace=\"hypershift\",secret=\"good\"} 1",
+        "hcp_etcd_admission_backup_credentials_valid{namespace=\"hypershift\",secret=\"elsewhere\"} 0",
+        "hcp_etcd_admission_backup_credentials_valid{namespace=\"hypershift\",secret=\"bad\"} 0",
+        "hcp_etcd_admission_backup_credentials_valid{namespace=\"hypershift\",secret=\"typed-by-hand\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+    }
+    assert!(!metrics.contains(MARKER));
+
+    // Least privilege, as asked of the apiserver: StatefulSets only with the
+    // etcd field selector, Secrets only by GET in the operator namespace.
+    let requests = api.requests();
+    for r in &requests {
+        if r.contains("/statefulsets") {
+            assert!(r.contains("fieldSelector=metadata.name%3Detcd"), "{r}");
+        }
+        if r.contains("secrets") {
+            assert!(r.starts_with("GET /api/v1/namespaces/hypershift/secrets/"), "{r}");
+            assert!(!r.contains("watch"), "{r}");
+        }
+    }
+    let reads = requests.iter().filter(|r| r.contains("/secrets/") && !r.contains("/secrets/probe")).count();
+    assert_eq!(reads, 3, "{requests:#?}");
+    srv.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflight_off_watches_and_reads_nothing_for_it() {
+    common::https::install_provider();
+    let api = common::fake_apiserver::start(vec![fixtures()["hcp"].clone()], Duration::from_millis(0)).await;
+    let dir = std::env::temp_dir().join(format!("hcp-preflight-off-{}", std::process::id()));
+    let set = certs::generate("preflight CA", &["localhost".into(), "127.0.0.1".into()], 2).expect("certs");
+    certs::write(&dir, &set).expect("write");
+    let settings = hcp_etcd_admission::settings::Settings { backup_preflight: false, ..Default::default() };
+    let srv = common::running::start_settings(&dir, settings, LookupSource::Cluster(api.client())).await;
+    let https = Client::new(&[&set.ca_pem], None);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while https.request(srv.addr, "GET", "/readyz", vec![]).await.expect("readyz").status != 200 {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let v = https
+        .post_json(srv.addr, "/validate/hcpetcdbackups", &backup_review("x", &fixtures(), "s3", "missing"))
+        .await
+        .expect("post")
+        .json();
+    assert_eq!(v["response"]["allowed"], true, "{v}");
+    assert!(v["response"].get("warnings").is_none(), "{v}");
+    let requests = api.requests();
+    assert!(
+        requests.iter().all(|r| r.contains("/hostedcontrolplanes")),
+        "with backupPreflight off only HostedControlPlanes are watched: {requests:#?}"
+    );
+    srv.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A Secret read the apiserver refuses (no Role in that namespace): that one
+/// check is skipped with a warning saying so; the others still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_secret_read_skips_that_check_with_a_warning() {
+    common::https::install_provider();
+    let fx = fixtures();
+    let api =
+        common::fake_apiserver::start(vec![fx["hcp"].clone(), fx["etcd"].clone()], Duration::from_millis(0)).await;
+    let dir = std::env::temp_dir().join(format!("hcp-preflight-403-{}", std::process::id()));
+    let set = certs::generate("preflight CA", &["localhost".into(), "127.0.0.1".into()], 2).expect("certs");
+    certs::write(&dir, &set).expect("write");
+    let settings =
+        hcp_etcd_admission::settings::Settings { operator_namespace: "forbidden".into(), ..Default::default() };
+    let srv = common::running::start_settings(&dir, settings, LookupSource::Cluster(api.client())).await;
+    let https = Client::new(&[&set.ca_pem], None);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while https.request(srv.addr, "GET", "/readyz", vec![]).await.expect("readyz").status != 200 {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_for_preflight(&https, srv.addr, &fx).await;
+    let v = https
+        .post_json(srv.addr, "/validate/hcpetcdbackups", &backup_review("y", &fx, "azure", "any"))
+        .await
+        .expect("post")
+        .json();
+    assert_eq!(v["response"]["allowed"], true, "{v}");
+    assert_eq!(
+        v["response"]["warnings"],
+        serde_json::json!([
+            "spec.storage.azureBlob.credentials.name: the credentials Secret not checked: it could not be looked up (rule hcpetcdbackup-preflight-unavailable)"
+        ])
+    );
+    let metrics = https.request(srv.addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
+    assert!(!metrics.contains("secret=\"any\""), "an unread Secret has no gauge value: {metrics}");
+    srv.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -103,7 +103,15 @@ fn host_callback(objects: Vec<Value>) -> HostCallHandler {
             return Err(format!("unexpected host call {binding}/{ns}/{op}"));
         }
         let req: Value = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
-        let items: Vec<&Value> = objects.iter().filter(|o| o["metadata"]["namespace"] == req["namespace"]).collect();
+        // As tests/common/wasm_host.rs: without context objects the backup
+        // preflight's kinds are refused (no lookup source, as natively).
+        if objects.is_empty() && req["kind"] != "HostedControlPlane" {
+            return Err(format!("{} is not in the policy's contextAwareResources", req["kind"]));
+        }
+        let items: Vec<&Value> = objects
+            .iter()
+            .filter(|o| o["kind"] == req["kind"] && o["metadata"]["namespace"] == req["namespace"])
+            .collect();
         serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": items})).map_err(|e| e.to_string())
     })
 }

@@ -33,7 +33,7 @@ const SAMPLE_NOW: i64 = 1_795_965_000;
 /// what failed to compile (empty: a test holds it so).
 pub fn warm_up() -> Vec<String> {
     let problems: Vec<String> = admission::warm_up().err().map(|e| e.to_string()).into_iter().collect();
-    let lookup = ContextObjects::from_values([sample_hcp()]);
+    let lookup = ContextObjects::from_values(sample_cluster());
     for request in sample_requests() {
         let payload = json!({"settings": {}, "request": request});
         let _ = kubewarden::validate(payload.to_string().as_bytes(), Some(&lookup), Ok(SAMPLE_NOW));
@@ -82,6 +82,23 @@ fn etcd_spec(url: &str) -> Value {
             "backup": {"platform": "AWS", "aws": {"kmsKeyARN": "arn:aws:kms:us-east-1:123456789012:key/warm-up"}},
         },
     })
+}
+
+/// The in-memory cluster of the samples: the HostedControlPlane, and for the
+/// HCPEtcdBackup preflight a ready etcd StatefulSet and a credentials Secret
+/// that fits both storage types (role ARN for S3; workload identity for Azure).
+fn sample_cluster() -> Vec<Value> {
+    vec![
+        sample_hcp(),
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "etcd", "namespace": "clusters-warm-up"},
+            "spec": {"replicas": 1}, "status": {"readyReplicas": 1}}),
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "warm-up-creds", "namespace": "hypershift"},
+            "stringData": {
+                "credentials": "arn:aws:iam::123456789012:role/warm-up",
+                "cloud": "AZURE_CLIENT_ID=00000000-0000-0000-0000-000000000000"}}),
+    ]
 }
 
 fn sample_hcp() -> Value {
@@ -185,7 +202,7 @@ mod tests {
     #[test]
     fn every_rule_and_regex_compiles_and_the_samples_take_the_paths_they_should() {
         assert_eq!(warm_up(), Vec::<String>::new());
-        let lookup = ContextObjects::from_values([sample_hcp()]);
+        let lookup = ContextObjects::from_values(sample_cluster());
         let answers: Vec<kubewarden::ValidationResponse> = sample_requests()
             .into_iter()
             .map(|r| {

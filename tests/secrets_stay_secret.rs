@@ -74,8 +74,11 @@ fn library_and_review_binary() {
         let settings = Settings::from_json(&case.settings).expect("settings");
         let ctx = ContextObjects::from_values(case.context.clone());
         let now = parse_rfc3339(&case.now).expect("now");
-        let out = review(&case.review, &DecisionInput { settings: &settings, lookup: Some(&ctx), now: Ok(now), expect: None })
-            .expect("review");
+        let out = review(
+            &case.review,
+            &DecisionInput { settings: &settings, lookup: Some(&ctx), now: Ok(now), expect: None },
+        )
+        .expect("review");
         assert_clean(&format!("library answer to {}", case.name), &out.to_string());
 
         let file = dir.join(format!("review-{i}.json"));

@@ -5,36 +5,11 @@
 
 mod common;
 
-use std::{
-    io::{BufRead, BufReader},
-    net::SocketAddr,
-    process::{Child, Command, Stdio},
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
 use common::https::Client;
+use common::running::spawn_serve;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn spawn_serve(dir: &std::path::Path, extra: &[&str]) -> (Child, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--dev-cert-dir"])
-        .arg(dir)
-        .args(extra)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines.next().expect("serve printed its address").expect("line");
-        if let Some(a) = line.strip_prefix("listening on https://") {
-            break a.parse().expect("addr");
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_makes_a_dev_certificate_and_drains_on_sigterm() {

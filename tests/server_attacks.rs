@@ -14,10 +14,8 @@
 mod common;
 
 use std::{
-    io::{BufRead, BufReader},
     net::{IpAddr, Ipv4Addr, SocketAddr},
     path::PathBuf,
-    process::{Command, Stdio},
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
@@ -26,8 +24,8 @@ use std::{
 };
 
 use common::https::{connect_from, Client};
+use common::running::{small_review, spawn_serve, start_limited};
 use hcp_etcd_admission::server::{certs, limits::LimitOptions, LookupSource};
-use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The webhooks' `timeoutSeconds`.
@@ -48,18 +46,6 @@ fn setup(tag: &str) -> (PathBuf, Client, String) {
     certs::write(&dir, &c).expect("write");
     let client = Client::new(&[&c.ca_pem], None);
     (dir, client, c.ca_pem)
-}
-
-async fn start(dir: &std::path::Path, limits: LimitOptions) -> common::running::Running {
-    let mut opts = common::running::options(dir, None, Duration::from_secs(60), LookupSource::None);
-    opts.limits = limits;
-    common::running::start_with(opts).await
-}
-
-fn small_review() -> Value {
-    let text =
-        std::fs::read_to_string(common::root().join("tests/reviews/hcpetcdbackup-create-s3.json")).expect("review");
-    serde_json::from_str(&text).expect("json")
 }
 
 /// A real review over HTTP/1.1 and one over HTTP/2, each on a new connection:
@@ -98,7 +84,7 @@ async fn silent_sockets_beyond_the_connection_cap_do_not_lock_out_a_real_caller(
     let (dir, client, _ca) = setup("conns");
     let cap = 16;
     let limits = LimitOptions { max_connections: cap, ..LimitOptions::default() };
-    let srv = start(&dir, limits).await;
+    let srv = start_limited(&dir, limits).await;
     let mut held = Vec::new();
     // 10 × the cap of plain TCP sockets that never send a ClientHello, and
     // 2 × the cap of TLS connections that never send a request.
@@ -170,7 +156,7 @@ async fn trickling_bodies_beyond_the_in_flight_slots_do_not_fail_a_real_review()
     let (dir, client, _) = setup("slots");
     let slots = 8;
     let limits = LimitOptions { max_requests: slots, body_timeout: Duration::from_secs(3), ..LimitOptions::default() };
-    let srv = start(&dir, limits).await;
+    let srv = start_limited(&dir, limits).await;
     // 5 × the slots of bodies that send 3 bytes and stall (the review's attack).
     let mut held = Vec::new();
     for _ in 0..5 * slots {
@@ -222,26 +208,6 @@ async fn trickling_bodies_beyond_the_in_flight_slots_do_not_fail_a_real_review()
 }
 
 /// `hcp-etcd-admission serve` as a process with its default limits.
-fn spawn_serve(dir: &std::path::Path) -> (std::process::Child, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "never", "--dev-cert-dir"])
-        .arg(dir)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let addr: SocketAddr = loop {
-        let line = lines.next().expect("serve printed its address").expect("line");
-        if let Some(a) = line.strip_prefix("listening on https://") {
-            break a.parse().expect("addr");
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
-}
-
 /// Samples a process's VmRSS every 20 ms until stopped; the peak in KiB.
 struct RssPeak {
     peak: Arc<AtomicU64>,
@@ -276,7 +242,7 @@ impl RssPeak {
 async fn http2_clients_that_never_read_their_answers_keep_the_server_memory_bounded() {
     use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
     let dir = tempdir("h2mem");
-    let (mut child, addr) = spawn_serve(&dir);
+    let (mut child, addr) = spawn_serve(&dir, &["--watch-hostedcontrolplanes", "never"]);
     let pid = child.id();
     let ca = std::fs::read_to_string(dir.join("ca.crt")).expect("dev CA");
     let client = Client::new(&[&ca], None);
@@ -371,7 +337,7 @@ fn vm_rss_kib(pid: u32) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endless_headers_on_hundreds_of_connections_keep_the_server_memory_bounded() {
     let dir = tempdir("mem");
-    let (mut child, addr) = spawn_serve(&dir);
+    let (mut child, addr) = spawn_serve(&dir, &["--watch-hostedcontrolplanes", "never"]);
     let pid = child.id();
     let ca = std::fs::read_to_string(dir.join("ca.crt")).expect("dev CA");
     let client = Arc::new(Client::new(&[&ca], None));

@@ -12,6 +12,7 @@ mod common;
 use std::{path::PathBuf, time::Duration};
 
 use common::https::{full, send_h2, streamed, Client};
+use common::running::{small_review, start_limited};
 use hcp_etcd_admission::server::{certs, limits::LimitOptions, LookupSource};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -30,18 +31,6 @@ fn setup(tag: &str) -> (PathBuf, Client) {
     certs::write(&dir, &c).expect("write");
     let client = Client::new(&[&c.ca_pem], None);
     (dir, client)
-}
-
-async fn start(dir: &std::path::Path, limits: LimitOptions) -> common::running::Running {
-    let mut opts = common::running::options(dir, None, Duration::from_secs(60), LookupSource::None);
-    opts.limits = limits;
-    common::running::start_with(opts).await
-}
-
-fn small_review() -> Value {
-    let text =
-        std::fs::read_to_string(common::root().join("tests/reviews/hcpetcdbackup-create-s3.json")).expect("review");
-    serde_json::from_str(&text).expect("json")
 }
 
 /// A HostedCluster as the apiserver sends it, carrying `pad` bytes of
@@ -82,7 +71,7 @@ async fn stall(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_review_is_answered_while_hundreds_of_connections_stall_bodies_or_sit_idle() {
     let (dir, client) = setup("starve");
-    let srv = start(&dir, LimitOptions::default()).await;
+    let srv = start_limited(&dir, LimitOptions::default()).await;
     let mut held = Vec::new();
     // 300 clients that send headers and then stall their bodies, some after
     // sending 100 KiB of it.
@@ -138,7 +127,7 @@ async fn idle_connections_are_closed_on_http1_and_http2() {
         idle_timeout: Duration::from_millis(1000),
         ..LimitOptions::default()
     };
-    let srv = start(&dir, limits).await;
+    let srv = start_limited(&dir, limits).await;
     // 200 connections that finish TLS and send nothing: closed after the header-read timeout.
     let mut silent = Vec::new();
     for _ in 0..200 {
@@ -153,20 +142,18 @@ async fn idle_connections_are_closed_on_http1_and_http2() {
     assert_eq!(closed, 200, "silent connections left open");
     // A keep-alive HTTP/1.1 connection after one request: closed once idle.
     let mut tls = client.connect(srv.addr).await.expect("connect");
-    let body = serde_json::to_vec(&small_review()).expect("json");
-    let head = format!(
-        "POST /validate/hcpetcdbackups HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    );
-    tls.write_all(head.as_bytes()).await.expect("head");
-    tls.write_all(&body).await.expect("body");
-    let mut first = vec![0u8; 64];
-    let n = tls.read(&mut first).await.expect("answer");
-    assert!(first[..n].starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&first[..n]));
+    one_keep_alive_review(&mut tls).await;
     assert!(closed_within(&mut tls, Duration::from_secs(4)).await, "idle keep-alive connection left open");
     // An HTTP/2 connection after one request: GOAWAY and closed once idle.
     let mut sender = client.h2(srv.addr).await.expect("h2");
-    let r = send_h2(&mut sender, "POST", "/validate/hcpetcdbackups", full(body.clone())).await.expect("h2 request");
+    let r = send_h2(
+        &mut sender,
+        "POST",
+        "/validate/hcpetcdbackups",
+        full(serde_json::to_vec(&small_review()).expect("json")),
+    )
+    .await
+    .expect("h2 request");
     assert_eq!(r.status, 200);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
     while !sender.is_closed() {
@@ -179,7 +166,7 @@ async fn idle_connections_are_closed_on_http1_and_http2() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_5_5_mib_update_is_reviewed_and_oversize_bodies_get_413_on_both_protocols() {
     let (dir, client) = setup("big");
-    let srv = start(&dir, LimitOptions::default()).await;
+    let srv = start_limited(&dir, LimitOptions::default()).await;
     let old = hosted_cluster(2_800_000, "quay.io/openshift-release-dev/ocp-release:4.20.0-x86_64");
     let new = hosted_cluster(2_800_000, "quay.io/openshift-release-dev/ocp-release:4.20.1-x86_64");
     let review = common::admission_review("big-1", "hostedclusters", None, "UPDATE", Some(&new), Some(&old));
@@ -240,7 +227,7 @@ async fn saturation_is_answered_at_once_with_retry_after() {
     // One request in flight at most: a client stalling its body does not
     // hold it against a real review (the stalled body is evicted, 408).
     let limits = LimitOptions { max_requests: 1, body_timeout: Duration::from_secs(3), ..LimitOptions::default() };
-    let srv = start(&dir, limits).await;
+    let srv = start_limited(&dir, limits).await;
     let mut staller = stall(&client, srv.addr, 1000, 10).await.expect("staller");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let r = client.post_json(srv.addr, "/validate/hcpetcdbackups", &small_review()).await.expect("review");
@@ -255,7 +242,7 @@ async fn saturation_is_answered_at_once_with_retry_after() {
     // other big bodies wait for nothing (503) while small reviews pass.
     let limits =
         LimitOptions { body_budget: 1024 * 1024, body_timeout: Duration::from_secs(3), ..LimitOptions::default() };
-    let srv = start(&dir, limits).await;
+    let srv = start_limited(&dir, limits).await;
     // 900 KiB received: a 1 MiB buffer, 960 KiB of the budget charged.
     let hog = stall(&client, srv.addr, 3 * 1024 * 1024, 900 * 1024).await.expect("hog");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -282,7 +269,7 @@ async fn saturation_is_answered_at_once_with_retry_after() {
     // The connection cap: connections that have not started a request are
     // evicted for a newcomer, oldest first.
     let limits = LimitOptions { max_connections: 3, body_timeout: Duration::from_secs(3), ..LimitOptions::default() };
-    let srv = start(&dir, limits).await;
+    let srv = start_limited(&dir, limits).await;
     let mut open = Vec::new();
     for _ in 0..3 {
         open.push(client.connect(srv.addr).await.expect("within the cap"));
@@ -336,7 +323,7 @@ async fn saturation_is_answered_at_once_with_retry_after() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_stay_bounded_under_hostile_operation_values() {
     let (dir, client) = setup("labels");
-    let srv = start(&dir, LimitOptions::default()).await;
+    let srv = start_limited(&dir, LimitOptions::default()).await;
     // One ordinary review first, so the latency histogram exists in both snapshots.
     client.post_json(srv.addr, "/validate/hcpetcdbackups", &small_review()).await.expect("review");
     let before = client.request(srv.addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
@@ -364,6 +351,19 @@ async fn the_drain_closes_idle_keep_alive_connections_at_once_and_keeps_serving_
     let addr = srv.addr;
     // A pooled keep-alive connection after one request.
     let mut tls = client.connect(addr).await.expect("connect");
+    one_keep_alive_review(&mut tls).await;
+    let stopping = tokio::spawn(srv.stop());
+    // Closed when the drain starts, not when it ends 3 s later.
+    assert!(closed_within(&mut tls, Duration::from_millis(1500)).await, "idle connection kept through the drain");
+    // New connections are still served during the drain.
+    let r = client.post_json(addr, "/validate/hcpetcdbackups", &small_review()).await.expect("served while draining");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let _ = stopping.await;
+}
+
+/// One review on a raw keep-alive HTTP/1.1 connection, answered 200; the
+/// connection stays open for what the test does next.
+async fn one_keep_alive_review<S: AsyncReadExt + AsyncWriteExt + Unpin>(tls: &mut S) {
     let body = serde_json::to_vec(&small_review()).expect("json");
     let head = format!(
         "POST /validate/hcpetcdbackups HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
@@ -374,11 +374,4 @@ async fn the_drain_closes_idle_keep_alive_connections_at_once_and_keeps_serving_
     let mut first = vec![0u8; 64];
     let n = tls.read(&mut first).await.expect("answer");
     assert!(first[..n].starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&first[..n]));
-    let stopping = tokio::spawn(srv.stop());
-    // Closed when the drain starts, not when it ends 3 s later.
-    assert!(closed_within(&mut tls, Duration::from_millis(1500)).await, "idle connection kept through the drain");
-    // New connections are still served during the drain.
-    let r = client.post_json(addr, "/validate/hcpetcdbackups", &small_review()).await.expect("served while draining");
-    assert_eq!(r.status, 200, "{}", r.text());
-    let _ = stopping.await;
 }

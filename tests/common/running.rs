@@ -1,7 +1,13 @@
 //! The real server, in process, on an ephemeral loopback port.
 #![allow(dead_code)]
 
-use std::{net::SocketAddr, path::Path, time::Duration};
+use std::{
+    io::{BufRead, BufReader},
+    net::SocketAddr,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
 
 use hcp_etcd_admission::{
     server::{LookupSource, ServeOptions, Server},
@@ -44,6 +50,44 @@ pub fn options(dir: &Path, client_ca: Option<&Path>, reload: Duration, lookups: 
         lookups,
         metrics_listen: None,
     }
+}
+
+/// Serves `dir/tls.crt`/`dir/tls.key` with these limits and no lookups.
+pub async fn start_limited(dir: &Path, limits: hcp_etcd_admission::server::limits::LimitOptions) -> Running {
+    let mut opts = options(dir, None, Duration::from_secs(60), LookupSource::None);
+    opts.limits = limits;
+    start_with(opts).await
+}
+
+/// The small HCPEtcdBackup CREATE review every server test sends.
+pub fn small_review() -> serde_json::Value {
+    let text =
+        std::fs::read_to_string(super::root().join("tests/reviews/hcpetcdbackup-create-s3.json")).expect("review");
+    serde_json::from_str(&text).expect("json")
+}
+
+/// `hcp-etcd-admission serve` as a process with a dev certificate in `dir`,
+/// on an ephemeral loopback port (read from its "listening on" line); its
+/// stderr is drained by a thread.
+pub fn spawn_serve(dir: &Path, extra: &[&str]) -> (Child, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--dev-cert-dir"])
+        .arg(dir)
+        .args(extra)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines.next().expect("serve printed its address").expect("line");
+        if let Some(a) = line.strip_prefix("listening on https://") {
+            break a.parse().expect("addr");
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
 }
 
 /// Serves with `dir/tls.crt` and `dir/tls.key`.

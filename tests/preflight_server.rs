@@ -224,3 +224,60 @@ async fn a_refused_secret_read_skips_that_check_with_a_warning() {
     srv.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A denial is never made on a lagging cache: a HostedControlPlane created
+/// after the watch listed, and a backup that finished after it, are read live
+/// before the preflight denies (the fake's watches never send events, so the
+/// server's caches keep their first list).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_watch_never_denies_a_backup() {
+    common::https::install_provider();
+    let fx = fixtures();
+    let good = with_name(fx["secretsts"].clone(), "good");
+    // As first listed: no HostedControlPlane yet, another backup in progress.
+    let api = common::fake_apiserver::start(
+        vec![fx["running"].clone(), fx["etcd"].clone(), good.clone()],
+        Duration::from_millis(0),
+    )
+    .await;
+    let dir = std::env::temp_dir().join(format!("hcp-preflight-lag-{}", std::process::id()));
+    let set = certs::generate("preflight CA", &["localhost".into(), "127.0.0.1".into()], 2).expect("certs");
+    certs::write(&dir, &set).expect("write");
+    let srv = common::running::start(&dir, None, Duration::from_secs(60), LookupSource::Cluster(api.client())).await;
+    let https = Client::new(&[&set.ca_pem], None);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while https.request(srv.addr, "GET", "/readyz", vec![]).await.expect("readyz").status != 200 {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_for_preflight(&https, srv.addr, &fx).await;
+
+    // The live reads agree with the cache: both denials.
+    let v = https
+        .post_json(srv.addr, "/validate/hcpetcdbackups", &backup_review("l1", &fx, "s3", "good"))
+        .await
+        .expect("post")
+        .json();
+    assert_eq!(v["response"]["allowed"], false, "{v}");
+    let message = v["response"]["status"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(message.contains("HostedControlPlane not found in namespace clusters-prod"), "{message}");
+    assert!(message.contains("\"oadp-earlier-a1b2\" in namespace \"clusters-prod\" is in progress"), "{message}");
+
+    // The cluster moves on; the watch does not tell: the HostedControlPlane
+    // now exists and the other backup has completed.
+    let mut finished = fx["running"].clone();
+    finished["status"] = fx["done"]["status"].clone();
+    api.set_objects(vec![fx["hcp"].clone(), finished, fx["etcd"].clone(), good]);
+    let v = https
+        .post_json(srv.addr, "/validate/hcpetcdbackups", &backup_review("l2", &fx, "s3", "good"))
+        .await
+        .expect("post")
+        .json();
+    assert_eq!(v["response"]["allowed"], true, "read live, not denied from the lagging cache: {v}");
+    let requests = api.requests();
+    for live in ["/namespaces/clusters-prod/hostedcontrolplanes", "/namespaces/clusters-prod/hcpetcdbackups"] {
+        assert!(requests.iter().any(|r| r.starts_with("GET ") && r.contains(live)), "{live} never read: {requests:#?}");
+    }
+    srv.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -135,12 +135,22 @@ impl Detection {
     }
 }
 
-/// A Secret's data, decoded. Values stay in here.
-#[derive(Clone, Debug, Default)]
+/// A Secret's data, decoded. Values stay in here: its `Debug` prints key
+/// names only, so no `{:?}` anywhere can ever show a value.
+#[derive(Clone, Default)]
 pub struct SecretData {
     entries: BTreeMap<String, Vec<u8>>,
     /// Keys of `data` whose value is not valid base64 (the apiserver rejects those).
     pub undecodable: Vec<String>,
+}
+
+impl std::fmt::Debug for SecretData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretData")
+            .field("keys", &self.entries.keys().collect::<Vec<_>>())
+            .field("undecodable", &self.undecodable)
+            .finish()
+    }
 }
 
 impl SecretData {
@@ -314,10 +324,17 @@ fn azure_credentials(data: &SecretData) -> AzureJson {
     let Some(raw) = data.get("credentials") else { return AzureJson::Absent };
     match serde_json::from_str::<Value>(&raw) {
         Ok(Value::Object(m)) => {
-            let non_empty = |k: &str| m.get(k).and_then(Value::as_str).is_some_and(|s| !s.is_empty());
+            // Go's encoding/json matches struct fields ignoring case (an exact
+            // match wins), and so does the controller's decode. (Two keys that
+            // differ only in case: Go keeps the later one; the map here does
+            // not keep document order, so one of them is taken.)
+            let field = |k: &str| {
+                m.get(k).or_else(|| m.iter().rev().find(|(key, _)| key.eq_ignore_ascii_case(k)).map(|(_, v)| v))
+            };
+            let non_empty = |k: &str| field(k).and_then(Value::as_str).is_some_and(|s| !s.is_empty());
             AzureJson::Json {
                 client_secret: non_empty("clientSecret"),
-                secret_key_present: m.contains_key("clientSecret"),
+                secret_key_present: field("clientSecret").is_some(),
                 ids: non_empty("tenantId") && non_empty("clientId"),
             }
         }
@@ -476,6 +493,9 @@ mod tests {
         // No cloud: credentials JSON decides.
         assert_eq!(az(&[("credentials", cs)]).mode, Mode::AzureClientSecret);
         assert_eq!(az(&[("credentials", cs)]).fit, Fit::Fits);
+        // Field names match in any case, as Go's encoding/json decodes them.
+        let d = az(&[("credentials", r#"{"TenantId":"t","ClientID":"c","CLIENTSECRET":"x"}"#)]);
+        assert_eq!((d.mode, d.fit), (Mode::AzureClientSecret, Fit::Fits));
         let d = az(&[("credentials", r#"{"clientSecret":"x"}"#)]);
         assert_eq!(d.mode, Mode::AzureClientSecret);
         assert!(matches!(d.fit, Fit::Unfit(_)));
@@ -490,6 +510,13 @@ mod tests {
             assert_eq!(d.mode, Mode::AzureManagedIdentity, "{pairs:?}");
             assert!(matches!(d.fit, Fit::Unfit(_)), "{pairs:?}");
         }
+    }
+
+    #[test]
+    fn debug_shows_key_names_only() {
+        let d = SecretData::from_secret(&serde_json::json!({"stringData": {"credentials": "MARKERdebugvalue"}}));
+        let shown = format!("{d:?}");
+        assert!(shown.contains("credentials") && !shown.contains("MARKER"), "{shown}");
     }
 
     #[test]

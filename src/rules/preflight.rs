@@ -99,6 +99,14 @@ fn backup_state(backup: &Value) -> (Option<&str>, Option<&str>) {
     }
 }
 
+/// Whether `backup`'s Job is running as far as its status says
+/// (BackupCompleted False with reason BackupInProgress): what the
+/// serial-guard rule denies on.
+pub fn in_progress(backup: &Value) -> bool {
+    let (status, reason) = backup_state(backup);
+    !terminal(status, reason) && reason == Some("BackupInProgress")
+}
+
 /// Terminal as the controller defines it: completed, or failed, or rejected.
 fn terminal(status: Option<&str>, reason: Option<&str>) -> bool {
     status == Some("True") || matches!(reason, Some("BackupFailed" | "BackupRejected"))

@@ -27,7 +27,7 @@ use kube::{
 };
 use serde_json::Value;
 
-use crate::admission::lookup::{Lookup, LookupError, NOT_PROVIDED};
+use crate::admission::lookup::{Lookup, LookupError, Prefetched, NOT_PROVIDED};
 
 /// Longest a live Secret read may take before the preflight skips it.
 pub const SECRET_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
@@ -118,6 +118,28 @@ impl BackupCache {
         }
     }
 
+    /// The namespace's HCPEtcdBackups, read live (list, within
+    /// [`SECRET_READ_TIMEOUT`]): confirms a cached "in progress" before the
+    /// serial-guard rule denies on it.
+    pub async fn list_backups_live(&self, namespace: &str) -> Result<Vec<Value>, String> {
+        let gvk = GroupVersionKind::gvk(crate::api::GROUP, crate::api::VERSION, "HCPEtcdBackup");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "hcpetcdbackups");
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &resource);
+        match tokio::time::timeout(SECRET_READ_TIMEOUT, api.list(&kube::api::ListParams::default())).await {
+            Err(_) => Err(format!("listing HCPEtcdBackups took longer than {SECRET_READ_TIMEOUT:?}")),
+            Ok(Err(kube::Error::Api(status))) => {
+                Err(format!("listing HCPEtcdBackups: the apiserver answered {} {}", status.code, status.reason))
+            }
+            Ok(Err(e)) => Err(format!("listing HCPEtcdBackups: {e}")),
+            Ok(Ok(list)) => Ok(list
+                .items
+                .iter()
+                .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .collect()),
+        }
+    }
+
     pub fn backups_in(&self, namespace: &str) -> Result<Vec<Value>, String> {
         if !self.backups_synced.load(Ordering::Acquire) {
             return Err("the HCPEtcdBackup cache has not synced yet".to_string());
@@ -146,7 +168,7 @@ impl BackupCache {
 
 /// The server's lookup when it watches a cluster: HostedControlPlanes from
 /// their reflector, the preflight objects from [`BackupCache`] (the Secret
-/// is added per request by [`WithSecret`]).
+/// and what a request reads live are laid over it by [`RequestReads`]).
 pub struct ClusterLookup {
     pub hcps: Arc<super::hcp_cache::HcpCache>,
     pub backups: Option<Arc<BackupCache>>,
@@ -172,29 +194,57 @@ impl Lookup for ClusterLookup {
     }
 }
 
-/// A lookup plus one Secret read for this request.
-pub struct WithSecret<'a> {
-    pub inner: &'a dyn Lookup,
-    pub namespace: &'a str,
-    pub name: &'a str,
-    pub secret: Result<Option<Value>, String>,
+/// What one request read live, laid over the server's cached lookup:
+///
+/// * the namespace's HostedControlPlanes ([`Prefetched`]: a cache miss is
+///   read live, so a lagging watch never denies a backup or lets a
+///   StatefulSet through);
+/// * the namespace's HCPEtcdBackups, read live only when the cache shows one
+///   in progress, so the serial-guard denial is never made on a stale status;
+/// * the credentials Secret (never cached).
+///
+/// Whatever was not read live comes from `inner`.
+#[derive(Default)]
+pub struct RequestReads<'a> {
+    pub inner: Option<&'a dyn Lookup>,
+    pub hcps: Option<&'a Prefetched>,
+    pub backups: Option<(String, Result<Vec<Value>, String>)>,
+    pub secret: Option<(String, String, Result<Option<Value>, String>)>,
 }
 
-impl Lookup for WithSecret<'_> {
+impl RequestReads<'_> {
+    /// Whether anything is looked up at all (no source: the decision says so).
+    pub fn any(&self) -> bool {
+        self.inner.is_some() || self.hcps.is_some()
+    }
+}
+
+impl Lookup for RequestReads<'_> {
     fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
-        self.inner.hosted_control_planes(namespace)
+        match (self.hcps, self.inner) {
+            (Some(p), _) => p.hosted_control_planes(namespace),
+            (None, Some(inner)) => inner.hosted_control_planes(namespace),
+            (None, None) => Err(LookupError::Failed(NOT_PROVIDED.to_string())),
+        }
     }
     fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, String> {
-        self.inner.hcp_etcd_backups(namespace)
+        match (&self.backups, self.inner) {
+            (Some((ns, live)), _) if ns == namespace => live.clone(),
+            (_, Some(inner)) => inner.hcp_etcd_backups(namespace),
+            _ => Err(NOT_PROVIDED.to_string()),
+        }
     }
     fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, String> {
-        if namespace == self.namespace && name == self.name {
-            self.secret.clone()
-        } else {
-            self.inner.secret(namespace, name)
+        match (&self.secret, self.inner) {
+            (Some((ns, n, read)), _) if ns == namespace && n == name => read.clone(),
+            (_, Some(inner)) => inner.secret(namespace, name),
+            _ => Err(NOT_PROVIDED.to_string()),
         }
     }
     fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, String> {
-        self.inner.etcd_stateful_set(namespace)
+        match self.inner {
+            Some(inner) => inner.etcd_stateful_set(namespace),
+            None => Err(NOT_PROVIDED.to_string()),
+        }
     }
 }

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::{
-    backup_cache::{BackupCache, WithSecret},
+    backup_cache::{BackupCache, RequestReads},
     limits::BodyError,
     metrics::{truncate, Decision, Operation, RejectReason, Webhook},
     App, PeerIdentity,
@@ -266,20 +266,28 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
             return error(code, message);
         }
     };
-    // The etcd StatefulSet's decision reads the namespace live on a cache miss
-    // (bounded by the request deadline as well as the cache's own timeout).
+    // The etcd StatefulSet's decision, and an HCPEtcdBackup CREATE's
+    // preflight, read the namespace's HostedControlPlanes live on a cache miss
+    // (bounded by the request deadline as well as the cache's own timeout):
+    // a lagging watch must neither let etcd start empty nor deny a backup.
+    let backup_create = target == Target::HcpEtcdBackups
+        && app.backup_cache.is_some()
+        && app.settings.backup_preflight
+        && parsed.pointer("/request/operation").and_then(Value::as_str) == Some("CREATE")
+        && parsed.pointer("/request/subResource").and_then(Value::as_str).is_none_or(str::is_empty);
     let prefetched = match (&app.hcp_cache, target) {
         (Some(cache), Target::EtcdStatefulSets)
             if parsed.pointer("/request/object/metadata/name").and_then(Value::as_str)
                 == Some(crate::mutate::ETCD_STATEFULSET) =>
         {
-            let ns = parsed
-                .pointer("/request/namespace")
-                .and_then(Value::as_str)
-                .filter(|n| !n.is_empty())
-                .or_else(|| parsed.pointer("/request/object/metadata/namespace").and_then(Value::as_str))
-                .unwrap_or_default()
-                .to_string();
+            Some(cache)
+        }
+        (Some(cache), Target::HcpEtcdBackups) if backup_create => Some(cache),
+        _ => None,
+    };
+    let prefetched = match prefetched {
+        Some(cache) => {
+            let ns = request_namespace(&parsed);
             match tokio::time::timeout_at(deadline, cache.lookup_for(&ns)).await {
                 Ok(p) => Some(p),
                 Err(_) => {
@@ -291,21 +299,36 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
                 }
             }
         }
-        _ => None,
+        None => None,
     };
     // An HCPEtcdBackup CREATE reads the credentials Secret it names, live
-    // (within the request deadline; a read that does not finish skips that check).
-    let secret_read = match (target, &app.backup_cache, &app.lookup) {
+    // (within the request deadline; a read that does not finish skips that check),
+    // and confirms a cached "in progress" backup live before the serial guard denies.
+    let (secret_read, backups_live) = match (target, &app.backup_cache, &app.lookup) {
         (Target::HcpEtcdBackups, Some(cache), Some(_)) => {
-            tokio::time::timeout_at(deadline, read_credentials(&app, cache, &parsed["request"])).await.ok().flatten()
+            let secret = tokio::time::timeout_at(deadline, read_credentials(&app, cache, &parsed["request"]))
+                .await
+                .ok()
+                .flatten();
+            let backups = match backup_create.then(|| request_namespace(&parsed)) {
+                Some(ns) if cache.backups_in(&ns).is_ok_and(|b| b.iter().any(crate::rules::preflight::in_progress)) => {
+                    let live =
+                        tokio::time::timeout_at(deadline, cache.list_backups_live(&ns)).await.unwrap_or_else(|_| {
+                            Err("listing HCPEtcdBackups did not finish within the request deadline".into())
+                        });
+                    Some((ns, live))
+                }
+                _ => None,
+            };
+            (secret, backups)
         }
-        _ => None,
+        _ => (None, None),
     };
     let outcome = if big {
         let app2 = app.clone();
         let task = tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            decide(&app2, parsed, prefetched.as_ref(), secret_read.as_ref(), target)
+            decide(&app2, parsed, prefetched.as_ref(), secret_read.as_ref(), backups_live.as_ref(), target)
         });
         match tokio::time::timeout_at(deadline, task).await {
             Ok(Ok(o)) => o,
@@ -316,7 +339,7 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
             }
         }
     } else {
-        let o = decide(&app, parsed, prefetched.as_ref(), secret_read.as_ref(), target);
+        let o = decide(&app, parsed, prefetched.as_ref(), secret_read.as_ref(), backups_live.as_ref(), target);
         drop(slot);
         o
     };
@@ -406,22 +429,16 @@ fn decide(
     parsed: Value,
     prefetched: Option<&hcp_lookup::Prefetched>,
     secret: Option<&SecretRead>,
+    backups: Option<&BackupsRead>,
     target: Target,
 ) -> Result<admission::Reviewed, (StatusCode, String)> {
-    let base: Option<&dyn hcp_lookup::Lookup> = match prefetched {
-        Some(p) => Some(p),
-        None => app.lookup.as_deref().map(|l| l as &dyn hcp_lookup::Lookup),
+    let reads = RequestReads {
+        inner: app.lookup.as_deref().map(|l| l as &dyn hcp_lookup::Lookup),
+        hcps: prefetched,
+        backups: backups.cloned(),
+        secret: secret.cloned(),
     };
-    let with_secret = match (secret, base) {
-        (Some((ns, name, secret)), Some(inner)) => {
-            Some(WithSecret { inner, namespace: ns.as_str(), name: name.as_str(), secret: secret.clone() })
-        }
-        _ => None,
-    };
-    let lookup = match &with_secret {
-        Some(w) => Some(w as &dyn hcp_lookup::Lookup),
-        None => base,
-    };
+    let lookup = reads.any().then_some(&reads as &dyn hcp_lookup::Lookup);
     let decision =
         DecisionInput { settings: &app.settings, lookup, now: crate::time::system_now(), expect: Some(target) };
     let reviewed = admission::review_typed(&parsed, &decision).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
@@ -431,6 +448,20 @@ fn decide(
     }
     Ok(reviewed)
 }
+
+/// The request's namespace (the object's when the request does not say).
+fn request_namespace(parsed: &Value) -> String {
+    parsed
+        .pointer("/request/namespace")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .or_else(|| parsed.pointer("/request/object/metadata/namespace").and_then(Value::as_str))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The namespace's HCPEtcdBackups read live for one request: (namespace, what the read gave).
+type BackupsRead = (String, Result<Vec<Value>, String>);
 
 /// A credentials Secret read for one request: (namespace, name, what the read gave).
 type SecretRead = (String, String, Result<Option<Value>, String>);

@@ -1,8 +1,11 @@
 //! A minimal kube-apiserver stand-in on loopback (there is none on these
 //! machines) serving exactly the requests the server's cluster watch makes:
 //! LIST and WATCH of hostedcontrolplanes, hcpetcdbackups and statefulsets
-//! (honouring a `metadata.name=` field selector), and GET of one Secret
-//! (403 in the namespace `forbidden`).
+//! (honouring a `metadata.name=` field selector), the namespaced LISTs the
+//! live reads make, and GET of one Secret (403 in the namespace `forbidden`).
+//! Objects can be replaced while it runs ([`FakeApi::set_objects`]): its
+//! WATCH streams never send events, so the server's caches keep what they
+//! listed first — a watch lagging behind the cluster.
 //! Every request is recorded, so tests can assert what was (not) asked for.
 #![allow(dead_code)]
 
@@ -20,9 +23,17 @@ pub struct FakeApi {
     pub addr: SocketAddr,
     /// `METHOD path?query` of every request, in order.
     pub requests: Arc<Mutex<Vec<String>>>,
+    objects: Arc<Mutex<Arc<Vec<Value>>>>,
 }
 
 impl FakeApi {
+    /// What LISTs and GETs answer from now on (watches stay silent).
+    pub fn set_objects(&self, objects: Vec<Value>) {
+        if let Ok(mut o) = self.objects.lock() {
+            *o = Arc::new(objects);
+        }
+    }
+
     pub fn requests(&self) -> Vec<String> {
         self.requests.lock().map(|r| r.clone()).unwrap_or_default()
     }
@@ -55,10 +66,11 @@ fn query_param(query: &str, key: &str) -> Option<String> {
 /// Serves `objects` (by kind); LIST answers are delayed by `list_delay`.
 pub async fn start(objects: Vec<Value>, list_delay: Duration) -> FakeApi {
     let requests = Arc::new(Mutex::new(Vec::new()));
-    let objects = Arc::new(objects);
+    let shared = Arc::new(Mutex::new(Arc::new(objects)));
     let rec = requests.clone();
+    let state = shared.clone();
     let app = Router::new().fallback(move |method: axum::http::Method, uri: Uri| {
-        let objects = objects.clone();
+        let objects = state.lock().map(|o| o.clone()).unwrap_or_default();
         let rec = rec.clone();
         async move {
             let path = uri.path().to_string();
@@ -98,6 +110,13 @@ pub async fn start(objects: Vec<Value>, list_delay: Duration) -> FakeApi {
                     ),
                 };
             }
+            // A namespaced LIST (the live reads): /apis/{group}/{version}/namespaces/{ns}/{plural}.
+            let (path, in_ns) = match segments.as_slice() {
+                ["apis", group, version, "namespaces", ns, plural] => {
+                    (format!("/apis/{group}/{version}/{plural}"), Some(ns.to_string()))
+                }
+                _ => (path.clone(), None),
+            };
             let (kind, api_version) = match path.as_str() {
                 "/apis/hypershift.openshift.io/v1beta1/hostedcontrolplanes" => {
                     ("HostedControlPlane", "hypershift.openshift.io/v1beta1")
@@ -124,6 +143,7 @@ pub async fn start(objects: Vec<Value>, list_delay: Duration) -> FakeApi {
             let items: Vec<&Value> = objects
                 .iter()
                 .filter(|o| o["kind"] == kind && name.as_deref().is_none_or(|n| o["metadata"]["name"] == n))
+                .filter(|o| in_ns.as_deref().is_none_or(|ns| o["metadata"]["namespace"] == ns))
                 .collect();
             json_reply(
                 200,
@@ -137,5 +157,5 @@ pub async fn start(objects: Vec<Value>, list_delay: Duration) -> FakeApi {
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    FakeApi { addr, requests }
+    FakeApi { addr, requests, objects: shared }
 }

@@ -44,6 +44,28 @@ async fn wait_for_preflight(https: &Client, addr: std::net::SocketAddr, fx: &Val
     }
 }
 
+/// The real server watching `api` with `settings`, once ready and once the
+/// preflight's caches answer; its dev-CA client and certificate dir.
+async fn serve_cluster(
+    api: &common::fake_apiserver::FakeApi,
+    tag: &str,
+    settings: hcp_etcd_admission::settings::Settings,
+    fx: &Value,
+) -> (common::running::Running, Client, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("hcp-preflight-{tag}-{}", std::process::id()));
+    let set = certs::generate("preflight CA", &["localhost".into(), "127.0.0.1".into()], 2).expect("certs");
+    certs::write(&dir, &set).expect("write");
+    let srv = common::running::start_settings(&dir, settings, LookupSource::Cluster(api.client())).await;
+    let https = Client::new(&[&set.ca_pem], None);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while https.request(srv.addr, "GET", "/readyz", vec![]).await.expect("readyz").status != 200 {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_for_preflight(&https, srv.addr, fx).await;
+    (srv, https, dir)
+}
+
 fn backup_review(uid: &str, fx: &Value, base: &str, secret: &str) -> Value {
     let mut b = fx[base].clone();
     let block = if base == "s3" { "s3" } else { "azureBlob" };
@@ -194,19 +216,9 @@ async fn a_refused_secret_read_skips_that_check_with_a_warning() {
     let fx = fixtures();
     let api =
         common::fake_apiserver::start(vec![fx["hcp"].clone(), fx["etcd"].clone()], Duration::from_millis(0)).await;
-    let dir = std::env::temp_dir().join(format!("hcp-preflight-403-{}", std::process::id()));
-    let set = certs::generate("preflight CA", &["localhost".into(), "127.0.0.1".into()], 2).expect("certs");
-    certs::write(&dir, &set).expect("write");
     let settings =
         hcp_etcd_admission::settings::Settings { operator_namespace: "forbidden".into(), ..Default::default() };
-    let srv = common::running::start_settings(&dir, settings, LookupSource::Cluster(api.client())).await;
-    let https = Client::new(&[&set.ca_pem], None);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while https.request(srv.addr, "GET", "/readyz", vec![]).await.expect("readyz").status != 200 {
-        assert!(tokio::time::Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    wait_for_preflight(&https, srv.addr, &fx).await;
+    let (srv, https, dir) = serve_cluster(&api, "403", settings, &fx).await;
     let v = https
         .post_json(srv.addr, "/validate/hcpetcdbackups", &backup_review("y", &fx, "azure", "any"))
         .await
@@ -240,17 +252,7 @@ async fn a_lagging_watch_never_denies_a_backup() {
         Duration::from_millis(0),
     )
     .await;
-    let dir = std::env::temp_dir().join(format!("hcp-preflight-lag-{}", std::process::id()));
-    let set = certs::generate("preflight CA", &["localhost".into(), "127.0.0.1".into()], 2).expect("certs");
-    certs::write(&dir, &set).expect("write");
-    let srv = common::running::start(&dir, None, Duration::from_secs(60), LookupSource::Cluster(api.client())).await;
-    let https = Client::new(&[&set.ca_pem], None);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while https.request(srv.addr, "GET", "/readyz", vec![]).await.expect("readyz").status != 200 {
-        assert!(tokio::time::Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    wait_for_preflight(&https, srv.addr, &fx).await;
+    let (srv, https, dir) = serve_cluster(&api, "lag", Default::default(), &fx).await;
 
     // The live reads agree with the cache: both denials.
     let v = https

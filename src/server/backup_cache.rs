@@ -131,12 +131,7 @@ impl BackupCache {
                 Err(format!("listing HCPEtcdBackups: the apiserver answered {} {}", status.code, status.reason))
             }
             Ok(Err(e)) => Err(format!("listing HCPEtcdBackups: {e}")),
-            Ok(Ok(list)) => Ok(list
-                .items
-                .iter()
-                .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
-                .filter_map(|o| serde_json::to_value(o).ok())
-                .collect()),
+            Ok(Ok(list)) => Ok(super::hcp_cache::in_namespace(&list.items, namespace)),
         }
     }
 
@@ -144,13 +139,7 @@ impl BackupCache {
         if !self.backups_synced.load(Ordering::Acquire) {
             return Err("the HCPEtcdBackup cache has not synced yet".to_string());
         }
-        Ok(self
-            .backups
-            .state()
-            .iter()
-            .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
-            .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
-            .collect())
+        Ok(super::hcp_cache::in_namespace(self.backups.state().iter().map(AsRef::as_ref), namespace))
     }
 
     pub fn etcd_in(&self, namespace: &str) -> Result<Option<Value>, String> {

@@ -83,12 +83,7 @@ impl HcpCache {
     }
 
     fn cached(&self, namespace: &str) -> Vec<Value> {
-        self.store
-            .state()
-            .iter()
-            .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
-            .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
-            .collect()
+        in_namespace(self.store.state().iter().map(AsRef::as_ref), namespace)
     }
 
     /// The answer for one decision: the cache when it is synced and holds
@@ -112,12 +107,7 @@ impl HcpCache {
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &self.resource);
         let live = tokio::time::timeout(LIVE_READ_TIMEOUT, api.list(&ListParams::default())).await;
         let answer = match live {
-            Ok(Ok(list)) => Ok(list
-                .items
-                .iter()
-                .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
-                .filter_map(|o| serde_json::to_value(o).ok())
-                .collect()),
+            Ok(Ok(list)) => Ok(in_namespace(&list.items, namespace)),
             Ok(Err(e)) if synced => Err(LookupError::Failed(format!("live read after a cache miss failed: {e}"))),
             Err(_) if synced => Err(LookupError::Failed(format!(
                 "live read after a cache miss timed out after {}s",
@@ -142,6 +132,19 @@ impl Lookup for HcpCache {
         }
         Ok(self.cached(namespace))
     }
+}
+
+/// The objects of `namespace`, as JSON: a cache holds every namespace, and a
+/// live namespaced LIST is filtered too rather than trusted blindly.
+pub(crate) fn in_namespace<O: std::borrow::Borrow<DynamicObject>>(
+    objects: impl IntoIterator<Item = O>,
+    namespace: &str,
+) -> Vec<Value> {
+    objects
+        .into_iter()
+        .filter(|o| o.borrow().metadata.namespace.as_deref() == Some(namespace))
+        .filter_map(|o| serde_json::to_value(o.borrow()).ok())
+        .collect()
 }
 
 #[cfg(test)]

@@ -229,11 +229,14 @@ async fn saturation_is_answered_at_once_with_retry_after() {
     let limits = LimitOptions { max_requests: 1, body_timeout: Duration::from_secs(3), ..LimitOptions::default() };
     let srv = start_limited(&dir, limits).await;
     let mut staller = stall(&client, srv.addr, 1000, 10).await.expect("staller");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Time for the server to give the staller the slot (generous: CI machines are loaded).
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let r = client.post_json(srv.addr, "/validate/hcpetcdbackups", &small_review()).await.expect("review");
     assert_eq!(r.status, 200, "{}", r.text());
     let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(2), staller.read_to_end(&mut out)).await;
+    // Evicted at once; were it to get the slot only after the review, its own
+    // 3 s body deadline still answers 408 within this wait.
+    let _ = tokio::time::timeout(Duration::from_secs(5), staller.read_to_end(&mut out)).await;
     let text = String::from_utf8_lossy(&out);
     assert!(text.starts_with("HTTP/1.1 408"), "the staller lost its slot: {text}");
     srv.stop().await;
@@ -245,7 +248,8 @@ async fn saturation_is_answered_at_once_with_retry_after() {
     let srv = start_limited(&dir, limits).await;
     // 900 KiB received: a 1 MiB buffer, 960 KiB of the budget charged.
     let hog = stall(&client, srv.addr, 3 * 1024 * 1024, 900 * 1024).await.expect("hog");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Time for the server to read the hog's 900 KiB (its deadline is 3 s away).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     let big = vec![b' '; 2 * 1024 * 1024];
     let mut tls = client.connect(srv.addr).await.expect("connect");
     let head = format!(

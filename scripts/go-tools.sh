@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds the real components the test suites run: kube-apiserver (1.34, 1.35)
+# and etcd (3.6, 3.7: etcd, etcdctl, etcdutl), each as a Go tool of its own
+# small module under tests/tools/<name>/ (pinned in its go.mod/go.sum), into
+#   $HOME/.cache/hcp-etcd-admission/tools/<name>/
+# and reuses what is there. No binary is ever written into the clone.
+#
+#   scripts/go-tools.sh            build every tool that is missing
+#   scripts/go-tools.sh --print    print the bin dirs (one "name=dir" a line)
+#   scripts/go-tools.sh NAME...    build only these (e.g. kube-1.35 etcd-3.6)
+#
+# Each module is built alone (GOWORK=off) so minimal version selection never
+# moves the pinned dependencies; GOTOOLCHAIN=local so no toolchain is fetched.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+cache=${HCP_CACHE:-$HOME/.cache/hcp-etcd-admission}
+export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=mod
+export GOCACHE=${GOCACHE_OVERRIDE:-$cache/go/build} GOMODCACHE=${GOMODCACHE_OVERRIDE:-$cache/go/mod}
+
+all=(etcd-3.6 etcd-3.7 kube-1.35 kube-1.34)
+if [ "${1:-}" = "--print" ]; then
+  for n in "${all[@]}"; do echo "$n=$cache/tools/$n"; done
+  exit 0
+fi
+names=("$@")
+[ "${#names[@]}" -gt 0 ] || names=("${all[@]}")
+
+build_one() {
+  local n=$1 mod=$root/tests/tools/$1 out=$cache/tools/$1
+  local stamp; stamp=$(cat "$mod/go.mod" "$mod/go.sum" | sha256sum | cut -c1-16)
+  if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ]; then
+    echo "$n: cached in $out"; return 0
+  fi
+  local t0=$SECONDS tmp=$out.tmp
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  case $n in
+    etcd-*)
+      (cd "$mod" && go build -trimpath -o "$tmp/" \
+        go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3)
+      mv "$tmp/v3" "$tmp/etcd" 2>/dev/null || mv "$tmp/server" "$tmp/etcd"
+      "$tmp/etcd" --version | head -1 ;;
+    kube-*)
+      local v; v=$(sed -n 's/^\s*k8s.io\/kubernetes v\([0-9.]*\).*/\1/p' "$mod/go.mod" | head -1)
+      local minor; minor=$(echo "$v" | cut -d. -f2)
+      local pkg=k8s.io/component-base/version
+      (cd "$mod" && go build -trimpath -tags providerless \
+        -ldflags "-s -w -X $pkg.gitVersion=v$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean" \
+        -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
+      "$tmp/kube-apiserver" --version ;;
+    *) echo "unknown tool $n" >&2; return 2 ;;
+  esac
+  echo "$stamp" > "$tmp/.stamp"
+  rm -rf "$out"; mv "$tmp" "$out"
+  echo "$n: built in $((SECONDS - t0)) s into $out"
+}
+
+for n in "${names[@]}"; do build_one "$n"; done

@@ -23,6 +23,11 @@ if [ "${1:-}" = "--print" ]; then
   for n in "${all[@]}"; do echo "$n=$cache/tools/$n"; done
   exit 0
 fi
+# One build at a time: a second caller (.ci/run starts one in the background)
+# waits here, then finds everything cached.
+mkdir -p "$cache"
+exec 9>"$cache/go-tools.lock"
+flock 9
 names=("$@")
 [ "${#names[@]}" -gt 0 ] || names=("${all[@]}")
 

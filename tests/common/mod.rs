@@ -9,6 +9,7 @@ pub mod fake_apiserver;
 pub mod https;
 pub mod running;
 pub mod snapshot_server;
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 

@@ -11,7 +11,18 @@ mod cli;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
+
+/// Writes the completion script for `shell` to stdout.
+fn completion(shell: clap_complete::Shell) -> anyhow::Result<i32> {
+    use std::io::Write as _;
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "hcp-etcd-admission", &mut buf);
+    let mut out = std::io::stdout().lock();
+    out.write_all(&buf)?;
+    out.flush()?;
+    Ok(0)
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -32,13 +43,20 @@ enum Command {
     Certs(cli::certs::CertsArgs),
     /// Answer one AdmissionReview (JSON or YAML) exactly as the webhook would.
     Review(cli::review::ReviewArgs),
-    /// Check every object in YAML/JSON files as a CREATE; exit 1 if any is denied.
+    /// Check every object in YAML/JSON files, directories or stdin (as a CREATE, or with --audit as
+    /// the next write of a live object); exit 1 if any is denied, 2 on an input error.
     Check(cli::check::CheckArgs),
     /// Write (or --check) the generated HCPEtcdBackup CRD in crds/.
     Crd(cli::crd::CrdArgs),
-    /// Print the rule catalog (the README table) as Markdown.
-    #[command(after_help = "Example:\n  hcp-etcd-admission rules > rules.md")]
-    Rules,
+    /// Print the rule catalog (the README table) as Markdown, JSON or YAML.
+    Rules(cli::rules::RulesArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = "Example:\n  source <(hcp-etcd-admission completion bash)\n  hcp-etcd-admission completion zsh > \"${fpath[1]}/_hcp-etcd-admission\"\n  hcp-etcd-admission completion fish > ~/.config/fish/completions/hcp-etcd-admission.fish")]
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -49,13 +67,12 @@ fn main() -> std::process::ExitCode {
         Command::Review(a) => cli::review::run(a),
         Command::Check(a) => cli::check::run(a),
         Command::Crd(a) => cli::crd::run(a),
-        Command::Rules => hcp_etcd_admission::catalog::markdown_table().map_err(anyhow::Error::from).map(|table| {
-            print!("{table}");
-            0
-        }),
+        Command::Rules(a) => cli::rules::run(a),
+        Command::Completion { shell } => completion(*shell),
     };
     match result {
         Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) if cli::is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::from(2)

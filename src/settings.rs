@@ -78,6 +78,23 @@ fn is_quantity(s: &str) -> bool {
 /// Upper bound for the expiry warning window: a week (longer is a typo).
 pub const MAX_EXPIRY_WARNING_SECONDS: u64 = 7 * 24 * 3600;
 
+/// A serde error with the key it is about: serde's type errors
+/// (`invalid type: string "15m", expected u64`) do not say which key; each
+/// key is tried on its own (every field has a default) to find it.
+fn name_the_key(v: &serde_json::Value, e: serde_json::Error) -> String {
+    let Some(map) = v.as_object() else { return format!("{e} (settings must be a mapping of keys to values)") };
+    for (key, value) in map {
+        let one = serde_json::Value::Object(std::iter::once((key.clone(), value.clone())).collect());
+        if let Err(single) = serde_json::from_value::<Settings>(one) {
+            if single.to_string().contains(&format!("`{key}`")) {
+                return single.to_string(); // the unknown-key error names it already
+            }
+            return format!("{key}: {single}");
+        }
+    }
+    e.to_string()
+}
+
 impl Settings {
     /// Checks the values; returns every problem found.
     pub fn validate(&self) -> Result<(), Vec<String>> {
@@ -124,7 +141,8 @@ impl Settings {
 
     /// Parses settings from JSON, with readable errors for unknown keys and bad values.
     pub fn from_json(v: &serde_json::Value) -> Result<Self, String> {
-        let s: Settings = serde_json::from_value(v.clone()).map_err(|e| format!("invalid settings: {e}"))?;
+        let s: Settings =
+            serde_json::from_value(v.clone()).map_err(|e| format!("invalid settings: {}", name_the_key(v, e)))?;
         s.validate().map_err(|p| format!("invalid settings: {}", p.join("; ")))?;
         Ok(s)
     }

@@ -27,7 +27,7 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
         .unwrap_or_default();
     let name = sts.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
     let old = req.old_object.as_ref().filter(|_| req.operation == Operation::Update);
-    let m = mutate::etcd_init(sts, old, namespace, input.lookup, input.settings);
+    let m = mutate::etcd_init_at(sts, old, namespace, input.lookup, input.settings, Some(&input.now));
     let decision = match (m.denial, m.patch) {
         (Some(Denial::Lookup(reason)), _) => Decision::forbidden("statefulsets", "apps", name, &reason, m.warnings),
         (Some(Denial::Template(errors)), _) => Decision::invalid("StatefulSet", "apps", name, &errors, m.warnings),

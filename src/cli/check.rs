@@ -1,27 +1,64 @@
-//! `check`: every object in the given files is reviewed as a CREATE; exit 1
-//! if any is denied.
+//! `check`: every object in the inputs judged as the cluster would judge it,
+//! streamed as it is decided. By default each object is a CREATE (a GitOps
+//! repository: what applying it would meet); with `--audit` each is a no-op
+//! UPDATE of itself (oldObject = object), which is how the apiserver judges
+//! the next write of a live object (`kubectl get -o yaml`): ratcheting,
+//! immutability and the clock apply exactly as they would there.
+//!
+//! The judged inputs are also context: a HostedControlPlane among them is
+//! the one an etcd StatefulSet's mutation looks up (`--context` adds more).
+//! etcd StatefulSets are therefore judged after every other object, once
+//! all inputs have been read. Nothing else is kept: memory stays bounded by
+//! the largest document, whatever the number of documents.
+//!
+//! Exit codes: 0 every object allowed, 1 some denied, 2 an input could not
+//! be read (or, with `--strict`, an object was skipped or there was none).
+
+mod emit;
 
 use std::path::PathBuf;
 
-use hcp_etcd_admission::admission::{
-    self, AdmissionRequest, DecisionInput, GroupVersionKind, GroupVersionResource, Operation, Target,
+use hcp_etcd_admission::{
+    admission::{
+        self,
+        lookup::{ContextObjects, Lookup, LookupError},
+        AdmissionRequest, DecisionInput, GroupVersionKind, GroupVersionResource, Operation, Target,
+    },
+    catalog,
+    settings::Settings,
 };
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{input, ClockArgs, DecisionArgs};
+use super::{
+    input::{self, Entry, Object},
+    redact, ClockArgs, DecisionArgs,
+};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Output {
+    /// kubectl-style lines and a summary.
     #[default]
     Text,
+    /// A JSON array of results, one element per object, written as decided.
     Json,
+    /// One YAML document per object, written as decided.
+    Yaml,
+    /// JUnit XML (one testsuite per file, one testcase per object) for CI test reports.
+    Junit,
+    /// SARIF 2.1.0 (one result per error or warning, with file and line) for code-scanning annotations.
+    Sarif,
 }
 
 #[derive(clap::Args, Debug)]
-#[command(
-    after_help = "Example:\n  hcp-etcd-admission check examples/*.yaml\n  hcp-etcd-admission check --output json --now 2026-11-29T15:00:00Z hostedcluster.yaml"
-)]
+#[command(after_help = "Examples:
+  hcp-etcd-admission check examples/                       # every .yaml/.yml/.json in a directory (-R: subdirectories too)
+  kubectl get hostedclusters,hostedcontrolplanes,hcpetcdbackups -A -o yaml | hcp-etcd-admission check --audit
+  hcp-etcd-admission check --output sarif -R deploy/ > check.sarif
+  hcp-etcd-admission check --show-patched examples/cluster.yaml examples/etcd-statefulset.yaml
+
+Exit codes: 0 all allowed, 1 some denied, 2 an input error (or, with --strict, a skipped object or no object).
+See docs/cli.md.")]
 pub struct CheckArgs {
     #[command(flatten)]
     pub decision: DecisionArgs,
@@ -30,119 +67,470 @@ pub struct CheckArgs {
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = Output::Text)]
     pub output: Output,
-    /// YAML (multi-document) or JSON files; `-` reads stdin.
-    #[arg(value_name = "FILE", required = true)]
+    /// Walk directories recursively (without it, only the files directly in a given directory).
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
+    /// Judge each object as a live one: a no-op UPDATE of itself (oldObject = object), as the
+    /// apiserver judges its next write. Without it every object is a CREATE.
+    #[arg(long)]
+    pub audit: bool,
+    /// Exit 2 when an object is skipped (a kind that is not checked, a typo'd kind, an apiVersion
+    /// that is not served, a document without apiVersion/kind) or when the input has no object.
+    #[arg(long)]
+    pub strict: bool,
+    /// Show each mutated object as it would be stored (the patch applied); presigned URLs redacted.
+    #[arg(long)]
+    pub show_patched: bool,
+    /// Show presigned restore URLs in patches and patched objects as they are (bearer credentials:
+    /// keep such output out of CI logs); by default scheme://host/path?<redacted>.
+    #[arg(long)]
+    pub show_secrets: bool,
+    /// YAML (multi-document) or JSON files and directories; `-` or nothing reads stdin.
+    #[arg(value_name = "FILE")]
     pub files: Vec<PathBuf>,
 }
 
-#[derive(Serialize)]
-struct Report {
+/// The result for one object (or one input that could not be read).
+#[derive(Serialize, Debug, Default)]
+pub struct Report {
     file: String,
     document: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    item: Option<usize>,
+    line: usize,
+    #[serde(rename = "apiVersion", skip_serializing_if = "String::is_empty")]
+    api_version: String,
     kind: String,
     namespace: String,
     name: String,
-    /// "allowed", "denied" or "skipped".
-    result: &'static str,
-    /// The JSON patch a mutating decision would apply (StatefulSets).
+    /// CREATE, or UPDATE with `--audit`; absent when the object was not judged.
     #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<json_patch::Patch>,
+    operation: Option<&'static str>,
+    /// "allowed", "denied", "skipped" or "error" (the input could not be read).
+    result: &'static str,
+    /// The JSON patch a mutating decision applies (etcd StatefulSets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<Value>,
+    /// The object after the patch (`--show-patched`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patched: Option<Value>,
     #[serde(skip_serializing_if = "String::is_empty")]
     message: String,
+    /// What to do about a denial that has no field (offline).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hint: Option<&'static str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    causes: Vec<admission::Cause>,
+    causes: Vec<CauseReport>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     warnings: Vec<String>,
 }
+
+impl Report {
+    /// `file#document`, or `file#document.items[i]`.
+    fn origin(&self) -> String {
+        match self.item {
+            Some(i) => format!("{}#{}.items[{i}]", self.file, self.document),
+            None => format!("{}#{}", self.file, self.document),
+        }
+    }
+
+    /// `Kind/namespace/name` (`Kind/name` for cluster-scoped objects).
+    fn object(&self) -> String {
+        let kind = if self.kind.is_empty() { "(no kind)" } else { &self.kind };
+        if self.namespace.is_empty() {
+            format!("{kind}/{}", self.name)
+        } else {
+            format!("{kind}/{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
+/// One cause of a denial, with the rule it comes from when that is known.
+#[derive(Serialize, Debug)]
+pub struct CauseReport {
+    reason: &'static str,
+    message: String,
+    field: String,
+    /// The rule id (the README's rule table).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<String>,
+    /// What an apiserver artefact in the message means.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+}
+
+/// Counts over a run.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Summary {
+    allowed: usize,
+    denied: usize,
+    skipped: usize,
+    errors: usize,
+    audit: bool,
+}
+
+/// The kinds `check` judges, and the apiVersion each is served at.
+const SERVED: [(&str, &str); 5] = [
+    ("HCPEtcdBackup", "hypershift.openshift.io/v1beta1"),
+    ("HostedCluster", "hypershift.openshift.io/v1beta1"),
+    ("HostedControlPlane", "hypershift.openshift.io/v1beta1"),
+    ("StatefulSet", "apps/v1"),
+    ("Secret", "v1"),
+];
 
 fn str_at<'a>(v: &'a Value, p: &str) -> &'a str {
     v.pointer(p).and_then(Value::as_str).unwrap_or_default()
 }
 
+/// Edit distance (for "did you mean").
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row.first().copied().unwrap_or_default();
+        if let Some(first) = row.first_mut() {
+            *first = i + 1;
+        }
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            let next = (prev + cost).min(row.get(j).copied().unwrap_or(usize::MAX) + 1).min(row.get(j + 1).copied().unwrap_or(usize::MAX) + 1);
+            prev = row.get(j + 1).copied().unwrap_or_default();
+            if let Some(slot) = row.get_mut(j + 1) {
+                *slot = next;
+            }
+        }
+    }
+    row.last().copied().unwrap_or_default()
+}
+
+/// The checked kind a misspelt one probably means.
+pub fn did_you_mean(kind: &str) -> Option<&'static str> {
+    let lower = kind.to_ascii_lowercase();
+    let lower = lower.strip_suffix("list").filter(|_| kind.len() > 4).unwrap_or(&lower);
+    SERVED.iter().map(|(k, _)| *k).find(|k| k.to_ascii_lowercase() == lower).or_else(|| {
+        SERVED
+            .iter()
+            .map(|(k, _)| (*k, distance(&k.to_ascii_lowercase(), lower)))
+            .filter(|(_, d)| *d <= 2)
+            .min_by_key(|(_, d)| *d)
+            .map(|(k, _)| k)
+    })
+}
+
+/// The lookup of a `check` run: the `--context` objects, plus the
+/// HostedControlPlanes of the judged inputs (one per namespace/name).
+struct CheckLookup<'a> {
+    given: &'a ContextObjects,
+    inline: &'a [Value],
+}
+
+impl Lookup for CheckLookup<'_> {
+    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
+        let mut out = self.given.hosted_control_planes(namespace)?;
+        for h in self.inline.iter().filter(|h| str_at(h, "/metadata/namespace") == namespace) {
+            let name = str_at(h, "/metadata/name");
+            if !out.iter().any(|o| str_at(o, "/metadata/name") == name) {
+                out.push(h.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    // The preflight's snapshot of the cluster comes from --context only: the
+    // judged files are what is about to be applied, not what exists.
+    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, String> {
+        self.given.hcp_etcd_backups(namespace)
+    }
+
+    fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, String> {
+        self.given.secret(namespace, name)
+    }
+
+    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, String> {
+        self.given.etcd_stateful_set(namespace)
+    }
+}
+
+/// What is fixed for a run.
+struct Judge<'a> {
+    args: &'a CheckArgs,
+    settings: &'a Settings,
+    now: hcp_etcd_admission::time::Now,
+    given: &'a ContextObjects,
+    /// Upstream CEL rules: (field with `[*]`, message, id), to name a cause's rule.
+    upstream: Vec<(String, String, String)>,
+}
+
+/// `spec.x[0].y` → `spec.x[*].y` (how the catalog names list items).
+fn wildcard(field: &str) -> String {
+    let mut out = String::with_capacity(field.len());
+    let mut rest = field;
+    while let Some(open) = rest.find('[') {
+        let (head, tail) = rest.split_at(open);
+        out.push_str(head);
+        match tail.find(']') {
+            Some(close) if tail.get(1..close).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) => {
+                out.push_str("[*]");
+                rest = tail.get(close + 1..).unwrap_or_default();
+            }
+            _ => {
+                out.push('[');
+                rest = tail.get(1..).unwrap_or_default();
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The `(rule id)` a message ends with.
+pub fn rule_of(message: &str) -> Option<&str> {
+    let start = message.rfind("(rule ")?;
+    message.get(start + 6..)?.strip_suffix(')')
+}
+
+const JSON_TYPES: [&str; 6] = ["string", "object", "integer", "number", "boolean", "array"];
+
+/// A one-line explanation of what looks like a bug but is the apiserver's own wording.
+fn note_for(message: &str) -> Option<String> {
+    if message.contains("some validation rules were not checked because the object was invalid") {
+        return Some("the apiserver's own message: CEL rules are not evaluated while a type, required, enum or size error is present; fix the other errors and check again".to_string());
+    }
+    let shown = message.strip_prefix("Invalid value: \"")?;
+    let (ty, rest) = shown.split_once('"')?;
+    (JSON_TYPES.contains(&ty) && rest.starts_with(':')).then(|| {
+        format!("\"{ty}\" is the value's JSON type, not the value: the apiserver reports type errors and failed CEL rules this way")
+    })
+}
+
+/// What to do about a denial without a field, offline.
+fn hint_for(message: &str) -> Option<&'static str> {
+    (message.contains("HostedControlPlane") && message.contains("etcd restore is pending")).then_some(
+        "offline, the HostedControlPlane comes from the judged files or --context FILE; in a cluster the control-plane-operator retries until it can be read",
+    )
+}
+
+impl Judge<'_> {
+    fn cause(&self, c: &admission::Cause) -> CauseReport {
+        let rule = rule_of(&c.message).map(str::to_string).or_else(|| {
+            let field = wildcard(&c.field);
+            self.upstream
+                .iter()
+                .find(|(f, m, _)| *f == field && !m.is_empty() && c.message.contains(m.as_str()))
+                .map(|(_, _, id)| id.clone())
+        });
+        CauseReport { reason: c.reason, message: c.message.clone(), field: c.field.clone(), rule, note: note_for(&c.message) }
+    }
+
+    /// Judges one object.
+    fn judge(&self, o: Object, inline: &[Value]) -> Report {
+        let v = &o.value;
+        let mut report = Report {
+            file: o.file.clone(),
+            document: o.document,
+            item: o.item,
+            line: o.line,
+            api_version: str_at(v, "/apiVersion").to_string(),
+            kind: str_at(v, "/kind").to_string(),
+            namespace: str_at(v, "/metadata/namespace").to_string(),
+            name: str_at(v, "/metadata/name").to_string(),
+            result: "skipped",
+            ..Report::default()
+        };
+        if report.kind.is_empty() || report.api_version.is_empty() || !v.is_object() {
+            report.message = "not a Kubernetes object: apiVersion and kind must be set".to_string();
+            return report;
+        }
+        let kind = report.kind.clone();
+        let Some(target) = Target::for_kind(&kind) else {
+            report.message = match did_you_mean(&kind) {
+                Some(k) => format!("kind {kind:?} is not checked by hcp-etcd-admission; did you mean {k:?}?"),
+                None => format!("kind {kind:?} is not checked by hcp-etcd-admission"),
+            };
+            return report;
+        };
+        let served = SERVED.iter().find(|(k, _)| *k == kind).map_or("", |(_, v)| *v);
+        if report.api_version != served {
+            report.message = format!(
+                "apiVersion {:?} is not served for {kind} (served: {served:?}); not judged",
+                report.api_version
+            );
+            return report;
+        }
+        let (group, version) = served.split_once('/').unwrap_or(("", served));
+        let lookup = CheckLookup { given: self.given, inline };
+        let decision = DecisionInput { settings: self.settings, lookup: Some(&lookup), now: self.now, expect: None };
+        let operation = if self.args.audit { Operation::Update } else { Operation::Create };
+        let old_object = self.args.audit.then(|| o.value.clone());
+        let mut req = AdmissionRequest {
+            uid: format!("check-{}", o.origin()),
+            kind: GroupVersionKind { group: group.to_string(), version: version.to_string(), kind: kind.clone() },
+            resource: GroupVersionResource {
+                group: group.to_string(),
+                version: version.to_string(),
+                resource: target.resource().split('.').next().unwrap_or_default().to_string(),
+            },
+            sub_resource: None,
+            name: Some(report.name.clone()),
+            namespace: Some(report.namespace.clone()),
+            operation,
+            object: Some(o.value),
+            old_object,
+            dry_run: Some(true),
+        };
+        let decided = admission::decide(&req, &decision);
+        report.operation = Some(operation.as_str());
+        report.result = if decided.allowed() { "allowed" } else { "denied" };
+        if let Some(denial) = decided.denial() {
+            report.message = denial.message.clone();
+            let causes = denial.details.as_ref().map(|d| d.causes.as_slice()).unwrap_or_default();
+            report.causes = causes.iter().map(|c| self.cause(c)).collect();
+            if report.causes.is_empty() {
+                report.hint = hint_for(&denial.message);
+            }
+        }
+        if let Some(patch) = &decided.patch {
+            if self.args.show_patched {
+                if let Some(mut object) = req.object.take() {
+                    if json_patch::patch(&mut object, patch).is_ok() {
+                        report.patched = Some(object);
+                    }
+                }
+            }
+            report.patch = serde_json::to_value(patch).ok();
+        }
+        if !self.args.show_secrets {
+            report.patch.iter_mut().chain(report.patched.iter_mut()).for_each(redact::value);
+        }
+        report.warnings = decided.warnings;
+        report
+    }
+}
+
+fn count(r: &Report, s: &mut Summary) {
+    match r.result {
+        "allowed" => s.allowed += 1,
+        "denied" => s.denied += 1,
+        "skipped" => s.skipped += 1,
+        _ => s.errors += 1,
+    }
+}
+
+fn input_error(e: &input::InputError) -> Report {
+    Report {
+        file: e.file.clone(),
+        document: e.document,
+        line: e.line,
+        result: "error",
+        message: e.message.clone(),
+        ..Report::default()
+    }
+}
+
+/// Whether the object must wait until every input is read: the etcd
+/// StatefulSet looks up its namespace's HostedControlPlane, which may come later.
+fn needs_all_inputs(v: &Value) -> bool {
+    str_at(v, "/kind") == "StatefulSet" && str_at(v, "/metadata/name") == "etcd"
+}
+
 /// Returns the process exit code.
 pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
+    use std::io::IsTerminal as _;
     admission::warm_up()?;
     let settings = args.decision.settings()?;
     let now = args.clock.now()?;
-    let context = args.decision.context()?;
-    let decision = DecisionInput { settings: &settings, lookup: Some(&context), now, expect: None };
-    let mut reports = Vec::new();
-    for file in &args.files {
-        for (i, doc) in input::read_documents(file)?.into_iter().enumerate() {
-            let kind = str_at(&doc, "/kind").to_string();
-            let mut report = Report {
-                file: file.display().to_string(),
-                document: i + 1,
-                kind: kind.clone(),
-                namespace: str_at(&doc, "/metadata/namespace").to_string(),
-                name: str_at(&doc, "/metadata/name").to_string(),
-                result: "skipped",
-                patch: None,
-                message: String::new(),
-                causes: Vec::new(),
-                warnings: Vec::new(),
-            };
-            let Some(target) = Target::for_kind(&kind) else {
-                report.message = format!("kind {kind:?} is not checked by hcp-etcd-admission");
-                reports.push(report);
+    let given = args.decision.context()?;
+    if args.files.is_empty() && std::io::stdin().is_terminal() {
+        anyhow::bail!("no input: give files or directories, or pipe objects in (e.g. kubectl get hostedclusters -A -o yaml | hcp-etcd-admission check --audit)");
+    }
+    let rules = catalog::entries()?;
+    let upstream = rules
+        .iter()
+        .filter(|e| e.origin.starts_with("upstream"))
+        .map(|e| (e.field.clone(), e.message.clone(), e.id.clone()))
+        .collect();
+    let judge = Judge { args, settings: &settings, now, given: &given, upstream };
+    let mut emit = emit::Emitter::new(std::io::stdout().lock(), args.output, &rules);
+    emit.begin()?;
+    let mut summary = Summary { audit: args.audit, ..Summary::default() };
+    let mut inline: Vec<Value> = Vec::new();
+    let mut deferred: Vec<Object> = Vec::new();
+    for source in input::sources(&args.files, args.recursive) {
+        let source = match source {
+            Ok(s) => s,
+            Err(message) => {
+                let e = input::InputError { file: String::new(), document: 0, line: 0, message };
+                eprintln!("error: {}", e.message);
+                let r = input_error(&e);
+                count(&r, &mut summary);
+                emit.report(&r)?;
                 continue;
-            };
-            let (group, version) = str_at(&doc, "/apiVersion").split_once('/').unwrap_or(("", ""));
-            let req = AdmissionRequest {
-                uid: format!("check-{}-{}", report.file, i + 1),
-                kind: GroupVersionKind { group: group.to_string(), version: version.to_string(), kind: kind.clone() },
-                resource: GroupVersionResource {
-                    group: group.to_string(),
-                    version: version.to_string(),
-                    resource: target.resource().split('.').next().unwrap_or_default().to_string(),
-                },
-                sub_resource: None,
-                name: Some(report.name.clone()),
-                namespace: Some(report.namespace.clone()),
-                operation: Operation::Create,
-                object: Some(doc.clone()),
-                old_object: None,
-                dry_run: Some(true),
-            };
-            let decided = admission::decide(&req, &decision);
-            report.result = if decided.allowed() { "allowed" } else { "denied" };
-            if let Some(denial) = decided.denial() {
-                report.message = denial.message.clone();
-                report.causes = denial.details.as_ref().map(|d| d.causes.clone()).unwrap_or_default();
             }
-            report.patch = decided.patch;
-            report.warnings = decided.warnings;
-            reports.push(report);
-        }
-    }
-    let denied = reports.iter().any(|r| r.result == "denied");
-    match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&reports)?),
-        Output::Text => {
-            for r in &reports {
-                let what = if r.namespace.is_empty() {
-                    format!("{}/{}", r.kind, r.name)
-                } else {
-                    format!("{}/{}/{}", r.kind, r.namespace, r.name)
-                };
-                let patched = match &r.patch {
-                    Some(ops) => format!(" (mutated: {} JSON patch operations; --output json shows them)", ops.0.len()),
-                    None => String::new(),
-                };
-                println!("{}#{}: {what}: {}{patched}", r.file, r.document, r.result);
-                if r.causes.is_empty() && !r.message.is_empty() {
-                    println!("  {}", r.message);
+        };
+        for entry in input::Documents::open(&source) {
+            let o = match entry {
+                Entry::Object(o) => o,
+                Entry::Error(e) => {
+                    eprintln!("error: {e}");
+                    let r = input_error(&e);
+                    count(&r, &mut summary);
+                    emit.report(&r)?;
+                    continue;
                 }
-                for c in &r.causes {
-                    println!("  error: {}: {}", c.field, c.message);
-                }
-                for w in &r.warnings {
-                    println!("  warning: {w}");
+            };
+            if str_at(&o.value, "/kind") == "HostedControlPlane" {
+                let (ns, name) = (str_at(&o.value, "/metadata/namespace"), str_at(&o.value, "/metadata/name"));
+                if !inline.iter().any(|h| str_at(h, "/metadata/namespace") == ns && str_at(h, "/metadata/name") == name) {
+                    inline.push(o.value.clone());
                 }
             }
-            let count = |s: &str| reports.iter().filter(|r| r.result == s).count();
-            println!("{} allowed, {} denied, {} skipped", count("allowed"), count("denied"), count("skipped"));
+            if needs_all_inputs(&o.value) {
+                deferred.push(o);
+                continue;
+            }
+            let r = judge.judge(o, &inline);
+            count(&r, &mut summary);
+            emit.report(&r)?;
         }
     }
-    Ok(i32::from(denied))
+    for o in deferred {
+        let r = judge.judge(o, &inline);
+        count(&r, &mut summary);
+        emit.report(&r)?;
+    }
+    let objects = summary.allowed + summary.denied + summary.skipped;
+    if objects == 0 && summary.errors == 0 {
+        eprintln!("{}: no objects in the input (kubectl: \"no objects passed to apply\")", if args.strict { "error" } else { "warning" });
+    }
+    emit.finish(&summary)?;
+    let strict_failed = args.strict && (summary.skipped > 0 || objects == 0);
+    Ok(if summary.errors > 0 || strict_failed {
+        2
+    } else {
+        i32::from(summary.denied > 0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn did_you_mean_finds_case_and_spelling_slips() {
+        assert_eq!(did_you_mean("HcpEtcdBackup"), Some("HCPEtcdBackup"));
+        assert_eq!(did_you_mean("HostedClusters"), Some("HostedCluster"));
+        assert_eq!(did_you_mean("hostedcontrolplane"), Some("HostedControlPlane"));
+        assert_eq!(did_you_mean("ConfigMap"), None);
+        assert_eq!(did_you_mean("Deployment"), None);
+    }
+
+    #[test]
+    fn list_indices_become_wildcards_and_rules_are_read() {
+        assert_eq!(wildcard("spec.a[0].b[12]"), "spec.a[*].b[*]");
+        assert_eq!(wildcard("spec.x[name=y]"), "spec.x[name=y]");
+        assert_eq!(rule_of("bad (rule restore-url-expired)"), Some("restore-url-expired"));
+        assert_eq!(rule_of("no rule"), None);
+        assert!(note_for("Invalid value: \"string\": bucket must ...").is_some());
+        assert!(note_for("Invalid value: \"xn--b\": must not").is_none());
+    }
 }

@@ -8,15 +8,18 @@ use hcp_etcd_admission::crd;
 
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Example:\n  hcp-etcd-admission crd            # regenerate crds/\n  hcp-etcd-admission crd --check    # exit 1 with a diff when crds/ is stale"
+    after_help = "Example:\n  hcp-etcd-admission crd            # regenerate crds/\n  hcp-etcd-admission crd --check    # exit 1 with a diff when crds/ is stale\n  hcp-etcd-admission crd --stdout   # the CRD on stdout, nothing written\n\nOn a HyperShift management cluster the HyperShift Operator installs and owns this CRD: do not apply it there."
 )]
 pub struct CrdArgs {
     /// Directory to write to.
     #[arg(long, value_name = "DIR", default_value = "crds")]
     pub out: PathBuf,
     /// Verify instead of writing; exit 1 with a diff when the file is stale.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "stdout")]
     pub check: bool,
+    /// Print the CRD (YAML) on stdout instead of writing files.
+    #[arg(long)]
+    pub stdout: bool,
 }
 
 /// The CRD file content exactly as committed.
@@ -38,6 +41,13 @@ fn files() -> anyhow::Result<Vec<(PathBuf, String)>> {
 
 /// Returns the process exit code.
 pub fn run(args: &CrdArgs) -> anyhow::Result<i32> {
+    if args.stdout {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        out.write_all(render()?.as_bytes())?;
+        out.flush()?;
+        return Ok(0);
+    }
     let mut stale = 0;
     for (rel, want) in files()? {
         let path = args.out.join(&rel);

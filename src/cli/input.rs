@@ -1,39 +1,398 @@
-//! Reading JSON or (multi-document) YAML from files or stdin.
+//! Inputs as kubectl takes them: files, directories (`.yaml`, `.yml` and
+//! `.json` files in them; every level with `-R`), `-` or nothing for stdin.
+//! Multi-document YAML is split on `---` lines the way kubectl's YAML reader
+//! splits it, one document at a time, so a 50 MB stream is never held in
+//! memory at once and a document that does not parse is reported while the
+//! others are still read. `kind: List` and every `*List` are expanded into
+//! their items, the shape `kubectl get -o yaml` prints.
 
-use std::{io::Read, path::Path};
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+};
 
-use anyhow::Context as _;
 use serde_json::Value;
 
-/// Reads a file (`-` is stdin) as text.
-pub fn read_text(path: &Path) -> anyhow::Result<String> {
-    if path.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).context("reading stdin")?;
-        Ok(s)
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+/// Where documents come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    Stdin,
+    File(PathBuf),
+}
+
+impl Source {
+    /// How the source is named in output (`<stdin>` for stdin).
+    pub fn label(&self) -> String {
+        match self {
+            Source::Stdin => "<stdin>".to_string(),
+            Source::File(p) => p.display().to_string(),
+        }
+    }
+
+    fn open(&self) -> std::io::Result<Box<dyn BufRead>> {
+        Ok(match self {
+            Source::Stdin => Box::new(BufReader::with_capacity(1 << 16, std::io::stdin())),
+            Source::File(p) => Box::new(BufReader::with_capacity(1 << 16, std::fs::File::open(p)?)),
+        })
     }
 }
 
-/// Parses text as JSON, or else as multi-document YAML; empty documents are skipped.
-pub fn parse_documents(text: &str, origin: &str) -> anyhow::Result<Vec<Value>> {
-    if let Ok(v) = serde_json::from_str::<Value>(text) {
-        return Ok(vec![v]);
+fn wanted_in_dir(p: &Path) -> bool {
+    matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"))
+}
+
+fn walk(dir: &Path, recursive: bool, out: &mut Vec<Result<Source, String>>) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            out.push(Err(format!("reading directory {}: {e}", dir.display())));
+            return;
+        }
+    };
+    let mut paths: Vec<PathBuf> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
+    paths.sort();
+    for p in paths {
+        if p.is_dir() {
+            if recursive {
+                walk(&p, recursive, out);
+            }
+        } else if wanted_in_dir(&p) {
+            out.push(Ok(Source::File(p)));
+        }
+    }
+}
+
+/// The sources named on the command line, in order: `-` is stdin, a
+/// directory contributes its `.yaml`/`.yml`/`.json` files (sorted; every
+/// level with `recursive`), no path at all is stdin. A path that cannot be
+/// read is an `Err` naming it; the others are still read.
+pub fn sources(paths: &[PathBuf], recursive: bool) -> Vec<Result<Source, String>> {
+    if paths.is_empty() {
+        return vec![Ok(Source::Stdin)];
     }
     let mut out = Vec::new();
-    for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let v: Value = serde::Deserialize::deserialize(doc)
-            .with_context(|| format!("{origin}: document {} is neither JSON nor YAML", i + 1))?;
-        if !v.is_null() {
-            out.push(v);
+    for p in paths {
+        if p.as_os_str() == "-" {
+            out.push(Ok(Source::Stdin));
+        } else if p.is_dir() {
+            walk(p, recursive, &mut out);
+        } else {
+            out.push(Ok(Source::File(p.clone())));
+        }
+    }
+    out
+}
+
+/// One entry of a source: an object to judge, or a document that could not be read.
+#[derive(Debug)]
+pub enum Entry {
+    Object(Object),
+    Error(InputError),
+}
+
+/// An object and where it came from.
+#[derive(Debug)]
+pub struct Object {
+    pub file: String,
+    /// 1-based document number in the file.
+    pub document: usize,
+    /// The index in the document's `items` when the document is a List.
+    pub item: Option<usize>,
+    /// The document's first line (1-based).
+    pub line: usize,
+    pub value: Value,
+}
+
+impl Object {
+    /// `file#document`, or `file#document.items[i]` for an item of a List.
+    pub fn origin(&self) -> String {
+        match self.item {
+            Some(i) => format!("{}#{}.items[{i}]", self.file, self.document),
+            None => format!("{}#{}", self.file, self.document),
+        }
+    }
+}
+
+/// A document (or a whole source) that could not be read.
+#[derive(Debug)]
+pub struct InputError {
+    pub file: String,
+    /// 0: the source itself could not be read.
+    pub document: usize,
+    pub line: usize,
+    pub message: String,
+}
+
+impl std::fmt::Display for InputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.document == 0 {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(f, "{}: document {} (line {}): {}", self.file, self.document, self.line, self.message)
+        }
+    }
+}
+
+/// Whether a line separates YAML documents, as kubectl's YAML reader decides:
+/// it starts with `---` and nothing but whitespace follows.
+fn is_separator(line: &[u8]) -> bool {
+    line.strip_prefix(b"---").is_some_and(|rest| rest.iter().all(u8::is_ascii_whitespace))
+}
+
+/// Reads the documents of a source one by one.
+pub struct Documents {
+    reader: Option<Box<dyn BufRead>>,
+    file: String,
+    /// Lines read so far.
+    line: usize,
+    /// Documents started so far (the number of the one being read).
+    document: usize,
+    /// Entries parsed and not handed out yet (a List's items, JSON streams).
+    pending: std::collections::VecDeque<Entry>,
+}
+
+impl Documents {
+    pub fn open(source: &Source) -> Self {
+        let file = source.label();
+        match source.open() {
+            Ok(reader) => Self { reader: Some(reader), file, line: 0, document: 0, pending: Default::default() },
+            Err(e) => {
+                let err = InputError { file: file.clone(), document: 0, line: 0, message: read_error(&e) };
+                let mut pending = std::collections::VecDeque::new();
+                pending.push_back(Entry::Error(err));
+                Self { reader: None, file, line: 0, document: 0, pending }
+            }
+        }
+    }
+
+    /// Reads the next document's text: `(first line, text)`, `None` at the end.
+    fn next_chunk(&mut self) -> Option<Result<(usize, Vec<u8>), String>> {
+        let reader = self.reader.as_mut()?;
+        let mut chunk = Vec::new();
+        let mut line = Vec::new();
+        let start = self.line + 1;
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) => {
+                    self.reader = None;
+                    return (!chunk.is_empty()).then_some(Ok((start, chunk)));
+                }
+                Ok(_) => {
+                    self.line += 1;
+                    if is_separator(&line) {
+                        // A separator ends the document before it (empty ones are skipped later).
+                        return Some(Ok((start, chunk)));
+                    }
+                    chunk.extend_from_slice(&line);
+                }
+                Err(e) => {
+                    self.reader = None;
+                    return Some(Err(read_error(&e)));
+                }
+            }
+        }
+    }
+
+    fn error(&self, line: usize, message: String) -> Entry {
+        Entry::Error(InputError { file: self.file.clone(), document: self.document, line, message })
+    }
+
+    fn push_value(&mut self, line: usize, value: Value) {
+        if value.is_null() {
+            return;
+        }
+        let document = self.document;
+        expand(value, &mut |item, value| {
+            self.pending.push_back(Entry::Object(Object { file: self.file.clone(), document, item, line, value }));
+        });
+    }
+}
+
+impl Iterator for Documents {
+    type Item = Entry;
+
+    fn next(&mut self) -> Option<Entry> {
+        loop {
+            if let Some(e) = self.pending.pop_front() {
+                return Some(e);
+            }
+            let (start, bytes) = match self.next_chunk()? {
+                Ok(c) => c,
+                Err(message) => {
+                    self.document += 1;
+                    let line = self.line + 1;
+                    return Some(self.error(line, message));
+                }
+            };
+            let text = match String::from_utf8(bytes) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.document += 1;
+                    return Some(self.error(start, format!("is not UTF-8 text: {}", e.utf8_error())));
+                }
+            };
+            if is_blank(&text) {
+                continue; // only comments or whitespace: not a document (kubectl skips it too)
+            }
+            self.document += 1;
+            match parse_chunk(&text, start) {
+                Ok(values) => {
+                    for v in values {
+                        self.push_value(start, v);
+                    }
+                }
+                Err(message) => return Some(self.error(start, message)),
+            }
+        }
+    }
+}
+
+/// Only whitespace, comments and directives.
+fn is_blank(text: &str) -> bool {
+    text.lines().all(|l| {
+        let t = l.trim();
+        t.is_empty() || t.starts_with('#') || t.starts_with('%')
+    })
+}
+
+fn read_error(e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::IsADirectory {
+        "is a directory (give it as a path to read its .yaml/.yml/.json files; -R walks subdirectories)".to_string()
+    } else {
+        format!("cannot be read: {e}")
+    }
+}
+
+/// A document's values: a JSON stream (one or more values) or one YAML document.
+fn parse_chunk(text: &str, first_line: usize) -> Result<Vec<Value>, String> {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        let json: Result<Vec<Value>, _> = serde_json::Deserializer::from_str(text).into_iter::<Value>().collect();
+        if let Ok(values) = json {
+            return Ok(values);
+        }
+    }
+    let mut out = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let v: Value = serde::Deserialize::deserialize(doc).map_err(|e| yaml_error(&e, first_line))?;
+        out.push(v);
+    }
+    Ok(out)
+}
+
+/// The YAML error with its line counted from the start of the file.
+fn yaml_error(e: &serde_yaml_ng::Error, first_line: usize) -> String {
+    let text = e.to_string();
+    let Some(loc) = e.location() else { return format!("is neither JSON nor YAML: {text}") };
+    let relative = format!(" at line {} column {}", loc.line(), loc.column());
+    let body = text.split(&relative).next().unwrap_or(&text);
+    format!(
+        "is neither JSON nor YAML: {body} at line {} column {}",
+        loc.line().saturating_add(first_line).saturating_sub(1),
+        loc.column()
+    )
+}
+
+/// Calls `f` for the value, or for every item of a `List`/`*List` (items of
+/// a typed list without `kind`/`apiVersion` get the list's), recursively.
+fn expand(value: Value, f: &mut dyn FnMut(Option<usize>, Value)) {
+    let kind = value.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let is_list = kind.ends_with("List") && value.get("items").is_some_and(Value::is_array);
+    if !is_list {
+        f(None, value);
+        return;
+    }
+    let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty()).map(str::to_string);
+    let api_version = value.get("apiVersion").cloned();
+    let Value::Object(mut map) = value else { return };
+    let Some(Value::Array(items)) = map.remove("items") else { return };
+    for (i, mut item) in items.into_iter().enumerate() {
+        if let Some(obj) = item.as_object_mut() {
+            if let Some(k) = &item_kind {
+                obj.entry("kind").or_insert_with(|| Value::String(k.clone()));
+                if let Some(v) = &api_version {
+                    obj.entry("apiVersion").or_insert_with(|| v.clone());
+                }
+            }
+        }
+        let mut nested = false;
+        if item.get("kind").and_then(Value::as_str).is_some_and(|k| k.ends_with("List")) {
+            nested = true;
+        }
+        if nested {
+            expand(item, &mut |_, v| f(Some(i), v));
+        } else {
+            f(Some(i), item);
+        }
+    }
+}
+
+/// Every object of a file (`-`: stdin), Lists expanded; the first document
+/// that cannot be read is an error (for `--context` and `--config`).
+pub fn read_documents(path: &Path) -> anyhow::Result<Vec<Value>> {
+    let source = if path.as_os_str() == "-" { Source::Stdin } else { Source::File(path.to_path_buf()) };
+    let mut out = Vec::new();
+    for entry in Documents::open(&source) {
+        match entry {
+            Entry::Object(o) => out.push(o.value),
+            Entry::Error(e) => anyhow::bail!("{e}"),
         }
     }
     Ok(out)
 }
 
-/// Reads and parses a file.
-pub fn read_documents(path: &Path) -> anyhow::Result<Vec<Value>> {
-    let text = read_text(path)?;
-    parse_documents(&text, &path.display().to_string())
+/// One document of settings text (the value of a ConfigMap key).
+pub fn parse_settings_text(text: &str) -> Result<Value, String> {
+    let mut values = parse_chunk(text, 1)?;
+    Ok(if values.is_empty() { Value::Null } else { values.swap_remove(0) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn docs(text: &str) -> Vec<Entry> {
+        let mut d = Documents {
+            reader: Some(Box::new(std::io::Cursor::new(text.as_bytes().to_vec()))),
+            file: "f".into(),
+            line: 0,
+            document: 0,
+            pending: Default::default(),
+        };
+        d.by_ref().collect()
+    }
+
+    #[test]
+    fn splits_like_kubectl_and_keeps_going_after_a_bad_document() {
+        let text = "# c\n---\na: 1\n--- \nb: [\n---\n\n---\nkind: List\napiVersion: v1\nitems: [{kind: X}, {kind: Y}]\n";
+        let got = docs(text);
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert!(matches!(&got[0], Entry::Object(o) if o.document == 1 && o.line == 3));
+        match &got[1] {
+            Entry::Error(e) => {
+                assert_eq!((e.document, e.line), (2, 5));
+                assert!(e.message.contains("at line 6") || e.message.contains("at line 5"), "{}", e.message);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(&got[3], Entry::Object(o) if o.item == Some(1) && o.document == 3 && o.value["kind"] == "Y"));
+    }
+
+    #[test]
+    fn typed_lists_give_their_items_kind_and_version() {
+        let got = docs(r#"{"apiVersion":"hypershift.openshift.io/v1beta1","kind":"HostedClusterList","items":[{"metadata":{"name":"a"}}]}"#);
+        match got.as_slice() {
+            [Entry::Object(o)] => {
+                assert_eq!(o.value["kind"], "HostedCluster");
+                assert_eq!(o.value["apiVersion"], "hypershift.openshift.io/v1beta1");
+                assert_eq!(o.origin(), "f#1.items[0]");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(docs("").is_empty());
+        assert!(docs("# only a comment\n---\n").is_empty());
+        // A JSON stream of several objects is several objects.
+        assert_eq!(docs("{\"a\":1}\n{\"b\":2}\n").len(), 2);
+    }
 }

@@ -1,11 +1,13 @@
 //! `review`: one AdmissionReview in (file or stdin, JSON or YAML), the
-//! response AdmissionReview out — the same code path the server runs.
+//! response AdmissionReview out — the same code path the server runs. The
+//! presigned URL inside a mutation's patch is redacted unless
+//! `--show-secrets` is given.
 
-use std::path::PathBuf;
+use std::{io::Write as _, path::PathBuf};
 
 use hcp_etcd_admission::admission::{self, DecisionInput};
 
-use super::{input, ClockArgs, DecisionArgs};
+use super::{input, redact, ClockArgs, DecisionArgs};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -16,6 +18,11 @@ pub struct ReviewArgs {
     pub decision: DecisionArgs,
     #[command(flatten)]
     pub clock: ClockArgs,
+    /// Print the patch with the presigned restore URL as the apiserver
+    /// receives it (a bearer credential); by default it is shown as
+    /// scheme://host/path?<redacted>.
+    #[arg(long)]
+    pub show_secrets: bool,
     /// The AdmissionReview file; `-` or nothing reads stdin.
     #[arg(value_name = "FILE", default_value = "-")]
     pub file: PathBuf,
@@ -33,8 +40,13 @@ pub fn run(args: &ReviewArgs) -> anyhow::Result<i32> {
     let context = args.decision.context()?;
     let decision = DecisionInput { settings: &settings, lookup: Some(&context), now, expect: None };
     match admission::review(doc, &decision) {
-        Ok(response) => {
-            println!("{}", serde_json::to_string_pretty(&response)?);
+        Ok(mut response) => {
+            if !args.show_secrets {
+                redact::review(&mut response);
+            }
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", serde_json::to_string_pretty(&response)?)?;
+            out.flush()?;
             Ok(0)
         }
         Err(e) => {

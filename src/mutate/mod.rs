@@ -162,7 +162,21 @@ pub fn etcd_init(
     lookup: Option<&dyn Lookup>,
     settings: &Settings,
 ) -> Mutation {
-    let m = decide(sts, namespace, lookup, settings);
+    etcd_init_at(sts, old, namespace, lookup, settings, None)
+}
+
+/// [`etcd_init`] with the request's clock: an etcd-init injected (or kept)
+/// with a presigned URL that has expired, or expires within the download's
+/// time bound, also gets a warning. The clock never changes the decision.
+pub fn etcd_init_at(
+    sts: &Value,
+    old: Option<&Value>,
+    namespace: &str,
+    lookup: Option<&dyn Lookup>,
+    settings: &Settings,
+    now: Option<&crate::time::Now>,
+) -> Mutation {
+    let m = decide(sts, namespace, lookup, settings, now);
     let spec_unchanged = old.is_some_and(|o| o.is_object() && o.get("spec") == sts.get("spec"));
     if !spec_unchanged {
         return m;
@@ -180,7 +194,13 @@ pub fn etcd_init(
     allowed
 }
 
-fn decide(sts: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings: &Settings) -> Mutation {
+fn decide(
+    sts: &Value,
+    namespace: &str,
+    lookup: Option<&dyn Lookup>,
+    settings: &Settings,
+    now: Option<&crate::time::Now>,
+) -> Mutation {
     if sts.pointer("/metadata/name").and_then(Value::as_str) != Some(ETCD_STATEFULSET) {
         return Mutation::default();
     }
@@ -256,10 +276,12 @@ fn decide(sts: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings: &
         Ok(c) => c,
         Err(errors) => return Mutation::denied(DenyReason::Template, Denial::Template(errors)),
     };
-    match init_container_patch(sts, container) {
+    let mut m = match init_container_patch(sts, container) {
         Some(patch) => Mutation::outcome(Outcome::Injected, Some(patch)),
         None => Mutation::outcome(Outcome::Unchanged, None),
-    }
+    };
+    m.warnings.extend(now.and_then(|now| crate::rules::restore_url_injection_warning(url, now, settings)));
+    m
 }
 
 const LIST: &str = "/spec/template/spec/initContainers";

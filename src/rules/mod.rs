@@ -61,6 +61,7 @@ pub const BEYOND_RULES: &[RuleInfo] = &[
     restore_url::URL_S3_SCHEME,
     restore_url::URL_EXPIRED,
     restore_url::URL_EXPIRING,
+    restore_url::INIT_URL_EXPIRY,
     preflight::UNAVAILABLE,
     preflight::HCP_EXISTS,
     preflight::IN_PROGRESS,
@@ -135,6 +136,12 @@ pub fn check_backup_preflight(
     settings: &Settings,
 ) -> Findings {
     preflight::check(obj, namespace, lookup, settings)
+}
+
+/// The warning for etcd-init injected with `url` at `now`, when the
+/// presigned URL has expired or expires within the download's time bound.
+pub fn restore_url_injection_warning(url: &str, now: &crate::time::Now, settings: &Settings) -> Option<String> {
+    restore_url::injection_expiry_warning(url, now, settings)
 }
 
 /// The rules for an etcd-backup credentials Secret (CREATE/UPDATE).

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::{Findings, RuleContext, RuleInfo, Severity};
 use crate::{
+    settings::Settings,
     schema::{go_quote, redact_url, FieldError},
     time::{format_rfc3339, parse_amz_date, parse_sas_time, parse_unix_seconds, TimeError},
 };
@@ -45,6 +46,14 @@ pub const URL_EXPIRING: RuleInfo = RuleInfo {
     field: "spec.etcd.managed.storage.restoreSnapshotURL[0]",
     severity: Severity::Warn,
     summary: "warns when a presigned URL expires within `restoreUrlExpiryWarningSeconds` (default 15 minutes)",
+};
+
+pub const INIT_URL_EXPIRY: RuleInfo = RuleInfo {
+    id: "etcd-init-restore-url-expiry",
+    objects: "StatefulSet (etcd)",
+    field: "spec.template.spec.initContainers[name=etcd-init]",
+    severity: Severity::Warn,
+    summary: "warns when etcd-init is injected (or kept) with a presigned URL that has expired, or expires within `restoreMaxTimeSeconds` (the download's time bound): its download would fail (HTTP 403) and the pod crash-loop in Init; the injection itself still follows the fail-closed rules",
 };
 
 /// The longest validity AWS SigV4 and GCS V4 presigned URLs may have: 7 days.
@@ -123,6 +132,40 @@ fn well_formed(raw: &str) -> Result<url::Url, String> {
         return Err("carries user information (user:password@); use a presigned URL instead".to_string());
     }
     Ok(url)
+}
+
+/// The warning for an etcd-init that downloads `url` (the HostedControlPlane's
+/// restore URL) at `now`: the presigned URL has expired, or expires before the
+/// download's time bound (`restoreMaxTimeSeconds`) is over. `None` for a URL
+/// that carries no expiry or lives long enough. A warning only: whether
+/// etcd-init is injected is decided by the restore rules, never by the clock.
+pub fn injection_expiry_warning(url: &str, now: &crate::time::Now, settings: &Settings) -> Option<String> {
+    let field = INIT_URL_EXPIRY.field;
+    let shown = go_quote(&redact_url(url));
+    let parsed = url::Url::parse(url).ok()?;
+    let text = match (parse_expiry(&parsed), now) {
+        (Ok(None), _) => return None,
+        (Err(problem), _) => format!(
+            "restore URL {shown}: {problem}: the presigned URL can never be downloaded, so etcd-init will fail; restore again with a freshly presigned snapshot URL"
+        ),
+        (Ok(Some(expiry)), Err(clock)) => format!(
+            "restore URL {shown} expires at {}; {clock}: whether etcd-init can still download it cannot be checked",
+            format_rfc3339(expiry)
+        ),
+        (Ok(Some(expiry)), Ok(now)) if expiry <= *now => format!(
+            "etcd-init downloads the restore URL {shown}, which expired at {} (now {}): the download will fail (HTTP 403) and etcd stays in Init:CrashLoopBackOff; restore again with a freshly presigned snapshot URL",
+            format_rfc3339(expiry),
+            format_rfc3339(*now)
+        ),
+        (Ok(Some(expiry)), Ok(now)) if expiry.saturating_sub(*now) <= i64::try_from(settings.restore_max_time_seconds).unwrap_or(i64::MAX) => format!(
+            "etcd-init downloads the restore URL {shown}, which expires at {} ({} s from now), within the download's time bound restoreMaxTimeSeconds ({} s): a download that starts or retries late fails (HTTP 403)",
+            format_rfc3339(expiry),
+            expiry - now,
+            settings.restore_max_time_seconds
+        ),
+        (Ok(Some(_)), Ok(_)) => return None,
+    };
+    Some(format!("{field}: {text} (rule {})", INIT_URL_EXPIRY.id))
 }
 
 pub fn check(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>, f: &mut Findings) {
@@ -282,5 +325,24 @@ mod tests {
         let now = Err(crate::time::ClockError("test"));
         check(&no_expiry, None, &RuleContext { settings: &s, now }, &mut f);
         assert!(f.errors.is_empty(), "a URL without an expiry does not need the clock");
+    }
+
+    #[test]
+    fn injection_warns_on_an_expired_or_short_lived_url() {
+        let s = Settings::default();
+        let at = |t: &str| Ok(crate::time::parse_rfc3339(t).expect("test time"));
+        // Valid until 16:00; the download bound is 1800 s.
+        assert_eq!(injection_expiry_warning(SIGV4, &at("2026-11-29T15:00:00Z"), &s), None);
+        let soon = injection_expiry_warning(SIGV4, &at("2026-11-29T15:40:00Z"), &s).expect("expires within the bound");
+        assert!(soon.contains("1200 s from now") && soon.contains("restoreMaxTimeSeconds (1800 s)"), "{soon}");
+        let gone = injection_expiry_warning(SIGV4, &at("2026-11-29T17:00:00Z"), &s).expect("expired");
+        assert!(gone.contains("expired at 2026-11-29T16:00:00Z (now 2026-11-29T17:00:00Z)"), "{gone}");
+        assert!(gone.ends_with("(rule etcd-init-restore-url-expiry)"), "{gone}");
+        for w in [&soon, &gone] {
+            assert!(!w.contains("deadbeef") && !w.contains("X-Amz"), "the query stays secret: {w}");
+        }
+        assert_eq!(injection_expiry_warning("https://h/k.db", &at("2030-01-01T00:00:00Z"), &s), None);
+        let clock = injection_expiry_warning(SIGV4, &Err(crate::time::ClockError("test")), &s).expect("clock");
+        assert!(clock.contains("cannot be checked"), "{clock}");
     }
 }

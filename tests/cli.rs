@@ -169,7 +169,7 @@ fn readme_rule_table_is_generated_from_the_code() {
 
 #[test]
 fn every_subcommand_help_shows_an_example() {
-    for sub in ["serve", "certs", "review", "check", "crd", "rules"] {
+    for sub in ["serve", "certs", "review", "check", "crd", "rules", "completion"] {
         let o = run(&[sub, "--help"]);
         assert!(stdout(&o).contains("Example:"), "{sub} --help has no example");
     }

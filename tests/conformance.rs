@@ -61,7 +61,8 @@ fn conformance_suite_through_the_review_binary() {
         let file = dir.join(format!("review-{i}.json"));
         std::fs::write(&file, case.review.to_string()).expect("write review");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"));
-        cmd.arg("review").arg("--now").arg(&case.now).arg(&file);
+        // --show-secrets: the patch as the apiserver receives it (review redacts it by default).
+        cmd.arg("review").arg("--show-secrets").arg("--now").arg(&case.now).arg(&file);
         for (j, obj) in case.context.iter().enumerate() {
             let ctx = dir.join(format!("context-{i}-{j}.json"));
             std::fs::write(&ctx, obj.to_string()).expect("write context");

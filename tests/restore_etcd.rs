@@ -250,6 +250,8 @@ fn patched_statefulset(root: &Path, sts: &Value, url: &str, settings: &Value) ->
     std::fs::write(root.join("settings.json"), settings.to_string()).expect("settings");
     let out = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
         .arg("review")
+        // The patch as the apiserver receives it: review redacts its URL by default.
+        .arg("--show-secrets")
         .arg("--context")
         .arg(root.join("hcp.json"))
         .arg("--config")

@@ -51,7 +51,7 @@ pub enum Output {
 }
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Examples:
+#[command(after_help = "Example:
   hcp-etcd-admission check examples/                       # every .yaml/.yml/.json in a directory (-R: subdirectories too)
   kubectl get hostedclusters,hostedcontrolplanes,hcpetcdbackups -A -o yaml | hcp-etcd-admission check --audit
   hcp-etcd-admission check --output sarif -R deploy/ > check.sarif
@@ -480,9 +480,9 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
             };
             if str_at(&o.value, "/kind") == "HostedControlPlane" {
                 let (ns, name) = (str_at(&o.value, "/metadata/namespace"), str_at(&o.value, "/metadata/name"));
-                if !inline.iter().any(|h| str_at(h, "/metadata/namespace") == ns && str_at(h, "/metadata/name") == name) {
-                    inline.push(o.value.clone());
-                }
+                // The same object twice: the later one wins, as with kubectl apply.
+                inline.retain(|h| str_at(h, "/metadata/namespace") != ns || str_at(h, "/metadata/name") != name);
+                inline.push(o.value.clone());
             }
             if needs_all_inputs(&o.value) {
                 deferred.push(o);

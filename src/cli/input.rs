@@ -236,13 +236,15 @@ impl Iterator for Documents {
                 continue; // only comments or whitespace: not a document (kubectl skips it too)
             }
             self.document += 1;
+            // The document's line is its first line of content (comments before it are not the object).
+            let first = start + text.lines().take_while(|l| is_blank(l)).count();
             match parse_chunk(&text, start) {
                 Ok(values) => {
                     for v in values {
-                        self.push_value(start, v);
+                        self.push_value(first, v);
                     }
                 }
-                Err(message) => return Some(self.error(start, message)),
+                Err(message) => return Some(self.error(first, message)),
             }
         }
     }

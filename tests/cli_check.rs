@@ -1,0 +1,513 @@
+//! `check` as a fleet audit, on the real binary: the inputs kubectl takes
+//! (Lists, directories, stdin, a bad document among good ones, empty input,
+//! `--strict`), audit semantics (a live object judged as a no-op UPDATE of
+//! itself), same-file context, streaming, broken pipes, every output format,
+//! and the other CLI surfaces (`rules -o`, `completion`, `crd --stdout`,
+//! settings errors, `--config` with the shipped ConfigMap or Kubewarden policy).
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+};
+
+use serde_json::{json, Value};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"));
+    c.current_dir(common::root());
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).stdin(Stdio::null()).output().expect("run binary")
+}
+
+fn with_stdin(args: &[&str], input: &str) -> Output {
+    let mut child =
+        bin().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write");
+    child.wait_with_output().expect("wait")
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+struct Tmp(PathBuf);
+
+impl Tmp {
+    fn new(name: &str) -> Self {
+        let d = std::env::temp_dir().join(format!("hcp-cli-check-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("tmp dir");
+        Self(d)
+    }
+
+    fn file(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        if let Some(dir) = p.parent() {
+            std::fs::create_dir_all(dir).expect("dir");
+        }
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+const NOW: &str = "2026-12-01T00:00:00Z";
+
+/// A HostedCluster restored from a presigned URL that expired on 2026-11-01.
+fn restored_hostedcluster() -> Value {
+    json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedCluster",
+        "metadata": {"name": "restored", "namespace": "clusters"},
+        "spec": {"etcd": {"managementType": "Managed", "managed": {"storage": {"type": "PersistentVolume",
+            "restoreSnapshotURL": ["https://b.s3.us-east-1.amazonaws.com/k/1.db?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Date=20261101T000000Z&X-Amz-Expires=3600&X-Amz-Signature=deadbeef"]}}}}})
+}
+
+fn invalid_backup() -> Value {
+    json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
+        "metadata": {"name": "bad-s3", "namespace": "clusters-prod"},
+        "spec": {"storage": {"storageType": "S3", "s3": {"bucket": "xn--backups", "region": "us-east-1",
+            "keyPrefix": "backups", "credentials": {"name": "creds"}}}}})
+}
+
+#[test]
+fn kubectl_get_lists_are_expanded_and_judged() {
+    // What `kubectl get hostedclusters,hcpetcdbackups -A -o yaml` prints.
+    let list = json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
+        "items": [restored_hostedcluster(), invalid_backup()]});
+    let t = Tmp::new("list");
+    let f = t.file("list.yaml", &serde_yaml_ng::to_string(&list).expect("yaml"));
+    let o = run(&["check", "--now", NOW, s(&f)]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    let text = out(&o);
+    assert!(text.contains("list.yaml#1.items[0]: HostedCluster/clusters/restored: denied"), "{text}");
+    assert!(text.contains("list.yaml#1.items[1]: HCPEtcdBackup/clusters-prod/bad-s3: denied"), "{text}");
+    assert!(text.contains("(rule hcpetcdbackup-s3-bucket-naming)"), "{text}");
+    assert!(text.contains("0 allowed, 2 denied, 0 skipped"), "{text}");
+    // A typed list from the API: items without kind/apiVersion get the list's.
+    let typed = json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackupList",
+        "items": [{"metadata": invalid_backup()["metadata"], "spec": invalid_backup()["spec"]}]});
+    let o = with_stdin(&["check", "-"], &typed.to_string());
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(out(&o).contains("<stdin>#1.items[0]: HCPEtcdBackup/clusters-prod/bad-s3: denied"), "{}", out(&o));
+    // An empty list from kubectl is no object at all.
+    let o = with_stdin(&["check", "--strict"], r#"{"apiVersion":"v1","kind":"HostedClusterList","items":[]}"#);
+    assert_eq!(o.status.code(), Some(2), "{}{}", out(&o), err(&o));
+    assert!(err(&o).contains("no objects in the input"), "{}", err(&o));
+}
+
+#[test]
+fn directories_are_walked_like_kubectl() {
+    let t = Tmp::new("dir");
+    t.file("a.yaml", &serde_yaml_ng::to_string(&invalid_backup()).expect("yaml"));
+    t.file("README.md", "not an object");
+    t.file("sub/b.json", &restored_hostedcluster().to_string());
+    let o = run(&["check", "--now", NOW, s(t.path())]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", out(&o), err(&o));
+    let text = out(&o);
+    assert!(text.contains("a.yaml#1: HCPEtcdBackup/clusters-prod/bad-s3: denied"), "{text}");
+    assert!(!text.contains("b.json") && !text.contains("README"), "-R not given, .md never read: {text}");
+    assert!(text.contains("0 allowed, 1 denied, 0 skipped"), "{text}");
+    let o = run(&["check", "-R", "--now", NOW, s(t.path())]);
+    let text = out(&o);
+    assert!(text.contains("sub/b.json#1: HostedCluster/clusters/restored: denied"), "{text}");
+    assert!(text.contains("0 allowed, 2 denied, 0 skipped"), "{text}");
+}
+
+#[test]
+fn a_bad_document_is_reported_and_the_rest_still_judged() {
+    let t = Tmp::new("bad");
+    let good = serde_yaml_ng::to_string(&restored_hostedcluster()).expect("yaml");
+    let mixed = t.file("mixed.yaml", &format!("{good}---\nmetadata: [unclosed\n---\n{good}"));
+    let o = run(&["check", "--audit", s(&mixed), "examples/backups.yaml"]);
+    assert_eq!(o.status.code(), Some(2), "an input error: {}", out(&o));
+    let text = out(&o);
+    assert!(text.contains("mixed.yaml#1: HostedCluster/clusters/restored: allowed"), "{text}");
+    assert!(text.contains("mixed.yaml#3: HostedCluster/clusters/restored: allowed"), "{text}");
+    assert!(text.contains("examples/backups.yaml#2: HCPEtcdBackup/clusters-prod/nightly-azure: allowed"), "{text}");
+    assert!(text.contains("4 allowed, 0 denied, 0 skipped, 1 input error"), "{text}");
+    let e = err(&o);
+    let line = good.lines().count() + 2;
+    assert!(e.contains(&format!("mixed.yaml: document 2 (line {line}): is neither JSON nor YAML")), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+    // A file that does not exist is an input error too; the others are judged.
+    let o = run(&["check", "--audit", "no/such/file.yaml", "examples/backups.yaml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("no/such/file.yaml: cannot be read"), "{}", err(&o));
+    assert!(out(&o).contains("2 allowed, 0 denied, 0 skipped, 1 input error"), "{}", out(&o));
+}
+
+#[test]
+fn empty_input_unknown_kinds_and_unserved_versions_are_reported_and_strict_fails_on_them() {
+    let t = Tmp::new("strict");
+    let empty = t.file("empty.yaml", "# nothing here\n---\n");
+    let o = run(&["check", s(&empty)]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(err(&o).contains("warning: no objects in the input"), "{}", err(&o));
+    let o = run(&["check", "--strict", s(&empty)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("error: no objects in the input"), "{}", err(&o));
+
+    let mut wrong_case = invalid_backup();
+    wrong_case["kind"] = json!("HcpEtcdBackup");
+    let mut alpha = restored_hostedcluster();
+    alpha["apiVersion"] = json!("hypershift.openshift.io/v1alpha1");
+    let docs = [wrong_case, alpha, json!({"metadata": {"name": "x"}}), json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})];
+    let text: Vec<String> = docs.iter().map(|d| serde_yaml_ng::to_string(d).expect("yaml")).collect();
+    let f = t.file("odd.yaml", &text.join("---\n"));
+    let o = run(&["check", s(&f)]);
+    assert_eq!(o.status.code(), Some(0), "skipped objects do not fail without --strict: {}", out(&o));
+    let text = out(&o);
+    assert!(text.contains("kind \"HcpEtcdBackup\" is not checked by hcp-etcd-admission; did you mean \"HCPEtcdBackup\"?"), "{text}");
+    assert!(
+        text.contains("apiVersion \"hypershift.openshift.io/v1alpha1\" is not served for HostedCluster (served: \"hypershift.openshift.io/v1beta1\"); not judged"),
+        "not judged as v1beta1: {text}"
+    );
+    assert!(text.contains("odd.yaml#3: (no kind)/x: skipped\n  not a Kubernetes object: apiVersion and kind must be set"), "{text}");
+    assert!(text.contains("kind \"ConfigMap\" is not checked by hcp-etcd-admission\n"), "no suggestion for a foreign kind: {text}");
+    assert!(text.contains("0 allowed, 0 denied, 4 skipped"), "{text}");
+    let o = run(&["check", "--strict", s(&f)]);
+    assert_eq!(o.status.code(), Some(2), "{}", out(&o));
+}
+
+#[test]
+fn stdin_is_read_when_no_file_is_given() {
+    let o = with_stdin(&["check", "--now", NOW], &restored_hostedcluster().to_string());
+    assert_eq!(o.status.code(), Some(1), "{}{}", out(&o), err(&o));
+    assert!(out(&o).contains("<stdin>#1: HostedCluster/clusters/restored: denied"), "{}", out(&o));
+}
+
+/// A restored HostedCluster whose immutable presigned URL has since expired:
+/// a CREATE of it is denied, but the cluster admits its next write (the rule
+/// is ratcheted), and that is what `--audit` reports.
+#[test]
+fn audit_judges_a_live_object_as_its_next_write() {
+    let t = Tmp::new("audit");
+    let f = t.file("hc.json", &restored_hostedcluster().to_string());
+    let create = run(&["check", "--now", NOW, s(&f)]);
+    assert_eq!(create.status.code(), Some(1));
+    assert!(out(&create).contains("the presigned URL expired at 2026-11-01T01:00:00Z"), "{}", out(&create));
+    let audit = run(&["check", "--audit", "--now", NOW, s(&f)]);
+    assert_eq!(audit.status.code(), Some(0), "{}", out(&audit));
+    let text = out(&audit);
+    assert!(text.contains("hc.json#1: HostedCluster/clusters/restored: allowed"), "{text}");
+    assert!(
+        text.contains("1 allowed, 0 denied, 0 skipped (audit: each object judged as an UPDATE that leaves it unchanged, as the apiserver judges its next write)"),
+        "{text}"
+    );
+    let json = run(&["check", "--audit", "-o", "json", "--now", NOW, s(&f)]);
+    let v: Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(v[0]["operation"], "UPDATE");
+    assert_eq!(v[0]["result"], "allowed");
+    // Ratcheting covers the schema too: a stored value that no longer fits is
+    // not judged again while the write leaves it as it is (Kubernetes >= 1.30).
+    let mut stored = invalid_backup();
+    stored["spec"]["storage"]["s3"]["bucket"] = json!(7);
+    let g = t.file("stored.json", &stored.to_string());
+    assert_eq!(run(&["check", s(&g)]).status.code(), Some(1), "a CREATE of it is denied");
+    assert_eq!(run(&["check", "--audit", s(&g)]).status.code(), Some(0), "its next write is not");
+    // An etcd StatefulSet whose HostedControlPlane is nowhere: a metadata-only next write passes, with a warning.
+    let o = run(&["check", "--audit", "examples/etcd-statefulset.yaml"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    assert!(out(&o).contains("admitted because this update leaves spec unchanged"), "{}", out(&o));
+}
+
+/// The HostedControlPlane in the same file (even after the StatefulSet) is
+/// the context of the etcd StatefulSet's mutation; without it, the denial
+/// says how to give it.
+#[test]
+fn objects_in_the_judged_files_are_context() {
+    let t = Tmp::new("ctx");
+    let sts = std::fs::read_to_string(common::root().join("examples/etcd-statefulset.yaml")).expect("sts");
+    let hcp = std::fs::read_to_string(common::root().join("examples/hostedcontrolplane.yaml")).expect("hcp");
+    let f = t.file("both.yaml", &format!("{sts}\n---\n{hcp}"));
+    let o = run(&["check", "--now", "2026-11-29T15:10:00Z", s(&f)]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let text = out(&o);
+    assert!(text.contains("both.yaml#1: StatefulSet/clusters-prod/etcd: allowed (mutated: 1 JSON patch operations"), "{text}");
+    assert!(text.contains("both.yaml#2: HostedControlPlane/clusters-prod/prod: allowed"), "{text}");
+    // Given both ways (the file as --context too), it is still one HostedControlPlane.
+    let o = run(&["check", "--now", "2026-11-29T15:10:00Z", "--context", s(&f), s(&f)]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let o = run(&["check", "examples/etcd-statefulset.yaml"]);
+    assert_eq!(o.status.code(), Some(1));
+    let text = out(&o);
+    assert!(text.contains("  error: statefulsets.apps \"etcd\" is forbidden: no HostedControlPlane found"), "{text}");
+    assert!(text.contains("    hint: offline, the HostedControlPlane comes from the judged files or --context FILE"), "{text}");
+}
+
+fn many_backups(n: usize) -> String {
+    let one = std::fs::read_to_string(common::root().join("examples/backups.yaml")).expect("backups");
+    let first = one.split("\n---\n").next().expect("first doc").to_string();
+    let mut text = String::with_capacity(first.len() * n);
+    for i in 0..n {
+        text.push_str(&first.replace("name: nightly-s3", &format!("name: nightly-{i}")));
+        text.push_str("\n---\n");
+    }
+    text
+}
+
+#[test]
+fn a_repeated_warning_is_printed_once_with_its_count() {
+    let o = with_stdin(&["check"], &many_backups(50));
+    assert_eq!(o.status.code(), Some(0));
+    let text = out(&o);
+    assert_eq!(text.matches("HCPEtcdBackup preflight skipped").count(), 2, "once inline, once in the summary: {text}");
+    assert!(text.contains("warning on 50 objects (printed once above): HCPEtcdBackup preflight skipped"), "{text}");
+    assert!(text.ends_with("50 allowed, 0 denied, 0 skipped\n"), "{text}");
+}
+
+/// Results come out as they are decided: the first is printed while stdin is still open.
+#[test]
+fn results_stream_while_the_input_is_still_being_read() {
+    let mut child = bin()
+        .args(["check", "--now", NOW, "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let doc = serde_yaml_ng::to_string(&restored_hostedcluster()).expect("yaml");
+    stdin.write_all(format!("{doc}---\n").as_bytes()).expect("write");
+    stdin.flush().expect("flush");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().expect("a line before stdin closes").expect("line");
+    assert_eq!(first, "<stdin>#1: HostedCluster/clusters/restored: denied");
+    drop(stdin);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert_eq!(rest.last().map(String::as_str), Some("0 allowed, 1 denied, 0 skipped"), "{rest:?}");
+    assert_eq!(child.wait().expect("wait").code(), Some(1));
+}
+
+/// `check … | head -1` and `review … | head -1`: a closed stdout ends the
+/// command quietly (exit 0), never with a panic (exit 101).
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    let t = Tmp::new("pipe");
+    let big = t.file("big.yaml", &many_backups(3000));
+    for format in ["text", "json", "yaml", "sarif", "junit"] {
+        let mut child = bin()
+            .args(["check", "-o", format, s(&big)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut stdout = child.stdout.take().expect("stdout");
+        let mut first = [0u8; 64];
+        stdout.read_exact(&mut first).expect("some output");
+        drop(stdout); // what `head` does once it has its line
+        let o = child.wait_with_output().expect("wait");
+        assert_eq!(o.status.code(), Some(0), "{format}: {}", err(&o));
+        assert!(!err(&o).contains("panicked") && err(&o).is_empty(), "{format}: {}", err(&o));
+    }
+    // review: the pipe is closed before it writes anything.
+    let mut child = bin()
+        .args(["review", "tests/reviews/hcpetcdbackup-create-s3.json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(!err(&o).contains("panicked"), "{}", err(&o));
+}
+
+const SIGNATURE: &str = "X-Amz-Signature=abc123";
+
+#[test]
+fn every_output_format() {
+    let args = |fmt: &'static str| {
+        vec!["check", "-o", fmt, "--now", "2026-11-29T15:10:00Z", "examples/invalid.yaml", "examples/etcd-statefulset.yaml", "examples/hostedcontrolplane.yaml"]
+    };
+    // json: one element per object, causes with their rule, the patch redacted.
+    let o = run(&args("json"));
+    assert_eq!(o.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json array");
+    let results: Vec<&str> = v.as_array().expect("array").iter().filter_map(|r| r["result"].as_str()).collect();
+    assert_eq!(results, vec!["denied", "denied", "allowed", "allowed"], "{v:#}");
+    assert_eq!(v[0]["causes"][0]["rule"], "hcpetcdbackup-s3-bucket-naming");
+    assert_eq!(v[0]["operation"], "CREATE");
+    let sts = v.as_array().and_then(|a| a.iter().find(|r| r["file"] == "examples/etcd-statefulset.yaml")).expect("sts");
+    assert!(sts["patch"].to_string().contains("1764428700.db?<redacted>"), "{sts}");
+    assert!(!out(&o).contains(SIGNATURE));
+    // yaml: one document per object.
+    let o = run(&args("yaml"));
+    let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_slice(&o.stdout)
+        .map(|d| serde::Deserialize::deserialize(d).expect("yaml doc"))
+        .collect();
+    assert_eq!(docs.len(), 4);
+    assert_eq!(docs[1]["kind"], "HostedCluster");
+    assert!(!out(&o).contains(SIGNATURE));
+    // junit: totals, one testsuite per file, a failure per denied object.
+    let o = run(&args("junit"));
+    let x = out(&o);
+    assert!(x.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"hcp-etcd-admission check\" tests=\"4\" failures=\"2\" errors=\"0\" skipped=\"0\">"), "{x}");
+    assert_eq!(x.matches("<testsuite ").count(), 3, "{x}");
+    assert_eq!(x.matches("<failure ").count(), 2, "{x}");
+    assert_eq!(x.matches("<testcase ").count(), x.matches("</testcase>").count());
+    assert!(x.trim_end().ends_with("</testsuites>"), "{x}");
+    // sarif: 2.1.0, one result per error and warning, located by file and line, rules listed.
+    let o = run(&args("sarif"));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("sarif json");
+    assert_eq!(v["version"], "2.1.0");
+    let run0 = &v["runs"][0];
+    let ids: Vec<&str> = run0["tool"]["driver"]["rules"].as_array().expect("rules").iter().filter_map(|r| r["id"].as_str()).collect();
+    assert!(ids.contains(&"restore-url-s3-scheme") && ids.contains(&"upstream.hcpetcdbackup.spec#1"), "{ids:?}");
+    let results = run0["results"].as_array().expect("results");
+    let first = &results[0];
+    assert_eq!(first["ruleId"], "hcpetcdbackup-s3-bucket-naming");
+    assert_eq!(first["level"], "error");
+    assert_eq!(first["locations"][0]["physicalLocation"]["artifactLocation"]["uri"], "examples/invalid.yaml");
+    assert_eq!(first["locations"][0]["physicalLocation"]["region"]["startLine"], 2);
+    assert!(results.iter().all(|r| ids.contains(&r["ruleId"].as_str().unwrap_or_default())), "every ruleId is listed");
+    assert!(results.iter().any(|r| r["level"] == "warning"));
+    assert_eq!(run0["properties"]["denied"], 2);
+    // text: the kubectl-style lines.
+    let o = run(&args("text"));
+    assert!(out(&o).starts_with("examples/invalid.yaml#1: HCPEtcdBackup/clusters-prod/bad-s3: denied\n  error: spec.storage.s3.bucket: Invalid value: \"xn--backups\""), "{}", out(&o));
+}
+
+#[test]
+fn show_patched_prints_the_stored_object_with_the_url_redacted() {
+    let base = ["check", "--now", "2026-11-29T15:10:00Z", "--context", "examples/hostedcontrolplane.yaml"];
+    let mut args = base.to_vec();
+    args.extend(["--show-patched", "examples/etcd-statefulset.yaml"]);
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    let text = out(&o);
+    assert!(text.contains("\n  patched:\n    apiVersion: apps/v1\n    kind: StatefulSet\n"), "{text}");
+    assert!(text.contains("name: etcd-init"), "{text}");
+    assert!(text.contains("value: https://hcp-etcd-backups.s3.us-east-1.amazonaws.com/backups/1764428700.db?<redacted>"), "{text}");
+    assert!(!text.contains(SIGNATURE), "{text}");
+    let mut args = base.to_vec();
+    args.extend(["-o", "json", "--show-patched", "examples/etcd-statefulset.yaml"]);
+    let v: Value = serde_json::from_slice(&run(&args).stdout).expect("json");
+    let inits = v[0]["patched"]["spec"]["template"]["spec"]["initContainers"].as_array().expect("patched");
+    let names: Vec<&str> = inits.iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, vec!["ensure-dns", "etcd-init", "reset-member"]);
+    // --show-secrets: as the apiserver receives it.
+    let mut args = base.to_vec();
+    args.extend(["-o", "json", "--show-secrets", "examples/etcd-statefulset.yaml"]);
+    assert!(out(&run(&args)).contains(SIGNATURE));
+}
+
+#[test]
+fn review_redacts_the_patch_unless_asked() {
+    let t = Tmp::new("review");
+    let sts: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(common::root().join("examples/etcd-statefulset.yaml")).expect("sts"),
+    )
+    .expect("yaml");
+    let review = common::admission_review("u", "statefulsets", None, "CREATE", Some(&sts), None);
+    let f = t.file("review.json", &review.to_string());
+    let decode = |o: &Output| {
+        use base64::Engine as _;
+        let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+        let patch = v["response"]["patch"].as_str().expect("patch");
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(patch).expect("base64")).expect("utf-8")
+    };
+    let ctx = ["review", "--now", "2026-11-29T15:10:00Z", "--context", "examples/hostedcontrolplane.yaml"];
+    let mut args = ctx.to_vec();
+    args.push(s(&f));
+    let redacted = decode(&run(&args));
+    assert!(redacted.contains("1764428700.db?<redacted>") && !redacted.contains(SIGNATURE), "{redacted}");
+    let mut args = ctx.to_vec();
+    args.extend(["--show-secrets", s(&f)]);
+    assert!(decode(&run(&args)).contains(SIGNATURE));
+}
+
+#[test]
+fn apiserver_artefacts_get_a_note() {
+    let mut typo = invalid_backup();
+    typo["spec"]["storage"]["s3"]["bucket"] = json!("hcp-etcd-backups");
+    if let Some(s3) = typo["spec"]["storage"]["s3"].as_object_mut() {
+        s3.remove("region");
+        s3.insert("regoin".into(), json!("us-east-1"));
+    }
+    let o = with_stdin(&["check"], &typo.to_string());
+    let text = out(&o);
+    assert!(text.contains("error: spec.storage.s3.region: Required value"), "{text}");
+    assert!(text.contains("some validation rules were not checked"), "{text}");
+    assert!(text.contains("    note: the apiserver's own message: CEL rules are not evaluated while"), "{text}");
+    let mut typed = invalid_backup();
+    typed["spec"]["storage"]["s3"]["bucket"] = json!(7);
+    let text = out(&with_stdin(&["check"], &typed.to_string()));
+    assert!(text.contains("    note: \"integer\" is the value's JSON type, not the value"), "{text}");
+}
+
+#[test]
+fn rules_completion_and_crd_stdout() {
+    let o = run(&["rules", "-o", "json"]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let rules = v.as_array().expect("array");
+    assert!(rules.iter().any(|r| r["id"] == "restore-url-expired" && r["action"] == "deny"));
+    assert!(rules.iter().any(|r| r["id"] == "etcd-init-restore-url-expiry" && r["action"] == "warn"));
+    let table = out(&run(&["rules"]));
+    assert_eq!(rules.len(), table.lines().count() - 2, "the same rules as the table");
+    let y: Value = serde_yaml_ng::from_slice(&run(&["rules", "-o", "yaml"]).stdout).expect("yaml");
+    assert_eq!(y, v);
+    for (shell, needle) in [("bash", "complete -F"), ("zsh", "#compdef hcp-etcd-admission"), ("fish", "complete -c hcp-etcd-admission")] {
+        let o = run(&["completion", shell]);
+        assert_eq!(o.status.code(), Some(0), "{shell}");
+        let script = out(&o);
+        assert!(script.contains(needle) && script.contains("audit"), "{shell}: {script:.300}");
+    }
+    let o = run(&["crd", "--stdout"]);
+    assert_eq!(o.status.code(), Some(0));
+    let committed =
+        std::fs::read_to_string(common::root().join("crds/hypershift.openshift.io_hcpetcdbackups.yaml")).expect("crd");
+    assert_eq!(out(&o), committed);
+}
+
+#[test]
+fn settings_errors_name_their_key_and_config_takes_the_shipped_files() {
+    let t = Tmp::new("settings");
+    let bad = t.file("bad.yaml", "restoreMaxTimeSeconds: 15m\n");
+    let o = run(&["check", "--config", s(&bad), "examples/backups.yaml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("invalid settings: restoreMaxTimeSeconds: invalid type: string \"15m\", expected u64"), "{}", err(&o));
+    let typo = t.file("typo.yaml", "allowS3RestoreUrl: true\n");
+    let e = err(&run(&["check", "--config", s(&typo), "examples/backups.yaml"]));
+    assert!(e.contains("unknown field `allowS3RestoreUrl`"), "{e}");
+    // The shipped ConfigMap and Kubewarden policies as they are.
+    for shipped in ["webhooks/base/configmap.yaml", "webhooks/kubewarden/validate.yaml"] {
+        let o = run(&["check", "--config", shipped, "examples/backups.yaml"]);
+        assert_eq!(o.status.code(), Some(0), "{shipped}: {}", err(&o));
+    }
+    // A ConfigMap's settings are really read: a bad value in it is reported with its key.
+    let cm = t.file("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: s}\ndata:\n  settings.yaml: |\n    restoreMaxBytes: lots\n");
+    let e = err(&run(&["check", "--config", s(&cm), "examples/backups.yaml"]));
+    assert!(e.contains("restoreMaxBytes: invalid type: string \"lots\""), "{e}");
+    let policy = t.file(
+        "policy.yaml",
+        "apiVersion: policies.kubewarden.io/v1\nkind: ClusterAdmissionPolicy\nmetadata: {name: p}\nspec:\n  settings:\n    allowS3RestoreURL: true\n",
+    );
+    let o = run(&["check", "--now", NOW, "--config", s(&policy), "examples/invalid.yaml"]);
+    let text = out(&o);
+    assert!(text.contains("HostedCluster/clusters/restored: allowed"), "allowS3RestoreURL from the policy: {text}");
+}

@@ -102,7 +102,7 @@ fn library_and_review_binary() {
 }
 
 #[test]
-fn check_binary_text_and_json() {
+fn check_binary_every_output_format() {
     let dir = tmp("check");
     let text = std::fs::read_to_string(common::root().join("tests/conformance/preflight.yaml")).expect("read");
     let doc: Value = serde_yaml_ng::from_str(&text).expect("yaml");
@@ -117,7 +117,7 @@ fn check_binary_text_and_json() {
         secrets.iter().chain(backups.iter()).map(|v| serde_yaml_ng::to_string(v).expect("yaml")).collect();
     std::fs::write(&objects, docs.join("---\n")).expect("write");
     let mut denied = 0;
-    for output in ["text", "json"] {
+    for output in ["text", "json", "yaml", "junit", "sarif"] {
         let o = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
             .env("RUST_LOG", "trace")
             .args(["check", "--output", output, "--context"])
@@ -132,6 +132,66 @@ fn check_binary_text_and_json() {
         denied += out.matches("denied").count();
     }
     assert!(denied > 4, "the check run judged the Secrets: {denied}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The presigned restore URL the etcd-init patch must carry: every output of
+/// `check` (each format, with and without `--show-patched`) and `review`
+/// shows it redacted; only `--show-secrets` prints it (so this test can fail).
+#[test]
+fn restore_url_in_patches_check_and_review() {
+    let dir = tmp("patch");
+    let root = common::root();
+    let hcp_text = std::fs::read_to_string(root.join("examples/hostedcontrolplane.yaml")).expect("hcp");
+    let secret_sig = format!("X-Amz-Signature={MARKER}");
+    let hcp_text = hcp_text.replace("X-Amz-Signature=abc123", &secret_sig);
+    assert!(hcp_text.contains(&secret_sig), "the marker is in the restore URL");
+    let hcp = dir.join("hcp.yaml");
+    std::fs::write(&hcp, &hcp_text).expect("write");
+    let sts = root.join("examples/etcd-statefulset.yaml");
+    let run = |args: &[&str], files: &[&std::path::Path]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"));
+        c.env("RUST_LOG", "trace").args(args).args(["--now", "2026-11-29T15:10:00Z"]);
+        for f in files {
+            c.arg(f);
+        }
+        c.output().expect("run")
+    };
+    for output in ["text", "json", "yaml", "junit", "sarif"] {
+        for patched in [false, true] {
+            let mut args = vec!["check", "--output", output];
+            if patched {
+                args.push("--show-patched");
+            }
+            let o = run(&args, &[&hcp, &sts]);
+            assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+            let out = String::from_utf8_lossy(&o.stdout);
+            if output == "json" {
+                assert!(out.contains("etcd-init"), "the patch is in the output: {out}");
+            }
+            assert_clean(&format!("check -o {output} (show-patched {patched}) stdout"), &out);
+            assert_clean(&format!("check -o {output} stderr"), &String::from_utf8_lossy(&o.stderr));
+        }
+    }
+    let shown = run(&["check", "--output", "json", "--show-secrets"], &[&hcp, &sts]);
+    assert!(String::from_utf8_lossy(&shown.stdout).contains(MARKER), "--show-secrets prints the URL");
+    // review: the same StatefulSet as an AdmissionReview; its base64 patch decoded.
+    let obj: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&sts).expect("sts")).expect("yaml");
+    let review = common::admission_review("u", "statefulsets", None, "CREATE", Some(&obj), None);
+    let file = dir.join("review.json");
+    std::fs::write(&file, review.to_string()).expect("write");
+    let decoded = |o: &std::process::Output| {
+        let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+        let b64 = v["response"]["patch"].as_str().expect("a patch").to_string();
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b64).expect("base64")).expect("utf-8")
+    };
+    let ctx = hcp.display().to_string();
+    let o = run(&["review", "--context", &ctx], &[&file]);
+    assert_clean("review stdout", &String::from_utf8_lossy(&o.stdout));
+    assert_clean("review patch (decoded)", &decoded(&o));
+    assert_clean("review stderr", &String::from_utf8_lossy(&o.stderr));
+    let o = run(&["review", "--show-secrets", "--context", &ctx], &[&file]);
+    assert!(decoded(&o).contains(MARKER), "--show-secrets gives the patch as the apiserver receives it");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

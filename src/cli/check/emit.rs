@@ -6,7 +6,7 @@
 use std::{
     collections::{hash_map::DefaultHasher, HashMap},
     hash::{Hash, Hasher},
-    io::{BufWriter, Write},
+    io::{BufWriter, Read, Seek, Write},
 };
 
 use hcp_etcd_admission::catalog;
@@ -14,14 +14,35 @@ use serde_json::{json, Value};
 
 use super::{rule_of, Output, Report, Summary};
 
-/// A JUnit testsuite (one per input file) being collected.
+/// A JUnit testsuite: a run of consecutive results from one input file (the
+/// etcd StatefulSets, judged last, make a second suite of their file). Its
+/// testcases are spooled to a temporary file, so memory stays bounded.
 #[derive(Default)]
 struct Suite {
+    file: String,
     tests: usize,
     failures: usize,
     errors: usize,
     skipped: usize,
-    cases: String,
+    /// Bytes of its testcases in the spool.
+    bytes: u64,
+}
+
+trait Spool: Read + Write + Seek {}
+impl<T: Read + Write + Seek> Spool for T {}
+
+/// An unnamed temporary file (removed at once; it lives while open), or
+/// memory when none can be made.
+fn spool() -> Box<dyn Spool> {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let path = std::env::temp_dir().join(format!("hcp-etcd-admission-junit-{}-{nanos}", std::process::id()));
+    match std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
+        Ok(f) => {
+            let _ = std::fs::remove_file(&path);
+            Box::new(f)
+        }
+        Err(_) => Box::new(std::io::Cursor::new(Vec::new())),
+    }
 }
 
 pub struct Emitter<'a, W: Write> {
@@ -34,7 +55,8 @@ pub struct Emitter<'a, W: Write> {
     /// are kept only for the repeated ones).
     seen: HashMap<u64, usize>,
     repeated: Vec<(u64, String)>,
-    suites: Vec<(String, Suite)>,
+    suites: Vec<Suite>,
+    spool: Option<BufWriter<Box<dyn Spool>>>,
     /// SARIF results written so far.
     results: usize,
 }
@@ -100,6 +122,7 @@ impl<'a, W: Write> Emitter<'a, W> {
             seen: HashMap::new(),
             repeated: Vec::new(),
             suites: Vec::new(),
+            spool: None,
             results: 0,
         }
     }
@@ -142,7 +165,7 @@ impl<'a, W: Write> Emitter<'a, W> {
                 let yaml = serde_yaml_ng::to_string(r).map_err(std::io::Error::other)?;
                 write!(self.out, "---\n{yaml}")?;
             }
-            Output::Junit => self.junit(r),
+            Output::Junit => self.junit(r)?,
             Output::Sarif => self.sarif(r)?,
         }
         self.written += 1;
@@ -205,16 +228,10 @@ impl<'a, W: Write> Emitter<'a, W> {
         Ok(())
     }
 
-    fn junit(&mut self, r: &Report) {
-        let at = match self.suites.iter().position(|(f, _)| *f == r.file) {
-            Some(i) => i,
-            None => {
-                self.suites.push((r.file.clone(), Suite::default()));
-                self.suites.len() - 1
-            }
-        };
-        let Some((_, suite)) = self.suites.get_mut(at) else { return };
-        suite.tests += 1;
+    fn junit(&mut self, r: &Report) -> std::io::Result<()> {
+        if self.suites.last().is_none_or(|s| s.file != r.file) {
+            self.suites.push(Suite { file: r.file.clone(), ..Suite::default() });
+        }
         let place = r.origin();
         let place = place.strip_prefix(&r.file).unwrap_or(&place);
         let name = if r.result == "error" { format!("{place} (input)") } else { format!("{place} {}", r.object()) };
@@ -230,6 +247,8 @@ impl<'a, W: Write> Emitter<'a, W> {
         } else {
             r.causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect()
         };
+        let Some(suite) = self.suites.last_mut() else { return Ok(()) };
+        suite.tests += 1;
         match r.result {
             "denied" => {
                 suite.failures += 1;
@@ -254,7 +273,8 @@ impl<'a, W: Write> Emitter<'a, W> {
             case.push_str(&format!("      <system-out>{}</system-out>\n", xml(&text.join("\n"))));
         }
         case.push_str("    </testcase>\n");
-        suite.cases.push_str(&case);
+        suite.bytes += case.len() as u64;
+        self.spool.get_or_insert_with(|| BufWriter::new(spool())).write_all(case.as_bytes())
     }
 
     fn sarif(&mut self, r: &Report) -> std::io::Result<()> {
@@ -315,7 +335,7 @@ impl<'a, W: Write> Emitter<'a, W> {
             Output::Json => self.out.write_all(if self.written == 0 { b"[]\n" } else { b"\n]\n" })?,
             Output::Yaml => {}
             Output::Junit => {
-                let total = |f: fn(&Suite) -> usize| self.suites.iter().map(|(_, s)| f(s)).sum::<usize>();
+                let total = |f: fn(&Suite) -> usize| self.suites.iter().map(f).sum::<usize>();
                 let (tests, failures, errors, skipped) =
                     (total(|s| s.tests), total(|s| s.failures), total(|s| s.errors), total(|s| s.skipped));
                 let name = if s.audit { "hcp-etcd-admission check --audit" } else { "hcp-etcd-admission check" };
@@ -323,17 +343,28 @@ impl<'a, W: Write> Emitter<'a, W> {
                     self.out,
                     "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"{name}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">\n"
                 )?;
-                for (file, suite) in &self.suites {
+                let mut spool = match self.spool.take() {
+                    Some(w) => {
+                        let mut inner = w.into_inner().map_err(|e| e.into_error())?;
+                        inner.seek(std::io::SeekFrom::Start(0))?;
+                        Some(inner)
+                    }
+                    None => None,
+                };
+                for suite in &self.suites {
                     write!(
                         self.out,
-                        "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">\n{}  </testsuite>\n",
-                        xml(file),
+                        "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">\n",
+                        xml(&suite.file),
                         suite.tests,
                         suite.failures,
                         suite.errors,
-                        suite.skipped,
-                        suite.cases
+                        suite.skipped
                     )?;
+                    if let Some(spool) = spool.as_mut() {
+                        std::io::copy(&mut Read::by_ref(spool).take(suite.bytes), &mut self.out)?;
+                    }
+                    self.out.write_all(b"  </testsuite>\n")?;
                 }
                 self.out.write_all(b"</testsuites>\n")?;
             }

@@ -51,7 +51,9 @@ enum Command {
     /// Print the rule catalog (the README table) as Markdown, JSON or YAML.
     Rules(cli::rules::RulesArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
-    #[command(after_help = "Example:\n  source <(hcp-etcd-admission completion bash)\n  hcp-etcd-admission completion zsh > \"${fpath[1]}/_hcp-etcd-admission\"\n  hcp-etcd-admission completion fish > ~/.config/fish/completions/hcp-etcd-admission.fish")]
+    #[command(
+        after_help = "Example:\n  source <(hcp-etcd-admission completion bash)\n  hcp-etcd-admission completion zsh > \"${fpath[1]}/_hcp-etcd-admission\"\n  hcp-etcd-admission completion fish > ~/.config/fish/completions/hcp-etcd-admission.fish"
+    )]
     Completion {
         /// The shell.
         #[arg(value_enum)]

@@ -173,19 +173,33 @@ fn empty_input_unknown_kinds_and_unserved_versions_are_reported_and_strict_fails
     wrong_case["kind"] = json!("HcpEtcdBackup");
     let mut alpha = restored_hostedcluster();
     alpha["apiVersion"] = json!("hypershift.openshift.io/v1alpha1");
-    let docs = [wrong_case, alpha, json!({"metadata": {"name": "x"}}), json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})];
+    let docs = [
+        wrong_case,
+        alpha,
+        json!({"metadata": {"name": "x"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+    ];
     let text: Vec<String> = docs.iter().map(|d| serde_yaml_ng::to_string(d).expect("yaml")).collect();
     let f = t.file("odd.yaml", &text.join("---\n"));
     let o = run(&["check", s(&f)]);
     assert_eq!(o.status.code(), Some(0), "skipped objects do not fail without --strict: {}", out(&o));
     let text = out(&o);
-    assert!(text.contains("kind \"HcpEtcdBackup\" is not checked by hcp-etcd-admission; did you mean \"HCPEtcdBackup\"?"), "{text}");
+    assert!(
+        text.contains("kind \"HcpEtcdBackup\" is not checked by hcp-etcd-admission; did you mean \"HCPEtcdBackup\"?"),
+        "{text}"
+    );
     assert!(
         text.contains("apiVersion \"hypershift.openshift.io/v1alpha1\" is not served for HostedCluster (served: \"hypershift.openshift.io/v1beta1\"); not judged"),
         "not judged as v1beta1: {text}"
     );
-    assert!(text.contains("odd.yaml#3: (no kind)/x: skipped\n  not a Kubernetes object: apiVersion and kind must be set"), "{text}");
-    assert!(text.contains("kind \"ConfigMap\" is not checked by hcp-etcd-admission\n"), "no suggestion for a foreign kind: {text}");
+    assert!(
+        text.contains("odd.yaml#3: (no kind)/x: skipped\n  not a Kubernetes object: apiVersion and kind must be set"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kind \"ConfigMap\" is not checked by hcp-etcd-admission\n"),
+        "no suggestion for a foreign kind: {text}"
+    );
     assert!(text.contains("0 allowed, 0 denied, 4 skipped"), "{text}");
     let o = run(&["check", "--strict", s(&f)]);
     assert_eq!(o.status.code(), Some(2), "{}", out(&o));
@@ -245,7 +259,10 @@ fn objects_in_the_judged_files_are_context() {
     let o = run(&["check", "--now", "2026-11-29T15:10:00Z", s(&f)]);
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
     let text = out(&o);
-    assert!(text.contains("both.yaml#1: StatefulSet/clusters-prod/etcd: allowed (mutated: 1 JSON patch operations"), "{text}");
+    assert!(
+        text.contains("both.yaml#1: StatefulSet/clusters-prod/etcd: allowed (mutated: 1 JSON patch operations"),
+        "{text}"
+    );
     assert!(text.contains("both.yaml#2: HostedControlPlane/clusters-prod/prod: allowed"), "{text}");
     // Given both ways (the file as --context too), it is still one HostedControlPlane.
     let o = run(&["check", "--now", "2026-11-29T15:10:00Z", "--context", s(&f), s(&f)]);
@@ -254,7 +271,10 @@ fn objects_in_the_judged_files_are_context() {
     assert_eq!(o.status.code(), Some(1));
     let text = out(&o);
     assert!(text.contains("  error: statefulsets.apps \"etcd\" is forbidden: no HostedControlPlane found"), "{text}");
-    assert!(text.contains("    hint: offline, the HostedControlPlane comes from the judged files or --context FILE"), "{text}");
+    assert!(
+        text.contains("    hint: offline, the HostedControlPlane comes from the judged files or --context FILE"),
+        "{text}"
+    );
 }
 
 fn many_backups(n: usize) -> String {
@@ -341,7 +361,16 @@ const SIGNATURE: &str = "X-Amz-Signature=abc123";
 #[test]
 fn every_output_format() {
     let args = |fmt: &'static str| {
-        vec!["check", "-o", fmt, "--now", "2026-11-29T15:10:00Z", "examples/invalid.yaml", "examples/etcd-statefulset.yaml", "examples/hostedcontrolplane.yaml"]
+        vec![
+            "check",
+            "-o",
+            fmt,
+            "--now",
+            "2026-11-29T15:10:00Z",
+            "examples/invalid.yaml",
+            "examples/etcd-statefulset.yaml",
+            "examples/hostedcontrolplane.yaml",
+        ]
     };
     // json: one element per object, causes with their rule, the patch redacted.
     let o = run(&args("json"));
@@ -375,7 +404,8 @@ fn every_output_format() {
     let v: Value = serde_json::from_slice(&o.stdout).expect("sarif json");
     assert_eq!(v["version"], "2.1.0");
     let run0 = &v["runs"][0];
-    let ids: Vec<&str> = run0["tool"]["driver"]["rules"].as_array().expect("rules").iter().filter_map(|r| r["id"].as_str()).collect();
+    let ids: Vec<&str> =
+        run0["tool"]["driver"]["rules"].as_array().expect("rules").iter().filter_map(|r| r["id"].as_str()).collect();
     assert!(ids.contains(&"restore-url-s3-scheme") && ids.contains(&"upstream.hcpetcdbackup.spec#1"), "{ids:?}");
     let results = run0["results"].as_array().expect("results");
     let first = &results[0];
@@ -401,7 +431,10 @@ fn show_patched_prints_the_stored_object_with_the_url_redacted() {
     let text = out(&o);
     assert!(text.contains("\n  patched:\n    apiVersion: apps/v1\n    kind: StatefulSet\n"), "{text}");
     assert!(text.contains("name: etcd-init"), "{text}");
-    assert!(text.contains("value: https://hcp-etcd-backups.s3.us-east-1.amazonaws.com/backups/1764428700.db?<redacted>"), "{text}");
+    assert!(
+        text.contains("value: https://hcp-etcd-backups.s3.us-east-1.amazonaws.com/backups/1764428700.db?<redacted>"),
+        "{text}"
+    );
     assert!(!text.contains(SIGNATURE), "{text}");
     let mut args = base.to_vec();
     args.extend(["-o", "json", "--show-patched", "examples/etcd-statefulset.yaml"]);
@@ -471,7 +504,9 @@ fn rules_completion_and_crd_stdout() {
     assert_eq!(rules.len(), table.lines().count() - 2, "the same rules as the table");
     let y: Value = serde_yaml_ng::from_slice(&run(&["rules", "-o", "yaml"]).stdout).expect("yaml");
     assert_eq!(y, v);
-    for (shell, needle) in [("bash", "complete -F"), ("zsh", "#compdef hcp-etcd-admission"), ("fish", "complete -c hcp-etcd-admission")] {
+    for (shell, needle) in
+        [("bash", "complete -F"), ("zsh", "#compdef hcp-etcd-admission"), ("fish", "complete -c hcp-etcd-admission")]
+    {
         let o = run(&["completion", shell]);
         assert_eq!(o.status.code(), Some(0), "{shell}");
         let script = out(&o);
@@ -490,7 +525,11 @@ fn settings_errors_name_their_key_and_config_takes_the_shipped_files() {
     let bad = t.file("bad.yaml", "restoreMaxTimeSeconds: 15m\n");
     let o = run(&["check", "--config", s(&bad), "examples/backups.yaml"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(err(&o).contains("invalid settings: restoreMaxTimeSeconds: invalid type: string \"15m\", expected u64"), "{}", err(&o));
+    assert!(
+        err(&o).contains("invalid settings: restoreMaxTimeSeconds: invalid type: string \"15m\", expected u64"),
+        "{}",
+        err(&o)
+    );
     let typo = t.file("typo.yaml", "allowS3RestoreUrl: true\n");
     let e = err(&run(&["check", "--config", s(&typo), "examples/backups.yaml"]));
     assert!(e.contains("unknown field `allowS3RestoreUrl`"), "{e}");
@@ -500,7 +539,10 @@ fn settings_errors_name_their_key_and_config_takes_the_shipped_files() {
         assert_eq!(o.status.code(), Some(0), "{shipped}: {}", err(&o));
     }
     // A ConfigMap's settings are really read: a bad value in it is reported with its key.
-    let cm = t.file("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: s}\ndata:\n  settings.yaml: |\n    restoreMaxBytes: lots\n");
+    let cm = t.file(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: s}\ndata:\n  settings.yaml: |\n    restoreMaxBytes: lots\n",
+    );
     let e = err(&run(&["check", "--config", s(&cm), "examples/backups.yaml"]));
     assert!(e.contains("restoreMaxBytes: invalid type: string \"lots\""), "{e}");
     let policy = t.file(

@@ -193,7 +193,9 @@ fn distance(a: &str, b: &str) -> usize {
         }
         for (j, cb) in b.iter().enumerate() {
             let cost = usize::from(ca != *cb);
-            let next = (prev + cost).min(row.get(j).copied().unwrap_or(usize::MAX) + 1).min(row.get(j + 1).copied().unwrap_or(usize::MAX) + 1);
+            let next = (prev + cost)
+                .min(row.get(j).copied().unwrap_or(usize::MAX) + 1)
+                .min(row.get(j + 1).copied().unwrap_or(usize::MAX) + 1);
             prev = row.get(j + 1).copied().unwrap_or_default();
             if let Some(slot) = row.get_mut(j + 1) {
                 *slot = next;
@@ -269,7 +271,9 @@ fn wildcard(field: &str) -> String {
         let (head, tail) = rest.split_at(open);
         out.push_str(head);
         match tail.find(']') {
-            Some(close) if tail.get(1..close).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) => {
+            Some(close)
+                if tail.get(1..close).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) =>
+            {
                 out.push_str("[*]");
                 rest = tail.get(close + 1..).unwrap_or_default();
             }
@@ -319,7 +323,13 @@ impl Judge<'_> {
                 .find(|(f, m, _)| *f == field && !m.is_empty() && c.message.contains(m.as_str()))
                 .map(|(_, _, id)| id.clone())
         });
-        CauseReport { reason: c.reason, message: c.message.clone(), field: c.field.clone(), rule, note: note_for(&c.message) }
+        CauseReport {
+            reason: c.reason,
+            message: c.message.clone(),
+            field: c.field.clone(),
+            rule,
+            note: note_for(&c.message),
+        }
     }
 
     /// Judges one object.
@@ -500,15 +510,14 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
     }
     let objects = summary.allowed + summary.denied + summary.skipped;
     if objects == 0 && summary.errors == 0 {
-        eprintln!("{}: no objects in the input (kubectl: \"no objects passed to apply\")", if args.strict { "error" } else { "warning" });
+        eprintln!(
+            "{}: no objects in the input (kubectl: \"no objects passed to apply\")",
+            if args.strict { "error" } else { "warning" }
+        );
     }
     emit.finish(&summary)?;
     let strict_failed = args.strict && (summary.skipped > 0 || objects == 0);
-    Ok(if summary.errors > 0 || strict_failed {
-        2
-    } else {
-        i32::from(summary.denied > 0)
-    })
+    Ok(if summary.errors > 0 || strict_failed { 2 } else { i32::from(summary.denied > 0) })
 }
 
 #[cfg(test)]

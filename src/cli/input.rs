@@ -367,7 +367,8 @@ mod tests {
 
     #[test]
     fn splits_like_kubectl_and_keeps_going_after_a_bad_document() {
-        let text = "# c\n---\na: 1\n--- \nb: [\n---\n\n---\nkind: List\napiVersion: v1\nitems: [{kind: X}, {kind: Y}]\n";
+        let text =
+            "# c\n---\na: 1\n--- \nb: [\n---\n\n---\nkind: List\napiVersion: v1\nitems: [{kind: X}, {kind: Y}]\n";
         let got = docs(text);
         assert_eq!(got.len(), 4, "{got:?}");
         assert!(matches!(&got[0], Entry::Object(o) if o.document == 1 && o.line == 3));
@@ -383,7 +384,9 @@ mod tests {
 
     #[test]
     fn typed_lists_give_their_items_kind_and_version() {
-        let got = docs(r#"{"apiVersion":"hypershift.openshift.io/v1beta1","kind":"HostedClusterList","items":[{"metadata":{"name":"a"}}]}"#);
+        let got = docs(
+            r#"{"apiVersion":"hypershift.openshift.io/v1beta1","kind":"HostedClusterList","items":[{"metadata":{"name":"a"}}]}"#,
+        );
         match got.as_slice() {
             [Entry::Object(o)] => {
                 assert_eq!(o.value["kind"], "HostedCluster");

@@ -90,7 +90,10 @@ fn settings_document(doc: serde_json::Value) -> Result<serde_json::Value, String
                 _ => None,
             };
             let Some(text) = text.and_then(Value::as_str) else {
-                return Err("ConfigMap has no data key \"settings.yaml\" (the shipped webhooks/base/configmap.yaml has it)".to_string());
+                return Err(
+                    "ConfigMap has no data key \"settings.yaml\" (the shipped webhooks/base/configmap.yaml has it)"
+                        .to_string(),
+                );
             };
             input::parse_settings_text(text).map_err(|e| format!("data[\"settings.yaml\"]: {e}"))?
         }

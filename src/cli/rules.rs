@@ -16,7 +16,9 @@ pub enum Format {
 }
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Example:\n  hcp-etcd-admission rules > rules.md\n  hcp-etcd-admission rules -o json | jq -r '.[] | select(.action == \"deny\") | .id'")]
+#[command(
+    after_help = "Example:\n  hcp-etcd-admission rules > rules.md\n  hcp-etcd-admission rules -o json | jq -r '.[] | select(.action == \"deny\") | .id'"
+)]
 pub struct RulesArgs {
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = Format::Text)]

@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::{Findings, RuleContext, RuleInfo, Severity};
 use crate::{
-    settings::Settings,
     schema::{go_quote, redact_url, FieldError},
+    settings::Settings,
     time::{format_rfc3339, parse_amz_date, parse_sas_time, parse_unix_seconds, TimeError},
 };
 

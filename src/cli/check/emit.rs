@@ -352,9 +352,9 @@ impl<'a, W: Write> Emitter<'a, W> {
                     None => None,
                 };
                 for suite in &self.suites {
-                    write!(
+                    writeln!(
                         self.out,
-                        "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">\n",
+                        "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">",
                         xml(&suite.file),
                         suite.tests,
                         suite.failures,

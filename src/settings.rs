@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::schema::KubernetesVersion;
+
 /// Settings of the decision core. All fields have safe defaults.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -47,6 +49,29 @@ pub struct Settings {
     /// The HyperShift Operator namespace, where the controller reads the
     /// credentials Secret. Default: `hypershift`.
     pub operator_namespace: String,
+    /// The Kubernetes minor version (`"1.35"`, `"1.34"`, … down to `"1.31"`)
+    /// whose apiserver messages the decision reproduces: the CRD's schema and
+    /// CEL errors are printed differently by different versions, and a user
+    /// searches for what their cluster prints. Default: the newest version CI
+    /// runs the real apiserver of (1.35).
+    #[serde(with = "version_text")]
+    pub kubernetes_version: KubernetesVersion,
+}
+
+/// `kubernetesVersion` as text (`"1.35"`).
+mod version_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::schema::KubernetesVersion;
+
+    pub fn serialize<S: Serializer>(v: &KubernetesVersion, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&v.to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<KubernetesVersion, D::Error> {
+        let text = String::deserialize(d)?;
+        KubernetesVersion::parse(&text).map_err(|e| serde::de::Error::custom(format!("kubernetesVersion: {e}")))
+    }
 }
 
 impl Default for Settings {
@@ -63,6 +88,7 @@ impl Default for Settings {
             allow_restore_without_revision_bump: false,
             backup_preflight: true,
             operator_namespace: "hypershift".to_string(),
+            kubernetes_version: KubernetesVersion::default(),
         }
     }
 }

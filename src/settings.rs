@@ -155,3 +155,23 @@ impl Settings {
         Ok(s)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn kubernetes_version_is_text_and_checked() {
+        assert_eq!(Settings::default().kubernetes_version.to_string(), "1.35");
+        let s = Settings::from_json(&json!({"kubernetesVersion": "1.34"})).expect("1.34");
+        assert_eq!(s.kubernetes_version.minor(), 34);
+        assert_eq!(serde_json::to_value(&s).expect("json")["kubernetesVersion"], "1.34");
+        let old = Settings::from_json(&json!({"kubernetesVersion": "1.29"})).expect_err("too old");
+        assert!(old.contains("kubernetesVersion") && old.contains("oldest is 1.31"), "{old}");
+        let junk = Settings::from_json(&json!({"kubernetesVersion": "latest"})).expect_err("not a version");
+        assert!(junk.contains("not a Kubernetes version"), "{junk}");
+        assert!(Settings::from_json(&json!({"kubernetesVersion": 35})).is_err());
+    }
+}

@@ -121,18 +121,25 @@ fn for_apiserver(obj: &Value, ns: &str) -> Value {
 }
 
 /// The verdict, code, message and causes of an answer (the apiserver's
-/// Status, or a review response's status).
+/// Status, or a review response's status), and its unknown-field warnings
+/// (the only warnings the CRD alone gives; the webhook's own are not the
+/// apiserver's to give).
 #[derive(Debug, PartialEq)]
 struct Verdict {
     allowed: bool,
     code: u64,
     message: String,
     causes: Vec<(String, String, String)>,
+    unknown_fields: Vec<String>,
 }
 
-fn verdict_of_status(allowed: bool, status: &Value) -> Verdict {
+fn unknown_field_warnings<'a>(ws: impl Iterator<Item = &'a str>) -> Vec<String> {
+    ws.filter(|w| w.starts_with("unknown field ")).map(str::to_string).collect()
+}
+
+fn verdict_of_status(allowed: bool, status: &Value, unknown_fields: Vec<String>) -> Verdict {
     if allowed {
-        return Verdict { allowed, code: 0, message: String::new(), causes: Vec::new() };
+        return Verdict { allowed, code: 0, message: String::new(), causes: Vec::new(), unknown_fields };
     }
     let causes = status["details"]["causes"]
         .as_array()
@@ -150,6 +157,7 @@ fn verdict_of_status(allowed: bool, status: &Value) -> Verdict {
         code: status["code"].as_u64().unwrap_or_default(),
         message: status["message"].as_str().unwrap_or_default().to_string(),
         causes,
+        unknown_fields,
     }
 }
 
@@ -287,8 +295,20 @@ async fn differential(v: Kube) {
             Some(ns) => api.update(&for_apiserver(&req["object"], &ns), sub, true, &Auth::Admin).await,
         }
         .unwrap_or_else(|e| panic!("{}: {e}", case.name));
-        let got = verdict_of_status(reply.ok(), &reply.body);
-        let want = verdict_of_status(resp["allowed"] == true, &resp["status"]);
+        let got = verdict_of_status(
+            reply.ok(),
+            &reply.body,
+            unknown_field_warnings(reply.warnings.iter().map(String::as_str)),
+        );
+        let review_warnings = resp["warnings"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>())
+            .unwrap_or_default();
+        let want = verdict_of_status(
+            resp["allowed"] == true,
+            &resp["status"],
+            unknown_field_warnings(review_warnings.into_iter()),
+        );
         sent.push(Sent { name: format!("{}: {}", case.file, case.name), got, want });
     }
 

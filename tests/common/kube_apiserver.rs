@@ -226,12 +226,32 @@ pub enum Auth {
 }
 
 /// One answer of the apiserver: its status code and body (JSON, or `Null`
-/// when the body is not JSON; the text is kept).
+/// when the body is not JSON; the text is kept), and the warnings it sent
+/// (`Warning: 299 - "…"` headers, unquoted, in order).
 #[derive(Clone, Debug)]
 pub struct Reply {
     pub status: u16,
     pub body: Value,
     pub text: String,
+    pub warnings: Vec<String>,
+}
+
+/// The text of one `Warning` header (`299 - "text"`, Go-quoted).
+fn warning_text(header: &str) -> String {
+    let quoted = header.splitn(3, ' ').nth(2).unwrap_or(header).trim();
+    let inner = quoted.strip_prefix('"').and_then(|q| q.strip_suffix('"')).unwrap_or(quoted);
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(next) = chars.next() {
+                out.push(next);
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl Reply {
@@ -452,9 +472,15 @@ impl KubeApiserver {
             .map_err(|_| format!("{method} {path}: no answer in 60 s"))?
             .map_err(|e| format!("send: {e}"))?;
         let status = resp.status().as_u16();
+        let warnings = resp
+            .headers()
+            .get_all("warning")
+            .iter()
+            .map(|h| warning_text(&String::from_utf8_lossy(h.as_bytes())))
+            .collect();
         let bytes = resp.into_body().collect().await.map_err(|e| format!("body: {e}"))?.to_bytes();
         let text = String::from_utf8_lossy(&bytes).into_owned();
-        Ok(Reply { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null), text })
+        Ok(Reply { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null), text, warnings })
     }
 
     /// An admin request that must succeed (2xx); its body.

@@ -33,6 +33,20 @@ pub fn hcpetcdbackup_crd() -> Result<Value, CrdError> {
     crd_json::<HCPEtcdBackup>("HCPEtcdBackup")
 }
 
+/// A HostedCluster CRD carrying only the project's slice of upstream's
+/// schema (the etcd storage part, with upstream's rules; everything else
+/// preserved as unknown), generated from the types. Never installed in a real
+/// cluster (upstream owns that CRD): the tests install it in a test apiserver
+/// to check that the apiserver judges upstream's rules as the core does.
+pub fn hostedcluster_test_crd() -> Result<Value, CrdError> {
+    crd_json::<HostedCluster>("HostedCluster")
+}
+
+/// The HostedControlPlane counterpart of [`hostedcluster_test_crd`].
+pub fn hostedcontrolplane_test_crd() -> Result<Value, CrdError> {
+    crd_json::<HostedControlPlane>("HostedControlPlane")
+}
+
 /// Brings schemars output to the shape controller-gen writes upstream:
 /// optional fields are omitted rather than `nullable` (so a `null` is pruned,
 /// as the apiserver does for non-nullable fields), and integral bounds are

@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::schema::KubernetesVersion;
+
 /// Settings of the decision core. All fields have safe defaults.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -47,6 +49,29 @@ pub struct Settings {
     /// The HyperShift Operator namespace, where the controller reads the
     /// credentials Secret. Default: `hypershift`.
     pub operator_namespace: String,
+    /// The Kubernetes minor version (`"1.35"`, `"1.34"`, … down to `"1.31"`)
+    /// whose apiserver messages the decision reproduces: the CRD's schema and
+    /// CEL errors are printed differently by different versions, and a user
+    /// searches for what their cluster prints. Default: the newest version CI
+    /// runs the real apiserver of (1.35).
+    #[serde(with = "version_text")]
+    pub kubernetes_version: KubernetesVersion,
+}
+
+/// `kubernetesVersion` as text (`"1.35"`).
+mod version_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::schema::KubernetesVersion;
+
+    pub fn serialize<S: Serializer>(v: &KubernetesVersion, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&v.to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<KubernetesVersion, D::Error> {
+        let text = String::deserialize(d)?;
+        KubernetesVersion::parse(&text).map_err(|e| serde::de::Error::custom(format!("kubernetesVersion: {e}")))
+    }
 }
 
 impl Default for Settings {
@@ -63,6 +88,7 @@ impl Default for Settings {
             allow_restore_without_revision_bump: false,
             backup_preflight: true,
             operator_namespace: "hypershift".to_string(),
+            kubernetes_version: KubernetesVersion::default(),
         }
     }
 }
@@ -145,5 +171,25 @@ impl Settings {
             serde_json::from_value(v.clone()).map_err(|e| format!("invalid settings: {}", name_the_key(v, e)))?;
         s.validate().map_err(|p| format!("invalid settings: {}", p.join("; ")))?;
         Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn kubernetes_version_is_text_and_checked() {
+        assert_eq!(Settings::default().kubernetes_version.to_string(), "1.35");
+        let s = Settings::from_json(&json!({"kubernetesVersion": "1.34"})).expect("1.34");
+        assert_eq!(s.kubernetes_version.minor(), 34);
+        assert_eq!(serde_json::to_value(&s).expect("json")["kubernetesVersion"], "1.34");
+        let old = Settings::from_json(&json!({"kubernetesVersion": "1.29"})).expect_err("too old");
+        assert!(old.contains("kubernetesVersion") && old.contains("oldest is 1.31"), "{old}");
+        let junk = Settings::from_json(&json!({"kubernetesVersion": "latest"})).expect_err("not a version");
+        assert!(junk.contains("not a Kubernetes version"), "{junk}");
+        assert!(Settings::from_json(&json!({"kubernetesVersion": 35})).is_err());
     }
 }

@@ -9,7 +9,7 @@ use crate::{
     api::GROUP,
     crd,
     rules::{self, RuleContext},
-    schema::CompiledCrdSchema,
+    schema::{CompiledCrdSchema, Scope},
 };
 
 type Compiled = Result<CompiledCrdSchema, crd::CrdError>;
@@ -119,7 +119,8 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
         None => return Decision::bad_request(format!("{} is not validated by hcp-etcd-admission", target.resource())),
     };
     let prepared = prepare(object, old, subresource == "status");
-    let outcome = schema.validate(&prepared, old);
+    let scope = if subresource == "status" { Scope::StatusSubresource } else { Scope::Object };
+    let outcome = schema.validate_as(&prepared, old, input.settings.kubernetes_version, scope);
     let ctx = RuleContext { settings: input.settings, now: input.now };
     let mut findings = match target {
         Target::HcpEtcdBackups => rules::check_hcpetcdbackup(&prepared, old, &ctx),

@@ -85,8 +85,20 @@ pub struct EtcdSpec {
     /// unmanaged specifies configuration which enables the control plane to
     /// integrate with an externally managed etcd cluster (not checked here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+    #[schemars(schema_with = "unmanaged_schema")]
     pub unmanaged: Option<BTreeMap<String, serde_json::Value>>,
+}
+
+/// `unmanaged` is kept as it is, to any depth: `x-kubernetes-preserve-unknown-fields`
+/// and nothing else. A map's usual `additionalProperties: true` would give
+/// every value an empty schema, under which the apiserver prunes each key of
+/// a nested object (`unmanaged.tls.clientSecret` would be dropped).
+fn unmanaged_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "unmanaged specifies configuration which enables the control plane to\nintegrate with an externally managed etcd cluster (not checked here).",
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
 }
 
 /// How etcd is managed.

@@ -53,7 +53,9 @@ pub struct FieldError {
     /// JSON path as the apiserver prints it (`spec.storage.s3.bucket`, `items[0]`).
     pub field: String,
     pub kind: ErrorType,
-    /// The already-rendered value (`"GCS"`, `2`, `"object"`), where the type shows one.
+    /// The already-rendered value (`"GCS"`, `2`, `"object"`), where the type
+    /// shows one; empty when it is omitted (`field.OmitValueType{}`: a
+    /// rendered value is never empty, an empty string renders as `""`).
     pub value: String,
     /// The detail text (a rule's message, a bound).
     pub detail: String,
@@ -120,7 +122,16 @@ impl FieldError {
     /// The error without its field prefix (`field.Error.ErrorBody()`), which is
     /// what the apiserver puts in `status.details.causes[].message`.
     pub fn body(&self) -> String {
+        let omitted = self.value.is_empty();
         match self.kind {
+            ErrorType::Invalid | ErrorType::TypeInvalid if omitted => {
+                if self.detail.is_empty() {
+                    "Invalid value".to_string()
+                } else {
+                    format!("Invalid value: {}", self.detail)
+                }
+            }
+            ErrorType::Duplicate if omitted => "Duplicate value".to_string(),
             ErrorType::Required => {
                 if self.detail.is_empty() {
                     "Required value".to_string()
@@ -248,6 +259,13 @@ mod tests {
         let e = FieldError::not_supported("n", "3".to_string(), &[Value::from(1), Value::from("a")]);
         assert_eq!(e.body(), r#"Unsupported value: 3: supported values: "1", "a""#);
         assert!(ErrorType::TypeInvalid.blocks_rules() && !ErrorType::Invalid.blocks_rules());
+        // An omitted value (1.35+ CEL rules on objects and lists).
+        assert_eq!(
+            FieldError::invalid("spec", String::new(), "HCPEtcdBackupSpec is immutable").to_string(),
+            "spec: Invalid value: HCPEtcdBackupSpec is immutable"
+        );
+        assert_eq!(FieldError::duplicate("l", String::new()).body(), "Duplicate value");
+        assert_eq!(FieldError::invalid("s", go_quote(""), "x").body(), r#"Invalid value: "": x"#);
     }
 
     #[test]

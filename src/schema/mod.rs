@@ -14,10 +14,24 @@ mod field_error;
 mod regex_cache;
 mod rule_tree;
 mod structural;
+mod version;
 
 pub use field_error::{go_quote, redact_url, ErrorType, FieldError};
+pub use version::KubernetesVersion;
 
 use serde_json::Value;
+
+/// What a request validates: the whole object (CREATE, UPDATE), or its
+/// status through the `status` subresource. The apiserver validates the
+/// status of a status UPDATE against the status schema on its own, so the
+/// OpenAPI messages name fields relative to `status`
+/// (`status.encryptionMetadata: … encryptionMetadata in body should …`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Scope {
+    #[default]
+    Object,
+    StatusSubresource,
+}
 
 /// A schema compiled once: structural checks read the JSON schema, CEL rules
 /// are precompiled programs.
@@ -111,15 +125,29 @@ impl CompiledCrdSchema {
         &self.schema
     }
 
-    /// Validates `object` (CREATE when `old` is None, UPDATE otherwise) the way
-    /// kube-apiserver does for a custom resource: OpenAPI schema checks with
-    /// update ratcheting, then the CEL rules (transition rules only when the old
-    /// value exists), unless a blocking schema error stops them.
+    /// [`Self::validate_as`] with the messages of the newest tested version.
     pub fn validate(&self, object: &Value, old: Option<&Value>) -> SchemaOutcome {
+        self.validate_as(object, old, KubernetesVersion::default(), Scope::Object)
+    }
+
+    /// Validates `object` (CREATE when `old` is None, UPDATE otherwise) the way
+    /// kube-apiserver `version` does for a custom resource: OpenAPI schema
+    /// checks with update ratcheting, then the CEL rules (transition rules only
+    /// when the old value exists), unless a blocking schema error stops them.
+    pub fn validate_as(
+        &self,
+        object: &Value,
+        old: Option<&Value>,
+        version: KubernetesVersion,
+        scope: Scope,
+    ) -> SchemaOutcome {
         let mut out = SchemaOutcome::default();
         let pruned = structural::prune_nulls(&self.schema, object);
         let pruned_old = old.map(|o| structural::prune_nulls(&self.schema, o));
         structural::validate(&self.schema, &pruned, pruned_old.as_deref(), &mut out);
+        if scope == Scope::StatusSubresource {
+            out.errors.iter_mut().for_each(structural::relative_to_status);
+        }
         // apiextensions' `hasBlockingErr`: a type, required, enum, maxLength,
         // maxItems or maxProperties violation means the object does not have
         // the shape the rules were written for; they are not run.
@@ -132,7 +160,7 @@ impl CompiledCrdSchema {
             return out;
         }
         if let Some(rules) = &self.rules {
-            cel_eval::validate(rules, &pruned, pruned_old.as_deref(), &mut out.errors);
+            cel_eval::validate(rules, &pruned, pruned_old.as_deref(), version, &mut out.errors);
         }
         out
     }

@@ -70,9 +70,27 @@ pub fn validate(schema: &Value, value: &Value, old: Option<&Value>, out: &mut Sc
     }
 }
 
+/// Rewrites a go-openapi message (`<name> in body …`) to name the field
+/// relative to `status`, as the apiserver's separate validation of the status
+/// of a status UPDATE prints it (the root itself is the empty name). The
+/// field path stays absolute.
+pub fn relative_to_status(e: &mut FieldError) {
+    let relative = if e.field == "status" {
+        ""
+    } else if let Some(rest) = e.field.strip_prefix("status.") {
+        rest
+    } else {
+        return;
+    };
+    if let Some(tail) = e.detail.strip_prefix(&format!("{} in body", e.field)) {
+        e.detail = format!("{relative} in body{tail}");
+    }
+}
+
 /// Duplicate items of `x-kubernetes-list-type: set` lists and duplicate keys
-/// of `map` lists, as `field.Duplicate` with the value Go prints (`%#v` of the
-/// key map for a map list); only the first repeat of a value is reported.
+/// of `map` lists, as `field.Duplicate` with the value `field.Error` prints
+/// (a string quoted, a key map as JSON); only the first repeat of a value is
+/// reported.
 fn list_errors(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldError>) {
     match value {
         Value::Object(obj) => {
@@ -92,13 +110,13 @@ fn list_errors(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldErr
                 .unwrap_or_default();
             let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
             let identities: Option<Vec<(Value, String)>> = match list_type {
-                Some("set") => Some(items.iter().map(|i| (i.clone(), go_sharp(i))).collect()),
+                Some("set") => Some(items.iter().map(|i| (i.clone(), error_value(i))).collect()),
                 Some("map") => Some(
                     items
                         .iter()
                         .map(|i| {
                             let key = map_key(i, &keys);
-                            let shown = go_sharp(&key);
+                            let shown = error_value(&key);
                             (key, shown)
                         })
                         .collect(),
@@ -123,23 +141,32 @@ fn list_errors(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldErr
     }
 }
 
-/// A JSON value as Go's `%#v` prints what it decodes to (strings quoted, maps
-/// as `map[string]interface {}{"k":v}` with sorted keys, lists as
-/// `[]interface {}{...}`).
-fn go_sharp(v: &Value) -> String {
+/// A value as `field.Error` prints it: strings quoted (`%q`), numbers and
+/// booleans bare, anything else as Go's `json.Marshal` writes it (sorted
+/// keys, no spaces, `<`, `>` and `&` escaped).
+fn error_value(v: &Value) -> String {
     match v {
-        Value::Null => "interface {}(nil)".to_string(),
         Value::String(s) => super::field_error::go_quote(s),
         Value::Bool(_) | Value::Number(_) => v.to_string(),
-        Value::Array(items) => {
-            format!("[]interface {{}}{{{}}}", items.iter().map(go_sharp).collect::<Vec<_>>().join(", "))
+        other => go_json(other),
+    }
+}
+
+fn go_json(v: &Value) -> String {
+    match v {
+        Value::Null | Value::Bool(_) | Value::Number(_) => v.to_string(),
+        Value::String(s) => {
+            Value::String(s.clone()).to_string().replace('<', "\\u003c").replace('>', "\\u003e").replace('&', "\\u0026")
         }
+        Value::Array(items) => format!("[{}]", items.iter().map(go_json).collect::<Vec<_>>().join(",")),
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_by(|a, b| a.0.cmp(b.0));
-            let inner: Vec<String> =
-                entries.iter().map(|(k, v)| format!("{}:{}", super::field_error::go_quote(k), go_sharp(v))).collect();
-            format!("map[string]interface {{}}{{{}}}", inner.join(", "))
+            let inner: Vec<String> = entries
+                .iter()
+                .map(|(k, v)| format!("{}:{}", go_json(&Value::String((*k).clone())), go_json(v)))
+                .collect();
+            format!("{{{}}}", inner.join(","))
         }
     }
 }
@@ -489,14 +516,13 @@ mod tests {
     }
 
     #[test]
-    fn list_map_duplicates_show_the_key_as_go_prints_it() {
+    fn list_map_duplicates_show_the_key_as_json() {
         let s = json!({"type":"object","properties":{"c":{"type":"array","x-kubernetes-list-type":"map",
             "x-kubernetes-list-map-keys":["type"],"items":{"type":"object"}}}});
         let v = json!({"c":[{"type":"A"},{"type":"A"},{"type":"A"}]});
-        assert_eq!(
-            run(s.clone(), v.clone(), None),
-            vec![r#"c[1]: Duplicate value: map[string]interface {}{"type":"A"}"#]
-        );
+        assert_eq!(run(s.clone(), v.clone(), None), vec![r#"c[1]: Duplicate value: {"type":"A"}"#]);
+        assert_eq!(go_json(&json!({"b": "<&>", "a": [1, null]})), r#"{"a":[1,null],"b":"\u003c\u0026\u003e"}"#);
+        assert_eq!(error_value(&json!("x")), r#""x""#);
         // Ratcheting: an old object that already had the duplicate is not judged again.
         assert!(run(s, v.clone(), Some(json!({"c":[{"type":"A"},{"type":"A"}]}))).is_empty());
     }

@@ -171,7 +171,10 @@ pub fn differences(answer: &Answer, lib: &Value, webhook: &str) -> Vec<String> {
         if Some(u64::from(answer.status)) != s["code"].as_u64() {
             out.push(format!("code {} (library {})", answer.status, s["code"]));
         }
-        let want = format!("admission webhook \"{webhook}\" denied the request: {}", s["message"].as_str().unwrap_or_default());
+        let want = format!(
+            "admission webhook \"{webhook}\" denied the request: {}",
+            s["message"].as_str().unwrap_or_default()
+        );
         if answer.body["message"].as_str() != Some(want.as_str()) {
             out.push(format!("message {}\n  expected {want:?}", answer.body["message"]));
         }

@@ -41,7 +41,8 @@ pub fn base_dir() -> PathBuf {
 /// The files a `kustomize build` of `dir` reads (resources and components,
 /// recursively); every YAML file under `dir` when it has no kustomization.
 pub fn kustomize_files(dir: &Path) -> Vec<PathBuf> {
-    let k = ["kustomization.yaml", "kustomization.yml", "Kustomization"].iter().map(|n| dir.join(n)).find(|p| p.exists());
+    let k =
+        ["kustomization.yaml", "kustomization.yml", "Kustomization"].iter().map(|n| dir.join(n)).find(|p| p.exists());
     let Some(k) = k else {
         let mut out = Vec::new();
         walk_yaml(dir, &mut out);
@@ -160,7 +161,13 @@ fn url_path(url: &str) -> String {
 /// `--metrics-listen`, the TLS and config paths and `--expect-san` rewritten,
 /// everything else as the manifests pass it; then `extra` (`--flag=value`
 /// entries replace a flag of the same name).
-pub fn serve_args(deployment: &Value, port: u16, metrics_port: u16, files: &ServeFiles, extra: &[String]) -> Vec<String> {
+pub fn serve_args(
+    deployment: &Value,
+    port: u16,
+    metrics_port: u16,
+    files: &ServeFiles,
+    extra: &[String],
+) -> Vec<String> {
     let args = deployment.pointer("/spec/template/spec/containers/0/args").and_then(Value::as_array).expect("args");
     let mut out: Vec<String> = Vec::new();
     for a in args.iter().filter_map(Value::as_str) {
@@ -368,8 +375,9 @@ pub fn tls_client(ca_pem: &str, cert: Option<&CertPair>) -> Result<Arc<ClientCon
     Ok(Arc::new(match cert {
         None => b.with_no_client_auth(),
         Some(p) => {
-            let chain: Vec<CertificateDer<'static>> =
-                CertificateDer::pem_slice_iter(p.cert.as_bytes()).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(p.cert.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(|e| e.to_string())?;
             let key = PrivateKeyDer::from_pem_slice(p.key.as_bytes()).map_err(|e| e.to_string())?;
             b.with_client_auth_cert(chain, key).map_err(|e| e.to_string())?
         }
@@ -407,13 +415,7 @@ pub async fn call(
         .map_err(|_| format!("{method} {path}: no answer in 60 s"))?
         .map_err(|e| format!("send: {e}"))?;
     let status = resp.status().as_u16();
-    let warnings = resp
-        .headers()
-        .get_all("warning")
-        .iter()
-        .filter_map(|h| h.to_str().ok())
-        .map(warning_text)
-        .collect();
+    let warnings = resp.headers().get_all("warning").iter().filter_map(|h| h.to_str().ok()).map(warning_text).collect();
     let bytes = resp.into_body().collect().await.map_err(|e| format!("body: {e}"))?.to_bytes();
     let text = String::from_utf8_lossy(&bytes).into_owned();
     Ok(Answer { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null), text, warnings })
@@ -458,7 +460,8 @@ pub async fn apply_crds(api: &KubeApiserver) -> Result<(), String> {
             crds.extend(documents(&std::fs::read_to_string(&p).map_err(|e| e.to_string())?));
         }
     }
-    let names: Vec<String> = crds.iter().filter_map(|c| c["spec"]["names"]["kind"].as_str().map(str::to_string)).collect();
+    let names: Vec<String> =
+        crds.iter().filter_map(|c| c["spec"]["names"]["kind"].as_str().map(str::to_string)).collect();
     for (kind, plural) in [("HostedCluster", "hostedclusters"), ("HostedControlPlane", "hostedcontrolplanes")] {
         if !names.iter().any(|n| n == kind) {
             crds.push(open_crd(kind, plural));
@@ -494,7 +497,9 @@ where
 pub fn probe_object(resource: &str, ns: &str) -> Value {
     match resource {
         "hcpetcdbackups" => crate::objects::backup(ns, "probe", "probe-creds"),
-        "hostedclusters" => crate::objects::hosted("HostedCluster", ns, "probe", Some("http://insecure.example.com/s.db")),
+        "hostedclusters" => {
+            crate::objects::hosted("HostedCluster", ns, "probe", Some("http://insecure.example.com/s.db"))
+        }
         "hostedcontrolplanes" => {
             crate::objects::hosted("HostedControlPlane", ns, "probe", Some("http://insecure.example.com/s.db"))
         }
@@ -587,10 +592,7 @@ impl Env {
         let audit_log = dir.join("audit.log");
         let api = KubeApiserver::start(
             v,
-            &[
-                format!("--audit-policy-file={}", policy.display()),
-                format!("--audit-log-path={}", audit_log.display()),
-            ],
+            &[format!("--audit-policy-file={}", policy.display()), format!("--audit-log-path={}", audit_log.display())],
         )
         .await?;
         let admin = admin_tls(&api)?;
@@ -624,7 +626,8 @@ impl Env {
         // serve: a serving certificate for 127.0.0.1, the settings file,
         // the ServiceAccount's token.
         let serving = api.ca.serving_cert()?;
-        let files = ServeFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key"), settings: dir.join("settings.yaml") };
+        let files =
+            ServeFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key"), settings: dir.join("settings.yaml") };
         std::fs::write(&files.cert, &serving.cert).map_err(|e| e.to_string())?;
         std::fs::write(&files.key, &serving.key).map_err(|e| e.to_string())?;
         std::fs::write(&files.settings, &settings_yaml).map_err(|e| e.to_string())?;

@@ -595,7 +595,10 @@ async fn client_certificate_accepted_and_wrong_one_refused_1_35() {
             &extra,
         );
         serves.push(
-            setup::Serve::start(&dir, &format!("serve-{i}"), &args, None, *port, &ca.pem, None).await.expect("serve"),
+            // The first one's watchdog removes the directory, also on a panic.
+            setup::Serve::start(&dir, &format!("serve-{i}"), &args, None, *port, &ca.pem, (i == 0).then_some(&*dir))
+                .await
+                .expect("serve"),
         );
     }
 

@@ -523,6 +523,11 @@ async fn failure_policy_and_timeout_1_35() {
     failure_policy_and_timeout(Kube::V1_35).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policy_and_timeout_1_34() {
+    failure_policy_and_timeout(Kube::V1_34).await;
+}
+
 /// The apiserver calls the webhooks with a client certificate
 /// (`--admission-control-config-file`: a `kubeConfigFile` user named for the
 /// webhook's host:port), which serve with the client-auth overlay's

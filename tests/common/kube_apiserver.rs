@@ -710,3 +710,41 @@ pub fn object_paths(obj: &Value) -> Result<(String, String), String> {
     let item = format!("{collection}/{name}");
     Ok((collection, item))
 }
+
+// Helpers for suites that run processes of their own next to the apiserver
+// (the webhook server, on loopback): the same watchdog, free ports, and a
+// certificate authority that is not the apiserver's.
+
+/// A suite's own process (e.g. `serve`) under the same watchdog as the
+/// apiserver: killed by its id on drop and when the test binary exits, and
+/// `cleanup` (if any) removed then. Its stdout and stderr go to `log`.
+pub struct Watched(Guarded);
+
+impl Watched {
+    pub fn spawn(program: &Path, args: &[String], log: &Path, cleanup: Option<&Path>) -> Result<Self, String> {
+        Guarded::spawn(program, args, log, cleanup).map(Self)
+    }
+
+    /// The process id (the watchdog's child, not the watchdog).
+    pub fn pid(&self) -> u32 {
+        self.0.pid
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&self) -> bool {
+        self.0.alive()
+    }
+}
+
+/// A free loopback port (bound and released; the caller's process binds it next).
+pub fn loopback_port() -> Result<u16, String> {
+    free_port()
+}
+
+impl TestCa {
+    /// A certificate authority of the suite's own (e.g. the one a webhook
+    /// server trusts for the apiserver's client certificate).
+    pub fn standalone(name: &str) -> Result<Self, String> {
+        Self::new(name)
+    }
+}

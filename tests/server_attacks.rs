@@ -4,6 +4,11 @@
 //!
 //! * more silent sockets (plain TCP, and TLS with no request) than the
 //!   connection cap, kept reopened: the oldest unproven connection is evicted;
+//! * exactly the connection cap held from one address, every connection with
+//!   a request in flight at all times (HTTP/1.1, and HTTP/2 with overlapping
+//!   streams beyond the in-flight cap): a caller opening a fresh connection
+//!   for every review is served every time (the costliest connection of the
+//!   source holding the most places is closed for it, never the newcomer);
 //! * more trickling bodies than in-flight slots, kept reopened: the slowest
 //!   body is evicted (408), the real review takes its slot;
 //! * hundreds of connections sending endless headers, and hundreds of HTTP/2
@@ -127,7 +132,7 @@ async fn silent_sockets_beyond_the_connection_cap_do_not_lock_out_a_real_caller(
     stop.store(true, Ordering::Relaxed);
     let _ = flood.await;
     let metrics = client.request(srv.addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
-    let evicted = metric(&metrics, "connection_evicted");
+    let evicted = metric(&metrics, "connection_evicted") + metric(&metrics, "connection_source_share");
     eprintln!(
         "cap {cap}: {} reopened silent sockets, {evicted} evictions; slowest real review {worst:?}",
         opened.load(Ordering::Relaxed)
@@ -424,4 +429,181 @@ async fn silent_sockets_on_the_metrics_port_do_not_fail_a_probe() {
     }
     drop(held);
     srv.stop().await;
+}
+
+/// Holds every connection place from the attacker's address: `conns`
+/// connections, each keeping `streams` requests in flight (HTTP/1.1: one).
+/// Each request is a real review whose body trickles in over 1.5 s (within
+/// the 2 s body deadline), followed at once by the next one on the same
+/// connection; an evicted connection is reopened at once.
+fn hold_every_place(
+    client: Arc<Client>,
+    addr: SocketAddr,
+    conns: usize,
+    h2: bool,
+    streams: usize,
+    stop: Arc<AtomicBool>,
+    served: Arc<AtomicU64>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    use http_body_util::BodyExt as _;
+    let body = serde_json::to_vec(&small_review()).expect("json");
+    let request = move |body: &Vec<u8>| {
+        hyper::Request::post(if h2 {
+            "https://localhost/validate/hcpetcdbackups".to_string()
+        } else {
+            "/validate/hcpetcdbackups".to_string()
+        })
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .header("content-length", body.len().to_string())
+        .body(common::https::trickled(body.clone(), 6, Duration::from_millis(1500)))
+        .expect("request")
+    };
+    (0..conns)
+        .map(|_| {
+            let (client, stop, served, body) = (client.clone(), stop.clone(), served.clone(), body.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    if h2 {
+                        let Ok(sender) = client.h2_from(addr, ATTACKER).await else {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            continue;
+                        };
+                        let mut lanes = Vec::new();
+                        for _ in 0..streams {
+                            let (mut sender, stop, served, body) =
+                                (sender.clone(), stop.clone(), served.clone(), body.clone());
+                            lanes.push(tokio::spawn(async move {
+                                while !stop.load(Ordering::Relaxed) {
+                                    if sender.ready().await.is_err() {
+                                        return;
+                                    }
+                                    match sender.send_request(request(&body)).await {
+                                        Ok(r) => {
+                                            let _ = r.into_body().collect().await;
+                                            served.fetch_add(1, Ordering::Relaxed);
+                                        }
+                                        Err(_) => return,
+                                    }
+                                }
+                            }));
+                        }
+                        for l in lanes {
+                            let _ = l.await;
+                        }
+                    } else {
+                        let Ok(tls) = client.connect_from(addr, ATTACKER).await else {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            continue;
+                        };
+                        let io = hyper_util::rt::TokioIo::new(tls);
+                        let Ok((mut sender, conn)) =
+                            hyper::client::conn::http1::handshake::<_, common::https::H2Body>(io).await
+                        else {
+                            continue;
+                        };
+                        tokio::spawn(conn);
+                        while !stop.load(Ordering::Relaxed) {
+                            if sender.ready().await.is_err() {
+                                break;
+                            }
+                            match sender.send_request(request(&body)).await {
+                                Ok(r) => {
+                                    let _ = r.into_body().collect().await;
+                                    served.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// The victim: a fresh connection every 100 ms, each posting a real review.
+/// (successes, attempts, latencies of the successes, sorted).
+async fn victim(client: &Client, addr: SocketAddr, h2: bool, attempts: usize) -> (usize, usize, Vec<Duration>) {
+    let mut lat = Vec::new();
+    for i in 0..attempts {
+        let started = Instant::now();
+        let call = async {
+            if h2 {
+                client.post_json_h2(addr, "/validate/hcpetcdbackups", &small_review()).await
+            } else {
+                client.post_json(addr, "/validate/hcpetcdbackups", &small_review()).await
+            }
+        };
+        match tokio::time::timeout(WEBHOOK_TIMEOUT, call).await {
+            Ok(Ok(r)) if r.status == 200 && r.json()["response"]["allowed"] == true => lat.push(started.elapsed()),
+            Ok(Ok(r)) => eprintln!("victim call {i}: HTTP {} {}", r.status, r.text()),
+            Ok(Err(e)) => eprintln!("victim call {i}: {e}"),
+            Err(_) => eprintln!("victim call {i}: no answer within the webhook timeout"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    lat.sort();
+    (lat.len(), attempts, lat)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+/// The connection lockout: one address holds exactly the connection cap
+/// (and more requests than the in-flight cap), every connection with a
+/// request in flight all the time. Before, every newcomer was refused at
+/// accept (92/92 victim calls at these caps); now the newcomer replaces the
+/// costliest connection of the source holding the most places.
+async fn caller_is_served_while_every_place_is_held(h2: bool) {
+    let (dir, client, _ca) = setup(if h2 { "hold-h2" } else { "hold-h1" });
+    let cap = 64;
+    let limits = LimitOptions {
+        max_connections: cap,
+        max_connections_per_source: cap,
+        max_requests: cap,
+        ..LimitOptions::default()
+    };
+    let srv = start_limited(&dir, limits).await;
+    let client = Arc::new(client);
+    real_reviews_pass(&client, srv.addr, "before the attack").await;
+    let (stop, served) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let streams = if h2 { 2 } else { 1 };
+    let tasks = hold_every_place(client.clone(), srv.addr, cap, h2, streams, stop.clone(), served.clone());
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (ok, attempts, lat) = victim(&client, srv.addr, h2, 30).await;
+    let metrics = client.request(srv.addr, "GET", "/metrics", vec![]).await.map(|r| r.text()).unwrap_or_default();
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.abort();
+    }
+    let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
+    let evicted = metric(&metrics, "connection_evicted");
+    eprintln!(
+        "{} caps {cap}/{cap}, attacker {cap} connections x {streams} requests in flight ({} served): victim {ok}/{attempts} \
+         served, p50 {p50:?}, p99 {p99:?}; connections evicted {evicted}, bodies evicted {}",
+        if h2 { "HTTP/2" } else { "HTTP/1.1" },
+        served.load(Ordering::Relaxed),
+        metric(&metrics, "body_evicted"),
+    );
+    assert_eq!(ok, attempts, "every fresh connection of the caller was served");
+    assert!(evicted >= attempts as u64, "the caps were held: each victim connection replaced one ({evicted})");
+    assert!(p99 < WEBHOOK_TIMEOUT, "{p99:?}");
+    srv.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_opening_fresh_connections_is_served_while_every_place_is_held_over_http1() {
+    caller_is_served_while_every_place_is_held(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_opening_fresh_connections_is_served_while_every_place_is_held_over_http2() {
+    caller_is_served_while_every_place_is_held(true).await;
 }

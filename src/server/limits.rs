@@ -18,6 +18,9 @@
 //! 3. a **decision slot**, weighted by body size (one unit per started MiB),
 //!    waited for at most `queue_wait` (then 429 + `Retry-After`);
 //! 4. the decision, all of it inside the per-request deadline (503 after it).
+//!    A review that needs live apiserver reads gives its decision slot back
+//!    after parsing, has them done under the live-read budget
+//!    ([`super::reads`]), and takes a slot again for the decision.
 //!
 //! Worst-case memory is therefore about `max_requests × body_free +
 //! body_budget + max_decision_units MiB × (parse expansion)`, plus per
@@ -67,11 +70,25 @@ pub struct LimitOptions {
     pub max_decision_units: u32,
     /// Longest a request waits for a decision slot before a 429.
     pub queue_wait: Duration,
-    /// Open connections at once. At the cap a new connection replaces the
-    /// oldest one that has not started a request (TLS handshake or headers
-    /// still coming), else the longest idle one; only when every connection
-    /// has a request in flight is the new one closed.
+    /// Open connections at once. A new connection is never refused: at the
+    /// cap the source holding the most places closes its costliest
+    /// connection for it (see [`super::conns`]).
     pub max_connections: usize,
+    /// Open connections one source address may hold, in any state; a
+    /// newcomer from a source at this share replaces one of its own.
+    pub max_connections_per_source: usize,
+    /// A connection is closed (gracefully, after its current requests) this
+    /// long after its handshake, or when its client certificate expires:
+    /// client-CA rotation and certificate expiry reach every connection.
+    pub max_connection_age: Duration,
+    /// Live apiserver reads at once (cache misses, Secret reads, live
+    /// confirmations), taken before any decision slot; one source may hold
+    /// at most half.
+    pub max_live_reads: usize,
+    /// How long a live read that found nothing (no HostedControlPlane in a
+    /// namespace, no such Secret) is remembered, so a caller repeating a
+    /// review does not repeat the read.
+    pub negative_cache_ttl: Duration,
     /// A new connection has this long for its TLS handshake.
     pub tls_handshake_timeout: Duration,
     /// After the handshake, the first request's headers must arrive within this.
@@ -101,6 +118,10 @@ impl Default for LimitOptions {
             max_decision_units: 16,
             queue_wait: Duration::from_millis(1000),
             max_connections: 512,
+            max_connections_per_source: 128,
+            max_connection_age: Duration::from_secs(300),
+            max_live_reads: 4,
+            negative_cache_ttl: Duration::from_secs(2),
             tls_handshake_timeout: Duration::from_secs(1),
             header_read_timeout: Duration::from_secs(5),
             max_header_bytes: 16 * 1024,
@@ -120,17 +141,27 @@ pub struct Limits {
     decisions: Arc<Semaphore>,
     /// Requests holding an in-flight slot while their body is still coming,
     /// oldest first, each with the signal that evicts it.
-    readers: Arc<Mutex<BTreeMap<u64, Arc<Notify>>>>,
+    readers: Arc<Mutex<BTreeMap<u64, Arc<Reader>>>>,
     next_reader: AtomicU64,
 }
+
+/// A request reading its body: evicting it hands its slot to the evictor
+/// directly (not back to the semaphore, where requests queued earlier would
+/// take it first).
+struct Reader {
+    evict: Notify,
+    handoff: Mutex<Option<tokio::sync::oneshot::Sender<OwnedSemaphorePermit>>>,
+}
+
+type Readers = Arc<Mutex<BTreeMap<u64, Arc<Reader>>>>;
 
 /// An in-flight slot. While its body is being read the request is listed as
 /// a reader and can be evicted for a newer request.
 pub struct RequestSlot {
-    _permit: OwnedSemaphorePermit,
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
     id: u64,
-    evict: Arc<Notify>,
-    readers: Arc<Mutex<BTreeMap<u64, Arc<Notify>>>>,
+    reader: Arc<Reader>,
+    readers: Readers,
 }
 
 impl RequestSlot {
@@ -185,19 +216,28 @@ impl Limits {
             Ok(p) => p,
             Err(_) => {
                 let victim = self.readers.lock().ok().and_then(|mut r| r.pop_first());
-                if let Some((_, evict)) = victim {
-                    evict.notify_one();
+                let (tx, handed) = tokio::sync::oneshot::channel();
+                if let Some((_, reader)) = victim {
+                    if let Ok(mut h) = reader.handoff.lock() {
+                        *h = Some(tx);
+                    }
+                    reader.evict.notify_one();
                 }
-                let wait = self.requests.clone().acquire_owned();
-                tokio::time::timeout(self.opts.queue_wait, wait).await.ok()?.ok()?
+                let wait = async {
+                    tokio::select! {
+                        Ok(p) = handed => Some(p),
+                        p = self.requests.clone().acquire_owned() => p.ok(),
+                    }
+                };
+                tokio::time::timeout(self.opts.queue_wait, wait).await.ok()??
             }
         };
         let id = self.next_reader.fetch_add(1, Ordering::Relaxed);
-        let evict = Arc::new(Notify::new());
+        let reader = Arc::new(Reader { evict: Notify::new(), handoff: Mutex::new(None) });
         if let Ok(mut r) = self.readers.lock() {
-            r.insert(id, evict.clone());
+            r.insert(id, reader.clone());
         }
-        Some(RequestSlot { _permit: permit, id, evict, readers: self.readers.clone() })
+        Some(RequestSlot { permit: Mutex::new(Some(permit)), id, reader, readers: self.readers.clone() })
     }
 
     /// Requests reading their body now (evictable).
@@ -219,9 +259,17 @@ impl Limits {
     ) -> Result<(Bytes, Held), (BodyError, Body)> {
         let read = tokio::select! {
             r = self.read_into(&mut body, declared, deadline) => r,
-            _ = slot.evict.notified() => Err(BodyError::Evicted),
+            _ = slot.reader.evict.notified() => Err(BodyError::Evicted),
         };
         slot.done_reading();
+        if matches!(read, Err(BodyError::Evicted)) {
+            // The evictor gets this slot (if it still waits; else it goes back).
+            let permit = slot.permit.lock().ok().and_then(|mut p| p.take());
+            let to = slot.reader.handoff.lock().ok().and_then(|mut h| h.take());
+            if let (Some(p), Some(to)) = (permit, to) {
+                let _ = to.send(p);
+            }
+        }
         match read {
             Ok(done) => Ok(done),
             Err(e) => Err((e, body)),

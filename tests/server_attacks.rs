@@ -607,3 +607,228 @@ async fn a_caller_opening_fresh_connections_is_served_while_every_place_is_held_
 async fn a_caller_opening_fresh_connections_is_served_while_every_place_is_held_over_http2() {
     caller_is_served_while_every_place_is_held(true).await;
 }
+
+/// One line of hostile traffic: (path, review).
+type Hostile = (&'static str, serde_json::Value);
+
+/// Hostile reviews on every path, as an unauthenticated caller sends them:
+/// names of `len` bytes, names that are no object names (`?`, `../`), names
+/// that forge a log line or carry ANSI sequences, dry runs, denied Secrets,
+/// tenants' labelled Secrets and backups naming fresh Secrets. `i` makes each
+/// name fresh.
+fn hostile(i: usize, len: usize, fx: &serde_json::Value) -> Vec<Hostile> {
+    use serde_json::Value;
+    let long = format!("{}{i}", "n".repeat(len));
+    let forged = format!("x{i}\n2026-12-01T00:00:00.000000Z  INFO hcp_etcd_admission::server::tls: client CA reloaded client_ca=/etc/evil/ca.crt\u{1b}[2K");
+    let names = [
+        long.clone(),
+        forged.clone(),
+        format!("guess-{i}?labelSelector=a"),
+        format!("../../../apis/apps/v1/statefulsets-{i}"),
+        format!("guess-{i}"),
+    ];
+    let mut out = Vec::new();
+    for (k, name) in names.iter().enumerate() {
+        // The Secret webhook: good and garbage content, operator and tenant
+        // namespaces, dry run or not.
+        let base = if k % 2 == 0 { "secretsts" } else { "secretgarbage" };
+        let mut secret = fx[base].clone();
+        secret["metadata"]["name"] = Value::from(name.as_str());
+        if k == 4 {
+            secret["metadata"]["namespace"] = Value::from(format!("tenant-{i}"));
+        }
+        let mut r = common::admission_review(&format!("s{i}-{k}"), "secrets", None, "CREATE", Some(&secret), None);
+        r["request"]["dryRun"] = Value::from(k == 2);
+        out.push(("/validate/etcd-backup-secrets", r));
+        // The backup preflight: the name as the credentials Secret.
+        let mut b = fx["s3"].clone();
+        b["spec"]["storage"]["s3"]["credentials"]["name"] = Value::from(name.as_str());
+        b["metadata"]["name"] = Value::from(if k == 1 { forged.clone() } else { format!("b{i}-{k}") });
+        out.push((
+            "/validate/hcpetcdbackups",
+            common::admission_review(&format!("b{i}-{k}"), "hcpetcdbackups", None, "CREATE", Some(&b), None),
+        ));
+    }
+    // The mutation and the HostedCluster path: hostile namespaces and names.
+    let text = std::fs::read_to_string(common::root().join("tests/conformance/statefulset.yaml")).expect("sts");
+    let doc: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    let mut sts = doc["fixtures"]["sts3"].clone();
+    sts["metadata"]["namespace"] = Value::from(if i % 2 == 0 { long.clone() } else { forged.clone() });
+    out.push((
+        "/mutate/etcd-statefulsets",
+        common::admission_review(&format!("m{i}"), "statefulsets", None, "CREATE", Some(&sts), None),
+    ));
+    let text = std::fs::read_to_string(common::root().join("tests/conformance/hostedcluster.yaml")).expect("hc");
+    let doc: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    let mut hc = doc["fixtures"]["hc"].clone();
+    hc["metadata"]["name"] = Value::from(forged.as_str());
+    out.push((
+        "/validate/hostedclusters",
+        common::admission_review(&forged, "hostedclusters", None, "CREATE", Some(&hc), None),
+    ));
+    out
+}
+
+/// Sends `reviews` over one keep-alive HTTP/1.1 connection (reopened if closed).
+async fn send_all(client: &Client, addr: SocketAddr, reviews: Vec<Hostile>) -> usize {
+    use http_body_util::BodyExt as _;
+    let mut sent = 0;
+    let mut sender = None;
+    for (path, review) in reviews {
+        for _ in 0..3 {
+            if sender.is_none() {
+                let Ok(tls) = client.connect(addr).await else { continue };
+                let io = hyper_util::rt::TokioIo::new(tls);
+                let Ok((s, conn)) =
+                    hyper::client::conn::http1::handshake::<_, http_body_util::Full<hyper::body::Bytes>>(io).await
+                else {
+                    continue;
+                };
+                tokio::spawn(conn);
+                sender = Some(s);
+            }
+            let Some(s) = sender.as_mut() else { continue };
+            let req = hyper::Request::post(path)
+                .header("host", "localhost")
+                .header("content-type", "application/json")
+                .body(http_body_util::Full::new(hyper::body::Bytes::from(review.to_string())))
+                .expect("request");
+            if s.ready().await.is_err() {
+                sender = None;
+                continue;
+            }
+            match s.send_request(req).await {
+                Ok(r) => {
+                    let _ = r.into_body().collect().await;
+                    sent += 1;
+                    break;
+                }
+                Err(_) => sender = None,
+            }
+        }
+    }
+    sent
+}
+
+/// The metric and log exhaustion: before, 40 reviews with 6 MiB Secret names
+/// took the server from 51 to 651 MiB, `/metrics` to 251 MB (12 s to
+/// scrape), one request wrote a 1 MiB log line and `--log-format text` let a
+/// name forge a line. Thousands of hostile reviews on every path, to a
+/// `serve` process in cluster mode (against the stand-in apiserver) logging
+/// text at debug level: its memory, `/metrics` and every log line stay
+/// bounded, and no line is forged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_names_on_every_path_leave_memory_metrics_and_logs_bounded() {
+    use std::io::BufRead as _;
+    common::https::install_provider();
+    let text = std::fs::read_to_string(common::root().join("tests/conformance/preflight.yaml")).expect("fixtures");
+    let doc: serde_json::Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    let fx = doc["fixtures"].clone();
+    let api = common::fake_apiserver::start(vec![fx["hcp"].clone(), fx["etcd"].clone()], Duration::ZERO).await;
+    let dir = tempdir("names");
+    let kubeconfig = api.kubeconfig(&dir);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "always", "--log-format", "text"])
+        .arg("--dev-cert-dir")
+        .arg(dir.join("certs"))
+        .env("KUBECONFIG", &kubeconfig)
+        .env("RUST_LOG", "debug")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn serve");
+    let pid = child.id();
+    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).split(b'\n');
+    let addr: SocketAddr = loop {
+        let line = lines.next().expect("serve printed its address").expect("line");
+        if let Some(a) = String::from_utf8_lossy(&line).strip_prefix("listening on https://") {
+            break a.trim().parse().expect("addr");
+        }
+    };
+    let log = Arc::new(std::sync::Mutex::new((0usize, 0usize, Vec::<String>::new())));
+    let sink = log.clone();
+    let reader = std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if let Ok(mut l) = sink.lock() {
+                l.0 = l.0.max(line.len());
+                l.1 += 1;
+                let text = String::from_utf8_lossy(&line).into_owned();
+                if text.starts_with("2026-12-01T00:00:00") || text.contains("\u{1b}[2K") {
+                    l.2.push(text.chars().take(300).collect());
+                }
+            }
+        }
+    });
+    let ca = std::fs::read_to_string(dir.join("certs/ca.crt")).expect("dev CA");
+    let client = Client::new(&[&ca], None);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while client.request(addr, "GET", "/readyz", vec![]).await.map(|r| r.status).unwrap_or(0) != 200 {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Wait for the preflight caches (a probe is judged, not skipped).
+    loop {
+        let probe = common::admission_review("probe", "hcpetcdbackups", None, "CREATE", Some(&fx["s3"]), None);
+        let r = client.post_json(addr, "/validate/hcpetcdbackups", &probe).await.expect("probe").text();
+        if !r.contains("preflight skipped") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "preflight caches never synced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let warm = send_all(&client, addr, (0..5).flat_map(|i| hostile(i, 64, &fx)).collect()).await;
+    let metrics_before = client.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").body.len();
+    let before = vm_rss_kib(pid);
+    let sampler = RssPeak::start(pid);
+    let started = Instant::now();
+    // The original probe: 6 MiB names (10 reviews on each path carrying one),
+    // then thousands of small hostile reviews from 4 connections at once.
+    let big: Vec<Hostile> =
+        hostile(1_000_000, 6 << 20, &fx).into_iter().filter(|(p, _)| !p.contains("hostedclusters")).take(10).collect();
+    let mut sent = send_all(&client, addr, big).await;
+    let client = Arc::new(client);
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        let client = client.clone();
+        let fx = fx.clone();
+        tasks.push(tokio::spawn(async move {
+            let reviews: Vec<Hostile> =
+                (0..150).flat_map(|i| hostile(10_000 * (t + 1) + i, 300 + i * 7, &fx)).collect();
+            send_all(&client, addr, reviews).await
+        }));
+    }
+    for t in tasks {
+        sent += t.await.unwrap_or(0);
+    }
+    let took = started.elapsed();
+    let scrape = Instant::now();
+    let metrics = client.request(addr, "GET", "/metrics", vec![]).await.expect("metrics");
+    let scrape_took = scrape.elapsed();
+    let peak = sampler.stop();
+    let after = vm_rss_kib(pid);
+    let series = metrics.text().matches("backup_credentials_valid{").count();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = reader.join();
+    let (longest, count, forged) = log.lock().map(|l| l.clone()).unwrap_or_default();
+    eprintln!(
+        "{sent} hostile reviews (+{warm} warm-up) in {took:?}: VmRSS {} MiB -> peak {} MiB, {} MiB after; /metrics {metrics_before} -> {} bytes \
+         ({series} credential series, scraped in {scrape_took:?}); {count} log lines, longest {longest} bytes",
+        before / 1024,
+        peak / 1024,
+        after / 1024,
+        metrics.body.len()
+    );
+    assert!(sent >= 4 * 150 * 12, "{sent}");
+    assert!(forged.is_empty(), "forged or raw-ANSI log lines: {forged:#?}");
+    assert!(longest < 8 * 1024, "a log line of {longest} bytes");
+    // At most 500 credential series, each of an object name (here the
+    // backups' fresh Secret names, allowed with the wait-for-it warning).
+    assert!(series <= 500, "{series}");
+    assert!(metrics.body.len() < 128 * 1024, "/metrics grew to {} bytes", metrics.body.len());
+    // Each 6 MiB review is buffered while it is decided (about 4 × its size
+    // parsed); nothing of it is kept.
+    assert!(after.saturating_sub(before) < 64 * 1024, "VmRSS {} -> {} KiB", before, after);
+    assert!(peak < 384 * 1024, "peak VmRSS {peak} KiB (the Deployment's limit is 384 MiB)");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,7 +3,10 @@
 //!
 //! * HCPEtcdBackups: a reflector over all namespaces (list/watch, ClusterRole);
 //! * the etcd StatefulSets: a reflector with the field selector
-//!   `metadata.name=etcd`, so no other StatefulSet is ever held in memory;
+//!   `metadata.name=etcd` on its LIST and WATCH, so no other StatefulSet is
+//!   ever held in memory, and RBAC can grant exactly that (the apiserver
+//!   authorises a list/watch whose field selector pins `metadata.name` as a
+//!   request for that name: `resourceNames: [etcd]`);
 //! * the credentials Secret: **never cached**. It is read live (`get` only,
 //!   through a Role in the HyperShift Operator namespace) when an
 //!   HCPEtcdBackup CREATE names it. A Secret cache would need list/watch on

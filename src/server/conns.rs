@@ -351,8 +351,7 @@ mod tests {
             assert!(w[0] < w[1], "{:?} should cost less than {:?}", w[0], w[1]);
         }
         // At the cap the table evicts each in turn, costliest first.
-        let mut open: Vec<(u64, IpAddr, Cost)> =
-            order.iter().enumerate().map(|(i, c)| (i as u64, A, *c)).collect();
+        let mut open: Vec<(u64, IpAddr, Cost)> = order.iter().enumerate().map(|(i, c)| (i as u64, A, *c)).collect();
         let mut evicted = Vec::new();
         while let Some((id, why)) = choose_victim(&open, B, open.len(), 100) {
             assert_eq!(why, Evicted::Fullest);

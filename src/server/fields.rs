@@ -44,10 +44,29 @@ mod tests {
 
     #[test]
     fn object_names_only() {
-        for ok in ["creds", "etcd-backup-creds-nightly", "a.b-c.d", &"a".repeat(63), &format!("{0}.{0}.{0}.{1}", "a".repeat(63), "b".repeat(61))] {
+        for ok in [
+            "creds",
+            "etcd-backup-creds-nightly",
+            "a.b-c.d",
+            &"a".repeat(63),
+            &format!("{0}.{0}.{0}.{1}", "a".repeat(63), "b".repeat(61)),
+        ] {
             assert!(is_dns1123_subdomain(ok), "{ok}");
         }
-        for bad in ["", "?", "x?labelSelector=a", "../../../apis/apps/v1/statefulsets", "a/b", "a..b", ".a", "a.", "A", "a%2Fb", &"a".repeat(64), &format!("{0}.{0}.{0}.{0}", "a".repeat(63))] {
+        for bad in [
+            "",
+            "?",
+            "x?labelSelector=a",
+            "../../../apis/apps/v1/statefulsets",
+            "a/b",
+            "a..b",
+            ".a",
+            "a.",
+            "A",
+            "a%2Fb",
+            &"a".repeat(64),
+            &format!("{0}.{0}.{0}.{0}", "a".repeat(63)),
+        ] {
             assert!(!is_dns1123_subdomain(bad), "{bad}");
         }
     }

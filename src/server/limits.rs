@@ -2,9 +2,10 @@
 //!
 //! A request goes through, in order:
 //!
-//! 1. an **in-flight slot** (`max_requests`). When none is free, the request
-//!    that has been reading its body the longest is evicted (answered 408) and
-//!    its slot goes to the new request: a client trickling bodies cannot fill
+//! 1. an **in-flight slot** (`max_requests`). When none is free, a request
+//!    still reading its body is evicted (answered 408): the oldest of the
+//!    source address with the most such requests, and its slot is handed to
+//!    the new request directly: a client trickling bodies cannot fill
 //!    the slots, because a real caller sends its body in milliseconds and the
 //!    tricklers are evicted oldest first. Only when every slot holds a request
 //!    past its body (queued for or in a decision) does a new one wait up to
@@ -29,7 +30,8 @@
 //! deploy section has the numbers behind the Deployment's memory limit.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
+    net::IpAddr,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
@@ -151,6 +153,19 @@ pub struct Limits {
 struct Reader {
     evict: Notify,
     handoff: Mutex<Option<tokio::sync::oneshot::Sender<OwnedSemaphorePermit>>>,
+    /// The request's source address: the source with the most readers loses one first.
+    source: IpAddr,
+}
+
+/// The reader to evict: the oldest of the source holding the most readers
+/// (a caller sending many slow bodies evicts its own before anyone else's).
+fn reader_to_evict(readers: &BTreeMap<u64, Arc<Reader>>) -> Option<u64> {
+    let mut held: HashMap<IpAddr, usize> = HashMap::new();
+    for r in readers.values() {
+        *held.entry(r.source).or_default() += 1;
+    }
+    let most = held.values().copied().max()?;
+    readers.iter().find(|(_, r)| held.get(&r.source) == Some(&most)).map(|(id, _)| *id)
 }
 
 type Readers = Arc<Mutex<BTreeMap<u64, Arc<Reader>>>>;
@@ -208,14 +223,18 @@ impl Limits {
         }
     }
 
-    /// An in-flight slot. When none is free, the request that has been
-    /// reading its body the longest is evicted and its slot awaited; `None`
+    /// An in-flight slot for a request from `source`. When none is free, a
+    /// request still reading its body is evicted (the oldest of the source
+    /// with the most) and its slot handed over; `None`
     /// when no slot frees up within `queue_wait` (every slot is past its body).
-    pub async fn request_slot(&self) -> Option<RequestSlot> {
+    pub async fn request_slot(&self, source: IpAddr) -> Option<RequestSlot> {
         let permit = match self.requests.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
-                let victim = self.readers.lock().ok().and_then(|mut r| r.pop_first());
+                let victim = self.readers.lock().ok().and_then(|mut r| {
+                    let id = reader_to_evict(&r)?;
+                    r.remove_entry(&id)
+                });
                 let (tx, handed) = tokio::sync::oneshot::channel();
                 if let Some((_, reader)) = victim {
                     if let Ok(mut h) = reader.handoff.lock() {
@@ -233,7 +252,7 @@ impl Limits {
             }
         };
         let id = self.next_reader.fetch_add(1, Ordering::Relaxed);
-        let reader = Arc::new(Reader { evict: Notify::new(), handoff: Mutex::new(None) });
+        let reader = Arc::new(Reader { evict: Notify::new(), handoff: Mutex::new(None), source });
         if let Ok(mut r) = self.readers.lock() {
             r.insert(id, reader.clone());
         }
@@ -338,5 +357,61 @@ impl Limits {
     pub async fn decision_slot(&self, len: usize) -> Option<OwnedSemaphorePermit> {
         let units = self.units_for(len);
         tokio::time::timeout(self.opts.queue_wait, self.decisions.clone().acquire_many_owned(units)).await.ok()?.ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader(ip: [u8; 4]) -> Arc<Reader> {
+        Arc::new(Reader { evict: Notify::new(), handoff: Mutex::new(None), source: IpAddr::from(ip) })
+    }
+
+    #[test]
+    fn the_source_with_the_most_slow_bodies_loses_its_oldest_first() {
+        let mut r = BTreeMap::new();
+        // The caller's body (oldest of all), then a flood from another address.
+        r.insert(0, reader([127, 0, 0, 1]));
+        for id in 1..5 {
+            r.insert(id, reader([127, 0, 0, 2]));
+        }
+        assert_eq!(reader_to_evict(&r), Some(1));
+        // Equal shares: the oldest overall.
+        let mut even = BTreeMap::new();
+        even.insert(7, reader([127, 0, 0, 2]));
+        even.insert(3, reader([127, 0, 0, 1]));
+        assert_eq!(reader_to_evict(&even), Some(3));
+        assert_eq!(reader_to_evict(&BTreeMap::new()), None);
+    }
+
+    #[tokio::test]
+    async fn an_evicted_reader_hands_its_slot_to_the_newcomer() {
+        let limits = Arc::new(Limits::new(LimitOptions { max_requests: 1, ..LimitOptions::default() }));
+        let slow = limits.request_slot(IpAddr::from([127, 0, 0, 2])).await.expect("first slot");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let l = limits.clone();
+        // A body that never ends: the reader holds the only slot.
+        let (_sender, body) = {
+            let (s, b) =
+                futures::channel::mpsc::channel::<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>>(1);
+            (s, Body::new(http_body_util::StreamBody::new(b)))
+        };
+        let reading = tokio::spawn(async move {
+            let far = Instant::now() + Duration::from_secs(30);
+            let r = l.read_body(body, None, far, &slow).await;
+            let _ = tx.send(());
+            matches!(r, Err((BodyError::Evicted, _)))
+        });
+        tokio::task::yield_now().await;
+        while limits.readers() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let newcomer = tokio::time::timeout(Duration::from_secs(1), limits.request_slot(IpAddr::from([127, 0, 0, 1])))
+            .await
+            .expect("in time");
+        assert!(newcomer.is_some(), "the newcomer got the evicted reader's slot");
+        let _ = rx.await;
+        assert!(reading.await.unwrap_or(false), "the reader was evicted");
     }
 }

@@ -226,14 +226,11 @@ impl Server {
             ready: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             limits: limits::Limits::new(opts.limits.clone()),
-            client_auth: opts
-                .client_ca
-                .as_ref()
-                .map(|_| ClientAuth {
-                    allowed: opts.allowed_client_names.clone(),
-                    scope: opts.client_auth_scope,
-                    sans: opts.client_identity_sans,
-                }),
+            client_auth: opts.client_ca.as_ref().map(|_| ClientAuth {
+                allowed: opts.allowed_client_names.clone(),
+                scope: opts.client_auth_scope,
+                sans: opts.client_identity_sans,
+            }),
             reads: reads::LiveReads::new(&opts.limits),
         });
         // Parse every schema and compile every rule before reporting ready.

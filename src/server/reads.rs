@@ -14,6 +14,8 @@
 //!   decision denies without the preflight (schema, CEL, rules): it runs
 //!   that decision first.
 //! * [`LiveReads::execute`] carries the plan out within the request deadline
+//!   (the credentials Secret and the live backups list only once the
+//!   namespace is known to have a HostedControlPlane)
 //!   under a budget of its own: `max_live_reads` at once, at most half of
 //!   them for one source address, waited for at most the queue wait. A read
 //!   that gets no place, fails or times out reaches the decision as not
@@ -119,11 +121,13 @@ pub fn plan(app: &App, parsed: &Value, target: Target) -> ReadPlan {
     let create = backup_create(app, parsed, target);
     let ns = request_namespace(parsed);
     let etcd = target == Target::EtcdStatefulSets
-        && parsed.pointer("/request/object/metadata/name").and_then(Value::as_str) == Some(crate::mutate::ETCD_STATEFULSET);
+        && parsed.pointer("/request/object/metadata/name").and_then(Value::as_str)
+            == Some(crate::mutate::ETCD_STATEFULSET);
     if let Some(cache) = &app.hcp_cache {
         // A cache hit needs no read: the decision finds it in the cache.
         let hit = cache.synced()
-            && crate::admission::lookup::Lookup::hosted_control_planes(cache.as_ref(), &ns).is_ok_and(|h| !h.is_empty());
+            && crate::admission::lookup::Lookup::hosted_control_planes(cache.as_ref(), &ns)
+                .is_ok_and(|h| !h.is_empty());
         if (etcd || create) && !hit {
             plan.hcps = Some(ns.clone());
         }
@@ -140,7 +144,8 @@ pub fn plan(app: &App, parsed: &Value, target: Target) -> ReadPlan {
             .filter(|n| is_dns1123_subdomain(n));
         plan.secret = name.map(|n| (storage, n.to_string()));
     }
-    if is_dns1123_label(&ns) && cache.backups_in(&ns).is_ok_and(|b| b.iter().any(crate::rules::preflight::in_progress)) {
+    if is_dns1123_label(&ns) && cache.backups_in(&ns).is_ok_and(|b| b.iter().any(crate::rules::preflight::in_progress))
+    {
         plan.backups = Some(ns);
     }
     plan.decide_first = !plan.is_empty();
@@ -308,10 +313,24 @@ impl LiveReads {
         let backups = async {
             let (Some(ns), Some(cache)) = (&plan.backups, &app.backup_cache) else { return None };
             let Some(_place) = self.place(source, deadline).await else { return Some((ns.clone(), Err(busy()))) };
-            let live = tokio::time::timeout_at(deadline, cache.list_backups_live(ns)).await.unwrap_or_else(|_| Err(late()));
+            let live =
+                tokio::time::timeout_at(deadline, cache.list_backups_live(ns)).await.unwrap_or_else(|_| Err(late()));
             Some((ns.clone(), live))
         };
-        let (hcps, secret, backups) = tokio::join!(hcps, secret, backups);
+        // The HostedControlPlanes first: the Secret and the other backups are
+        // read only for a namespace that has one (the namespace's own denial
+        // already stands otherwise), so a caller naming any namespace cannot
+        // use the server to probe the operator namespace's Secrets.
+        let hcps = hcps.await;
+        let hosted = match (&plan.hcps, &hcps) {
+            (None, _) => true,
+            (Some(_), Some(Prefetched(Ok(found)))) => !found.is_empty(),
+            _ => false,
+        };
+        if !hosted {
+            return Fetched { hcps, ..Fetched::default() };
+        }
+        let (secret, backups) = tokio::join!(secret, backups);
         Fetched { hcps, secret, backups, storage: plan.secret.as_ref().map(|(s, _)| *s) }
     }
 }

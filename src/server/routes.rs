@@ -183,7 +183,10 @@ fn authorize(app: &App, req: &Request<Body>, target: Target) -> Result<(), (Stat
     app.metrics.rejected(RejectReason::Forbidden);
     tracing::warn!(client = %log_field(&peer.names.join(",")), "client certificate identity not in --allowed-client-names");
     let what = if auth.sans { "CN or SAN" } else { "CN" };
-    Err((StatusCode::FORBIDDEN, format!("this client certificate's identity ({what}) is not allowed to call admission paths")))
+    Err((
+        StatusCode::FORBIDDEN,
+        format!("this client certificate's identity ({what}) is not allowed to call admission paths"),
+    ))
 }
 
 async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, webhook: Webhook) -> Response {
@@ -198,7 +201,7 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
         app.metrics.rejected(reason);
         app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
     };
-    let Some(in_flight) = app.limits.request_slot().await else {
+    let Some(in_flight) = app.limits.request_slot(source).await else {
         reject(RejectReason::Requests);
         let msg = "too many requests in flight; retry".to_string();
         return error_before_body(StatusCode::SERVICE_UNAVAILABLE, msg, req.into_body(), true);
@@ -304,11 +307,10 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
         (slot, fetched)
     };
     let gauge = credentials_gauge(&fetched);
-    let reviewed =
-        match decide_in(&app, parsed, fetched, app.settings.clone(), target, big, slot, deadline).await {
-            Ok(r) => r,
-            Err(answer) => return failed(&app, webhook, started, answer),
-        };
+    let reviewed = match decide_in(&app, parsed, fetched, app.settings.clone(), target, big, slot, deadline).await {
+        Ok(r) => r,
+        Err(answer) => return failed(&app, webhook, started, answer),
+    };
     answer(&app, reviewed, webhook, target, started, gauge)
 }
 

@@ -203,8 +203,13 @@ pub fn client_identity(der: &[u8], sans: bool) -> super::PeerIdentity {
     let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
         return super::PeerIdentity { verified: true, names: Vec::new(), not_after: None };
     };
-    let mut names: Vec<String> =
-        cert.subject().iter_common_name().filter_map(|cn| cn.as_str().ok().map(str::to_string)).last().into_iter().collect();
+    let mut names: Vec<String> = cert
+        .subject()
+        .iter_common_name()
+        .filter_map(|cn| cn.as_str().ok().map(str::to_string))
+        .last()
+        .into_iter()
+        .collect();
     if sans {
         if let Ok(Some(san)) = cert.subject_alternative_name() {
             for n in &san.value.general_names {

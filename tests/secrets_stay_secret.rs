@@ -2,7 +2,8 @@
 //! carries the marker `MARKER-7f3a`; those Secrets go through every path
 //! that reads them — the library, `review` and `check` (stdout and stderr,
 //! trace logging on), the `serve` process watching a (fake) cluster with its
-//! live Secret reads (responses, `/metrics`, its JSON logs at trace level),
+//! live Secret reads (responses, `/metrics`, its logs at trace level in every
+//! `--log-format`: JSON and text),
 //! and the Wasm module on wasmtime (its answers and its host calls) — and the
 //! marker must never come out, in plain text or in base64.
 
@@ -196,7 +197,17 @@ fn restore_url_in_patches_check_and_review() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_process_against_a_cluster() {
+async fn serve_process_against_a_cluster_json_logs() {
+    serve_process_against_a_cluster("json").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_process_against_a_cluster_text_logs() {
+    serve_process_against_a_cluster("text").await;
+}
+
+/// The `serve` process with `--log-format <format>` at trace level.
+async fn serve_process_against_a_cluster(format: &str) {
     common::https::install_provider();
     let all = cases();
     let mut objects: Vec<Value> = Vec::new();
@@ -220,10 +231,11 @@ async fn serve_process_against_a_cluster() {
         }
     }
     let api = common::fake_apiserver::start(objects, Duration::from_millis(0)).await;
-    let dir = tmp("serve");
+    let dir = tmp(&format!("serve-{format}"));
     let kubeconfig = api.kubeconfig(&dir);
     let mut child = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "always", "--dev-cert-dir"])
+        .args(["serve", "--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "always", "--log-format", format])
+        .arg("--dev-cert-dir")
         .arg(dir.join("certs"))
         .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "trace")
@@ -294,7 +306,7 @@ async fn serve_process_against_a_cluster() {
     let metrics = https.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
     assert!(
         metrics
-            .contains("hcp_etcd_admission_backup_credentials_valid{namespace=\"hypershift\",secret=\"secretkms\"} 0"),
+            .contains("hcp_etcd_admission_backup_credentials_valid{namespace=\"hypershift\",secret=\"secretsts\"} 1"),
         "{metrics}"
     );
     assert_clean("/metrics", &metrics);
@@ -305,7 +317,7 @@ async fn serve_process_against_a_cluster() {
     let log = log.lock().expect("log").clone();
     assert!(log.contains("admission review"), "the logs were captured: {log}");
     assert!(api.requests().iter().any(|r| r.contains("/secrets/secretkms")), "Secrets were read live");
-    assert_clean("serve logs (RUST_LOG=trace)", &log);
+    assert_clean(&format!("serve logs (--log-format {format}, RUST_LOG=trace)"), &log);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

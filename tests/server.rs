@@ -509,3 +509,155 @@ async fn no_tls_session_resumption_with_client_certificates() {
     assert_eq!(kind, rustls::HandshakeKind::Full);
     srv.stop().await;
 }
+
+/// A client certificate with common name `cn` and DNS SANs `sans`, signed by `ca`.
+fn client_cert_with_sans(ca: &certs::GeneratedCerts, cn: &str, sans: &[&str]) -> (String, String) {
+    use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair};
+    let ca_key = KeyPair::from_pem(ca.ca_key_pem.as_deref().expect("CA key")).expect("ca key");
+    let issuer = Issuer::from_ca_cert_pem(&ca.ca_pem, ca_key).expect("issuer");
+    let mut p = CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).expect("params");
+    p.distinguished_name.push(DnType::CommonName, cn);
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let key = KeyPair::generate().expect("key");
+    let cert = p.signed_by(&key, &issuer).expect("sign");
+    (cert.pem(), key.serialize_pem())
+}
+
+/// Kubernetes identifies a client certificate by its CN: a certificate for
+/// `alice` that carries the SAN `kube-apiserver` is not the apiserver
+/// (before, it was accepted). SANs count only when explicitly enabled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_identity_is_the_certificate_cn_unless_sans_are_enabled() {
+    let dir = tempdir("cn");
+    let serving = localhost_certs("serving CA");
+    certs::write(&dir, &serving).expect("write");
+    let apiserver = certs::generate_client("apiserver client CA", &["kube-apiserver".into()], 30).expect("client");
+    std::fs::write(dir.join("client-ca.crt"), &apiserver.ca_pem).expect("client ca");
+    let (cert, key) = client_cert_with_sans(&apiserver, "alice", &["kube-apiserver"]);
+    let alice = Client::new(&[&serving.ca_pem], Some((&cert, &key)));
+    let review = review_file("hcpetcdbackup-create-s3.json");
+    for sans in [false, true] {
+        let mut opts = common::running::options(
+            &dir,
+            Some(&dir.join("client-ca.crt")),
+            Duration::from_secs(60),
+            LookupSource::None,
+        );
+        opts.allowed_client_names = vec!["kube-apiserver".into()];
+        opts.client_identity_sans = sans;
+        let srv = common::running::start_with(opts).await;
+        let r = alice.post_json(srv.addr, "/validate/hcpetcdbackups", &review).await.expect("alice");
+        if sans {
+            assert_eq!(r.status, 200, "SANs enabled: {}", r.text());
+        } else {
+            assert_eq!(r.status, 403, "CN alice is not kube-apiserver: {}", r.text());
+            assert!(r.text().contains("identity (CN)"), "{}", r.text());
+        }
+        srv.stop().await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With a maximum connection age, a keep-alive connection authenticated
+/// under a client CA that has since rotated away is closed within that age
+/// (before, it kept working 40 s and more), and its certificate no longer
+/// opens a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_end_at_their_maximum_age_so_a_client_ca_rotation_reaches_them() {
+    use http_body_util::BodyExt as _;
+    let dir = tempdir("age");
+    let serving = localhost_certs("serving CA");
+    certs::write(&dir, &serving).expect("write");
+    let apiserver = certs::generate_client("apiserver client CA", &["kube-apiserver".into()], 30).expect("client");
+    std::fs::write(dir.join("client-ca.crt"), &apiserver.ca_pem).expect("client ca");
+    let mut opts = common::running::options(
+        &dir,
+        Some(&dir.join("client-ca.crt")),
+        Duration::from_millis(200),
+        LookupSource::None,
+    );
+    opts.allowed_client_names = vec!["kube-apiserver".into()];
+    opts.limits.max_connection_age = Duration::from_secs(2);
+    let srv = common::running::start_with(opts).await;
+    let old = Client::new(&[&serving.ca_pem], Some((&apiserver.cert_pem, &apiserver.key_pem)));
+    let tls = old.connect(srv.addr).await.expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, http_body_util::Full<hyper::body::Bytes>>(
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .expect("handshake");
+    let conn = tokio::spawn(conn);
+    let body = serde_json::to_vec(&review_file("hcpetcdbackup-create-s3.json")).expect("json");
+    let post = |body: Vec<u8>| {
+        hyper::Request::post("/validate/hcpetcdbackups")
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))
+            .expect("request")
+    };
+    let opened = std::time::Instant::now();
+    let r = sender.send_request(post(body.clone())).await.expect("first request");
+    assert_eq!(r.status(), 200);
+    let _ = r.into_body().collect().await;
+    // The client CA rotates; the old certificate is no longer trusted.
+    let rotated = certs::generate_client("apiserver client CA 2", &["kube-apiserver".into()], 30).expect("client 2");
+    std::fs::write(dir.join("client-ca.crt"), &rotated.ca_pem).expect("rotate");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while old
+        .post_json(srv.addr, "/validate/hcpetcdbackups", &review_file("hcpetcdbackup-create-s3.json"))
+        .await
+        .is_ok()
+    {
+        assert!(tokio::time::Instant::now() < deadline, "the rotated client CA was not picked up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The old keep-alive connection keeps being used until the server closes it.
+    let mut served_after_rotation = 0;
+    loop {
+        if sender.ready().await.is_err() {
+            break;
+        }
+        match sender.send_request(post(body.clone())).await {
+            Ok(r) => {
+                served_after_rotation += 1;
+                let _ = r.into_body().collect().await;
+            }
+            Err(_) => break,
+        }
+        assert!(opened.elapsed() < Duration::from_secs(5), "the connection outlived its maximum age");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lived = opened.elapsed();
+    eprintln!("keep-alive connection under the old client CA closed after {lived:?} (max age 2 s; {served_after_rotation} requests after the rotation)");
+    assert!(lived < Duration::from_secs(4), "{lived:?}");
+    let _ = conn.await;
+    srv.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--require-client-cert mutating`: only the path whose answer carries a
+/// restore URL needs a client certificate; the validating paths answer any caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_can_be_required_on_the_mutating_path_only() {
+    let dir = tempdir("mutonly");
+    let serving = localhost_certs("serving CA");
+    certs::write(&dir, &serving).expect("write");
+    let apiserver = certs::generate_client("apiserver client CA", &["kube-apiserver".into()], 30).expect("client");
+    std::fs::write(dir.join("client-ca.crt"), &apiserver.ca_pem).expect("client ca");
+    let mut opts =
+        common::running::options(&dir, Some(&dir.join("client-ca.crt")), Duration::from_secs(60), LookupSource::None);
+    opts.allowed_client_names = vec!["kube-apiserver".into()];
+    opts.client_auth_scope = hcp_etcd_admission::server::ClientAuthScope::Mutating;
+    let srv = common::running::start_with(opts).await;
+    let anonymous = Client::new(&[&serving.ca_pem], None);
+    let review = review_file("hcpetcdbackup-create-s3.json");
+    let r = anonymous.post_json(srv.addr, "/validate/hcpetcdbackups", &review).await.expect("validating");
+    assert_eq!(r.json()["response"]["allowed"], true, "validating paths answer any caller: {}", r.text());
+    let r = anonymous.post_json(srv.addr, "/mutate/etcd-statefulsets", &review).await.expect("mutating");
+    assert_eq!(r.status, 401, "{}", r.text());
+    let ok = Client::new(&[&serving.ca_pem], Some((&apiserver.cert_pem, &apiserver.key_pem)));
+    let r = ok.post_json(srv.addr, "/mutate/etcd-statefulsets", &review).await.expect("apiserver");
+    assert_eq!(r.status, 200, "{}", r.text());
+    srv.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

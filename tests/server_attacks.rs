@@ -4,6 +4,11 @@
 //!
 //! * more silent sockets (plain TCP, and TLS with no request) than the
 //!   connection cap, kept reopened: the oldest unproven connection is evicted;
+//! * exactly the connection cap held from one address, every connection with
+//!   a request in flight at all times (HTTP/1.1, and HTTP/2 with overlapping
+//!   streams beyond the in-flight cap): a caller opening a fresh connection
+//!   for every review is served every time (the costliest connection of the
+//!   source holding the most places is closed for it, never the newcomer);
 //! * more trickling bodies than in-flight slots, kept reopened: the slowest
 //!   body is evicted (408), the real review takes its slot;
 //! * hundreds of connections sending endless headers, and hundreds of HTTP/2
@@ -127,7 +132,7 @@ async fn silent_sockets_beyond_the_connection_cap_do_not_lock_out_a_real_caller(
     stop.store(true, Ordering::Relaxed);
     let _ = flood.await;
     let metrics = client.request(srv.addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
-    let evicted = metric(&metrics, "connection_evicted");
+    let evicted = metric(&metrics, "connection_evicted") + metric(&metrics, "connection_source_share");
     eprintln!(
         "cap {cap}: {} reopened silent sockets, {evicted} evictions; slowest real review {worst:?}",
         opened.load(Ordering::Relaxed)
@@ -424,4 +429,406 @@ async fn silent_sockets_on_the_metrics_port_do_not_fail_a_probe() {
     }
     drop(held);
     srv.stop().await;
+}
+
+/// Holds every connection place from the attacker's address: `conns`
+/// connections, each keeping `streams` requests in flight (HTTP/1.1: one).
+/// Each request is a real review whose body trickles in over 1.5 s (within
+/// the 2 s body deadline), followed at once by the next one on the same
+/// connection; an evicted connection is reopened at once.
+fn hold_every_place(
+    client: Arc<Client>,
+    addr: SocketAddr,
+    conns: usize,
+    h2: bool,
+    streams: usize,
+    stop: Arc<AtomicBool>,
+    served: Arc<AtomicU64>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    use http_body_util::BodyExt as _;
+    let body = serde_json::to_vec(&small_review()).expect("json");
+    let request = move |body: &Vec<u8>| {
+        hyper::Request::post(if h2 {
+            "https://localhost/validate/hcpetcdbackups".to_string()
+        } else {
+            "/validate/hcpetcdbackups".to_string()
+        })
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .header("content-length", body.len().to_string())
+        .body(common::https::trickled(body.clone(), 6, Duration::from_millis(1500)))
+        .expect("request")
+    };
+    (0..conns)
+        .map(|_| {
+            let (client, stop, served, body) = (client.clone(), stop.clone(), served.clone(), body.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    if h2 {
+                        let Ok(sender) = client.h2_from(addr, ATTACKER).await else {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            continue;
+                        };
+                        let mut lanes = Vec::new();
+                        for _ in 0..streams {
+                            let (mut sender, stop, served, body) =
+                                (sender.clone(), stop.clone(), served.clone(), body.clone());
+                            lanes.push(tokio::spawn(async move {
+                                while !stop.load(Ordering::Relaxed) {
+                                    if sender.ready().await.is_err() {
+                                        return;
+                                    }
+                                    match sender.send_request(request(&body)).await {
+                                        Ok(r) => {
+                                            let _ = r.into_body().collect().await;
+                                            served.fetch_add(1, Ordering::Relaxed);
+                                        }
+                                        Err(_) => return,
+                                    }
+                                }
+                            }));
+                        }
+                        for l in lanes {
+                            let _ = l.await;
+                        }
+                    } else {
+                        let Ok(tls) = client.connect_from(addr, ATTACKER).await else {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            continue;
+                        };
+                        let io = hyper_util::rt::TokioIo::new(tls);
+                        let Ok((mut sender, conn)) =
+                            hyper::client::conn::http1::handshake::<_, common::https::H2Body>(io).await
+                        else {
+                            continue;
+                        };
+                        tokio::spawn(conn);
+                        while !stop.load(Ordering::Relaxed) {
+                            if sender.ready().await.is_err() {
+                                break;
+                            }
+                            match sender.send_request(request(&body)).await {
+                                Ok(r) => {
+                                    let _ = r.into_body().collect().await;
+                                    served.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// The victim: a fresh connection every 100 ms, each posting a real review.
+/// (successes, attempts, latencies of the successes, sorted).
+async fn victim(client: &Client, addr: SocketAddr, h2: bool, attempts: usize) -> (usize, usize, Vec<Duration>) {
+    let mut lat = Vec::new();
+    for i in 0..attempts {
+        let started = Instant::now();
+        let call = async {
+            if h2 {
+                client.post_json_h2(addr, "/validate/hcpetcdbackups", &small_review()).await
+            } else {
+                client.post_json(addr, "/validate/hcpetcdbackups", &small_review()).await
+            }
+        };
+        match tokio::time::timeout(WEBHOOK_TIMEOUT, call).await {
+            Ok(Ok(r)) if r.status == 200 && r.json()["response"]["allowed"] == true => lat.push(started.elapsed()),
+            Ok(Ok(r)) => eprintln!("victim call {i}: HTTP {} {}", r.status, r.text()),
+            Ok(Err(e)) => eprintln!("victim call {i}: {e}"),
+            Err(_) => eprintln!("victim call {i}: no answer within the webhook timeout"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    lat.sort();
+    (lat.len(), attempts, lat)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+/// The connection lockout: one address holds exactly the connection cap
+/// (and more requests than the in-flight cap), every connection with a
+/// request in flight all the time. Before, every newcomer was refused at
+/// accept (92/92 victim calls at these caps); now the newcomer replaces the
+/// costliest connection of the source holding the most places.
+async fn caller_is_served_while_every_place_is_held(h2: bool) {
+    let (dir, client, _ca) = setup(if h2 { "hold-h2" } else { "hold-h1" });
+    let cap = 64;
+    let limits = LimitOptions {
+        max_connections: cap,
+        max_connections_per_source: cap,
+        max_requests: cap,
+        ..LimitOptions::default()
+    };
+    let srv = start_limited(&dir, limits).await;
+    let client = Arc::new(client);
+    real_reviews_pass(&client, srv.addr, "before the attack").await;
+    let (stop, served) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let streams = if h2 { 2 } else { 1 };
+    let tasks = hold_every_place(client.clone(), srv.addr, cap, h2, streams, stop.clone(), served.clone());
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (ok, attempts, lat) = victim(&client, srv.addr, h2, 30).await;
+    let metrics = client.request(srv.addr, "GET", "/metrics", vec![]).await.map(|r| r.text()).unwrap_or_default();
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.abort();
+    }
+    let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
+    let evicted = metric(&metrics, "connection_evicted");
+    eprintln!(
+        "{} caps {cap}/{cap}, attacker {cap} connections x {streams} requests in flight ({} served): victim {ok}/{attempts} \
+         served, p50 {p50:?}, p99 {p99:?}; connections evicted {evicted}, bodies evicted {}",
+        if h2 { "HTTP/2" } else { "HTTP/1.1" },
+        served.load(Ordering::Relaxed),
+        metric(&metrics, "body_evicted"),
+    );
+    assert_eq!(ok, attempts, "every fresh connection of the caller was served");
+    assert!(evicted >= attempts as u64, "the caps were held: each victim connection replaced one ({evicted})");
+    assert!(p99 < WEBHOOK_TIMEOUT, "{p99:?}");
+    srv.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_opening_fresh_connections_is_served_while_every_place_is_held_over_http1() {
+    caller_is_served_while_every_place_is_held(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_opening_fresh_connections_is_served_while_every_place_is_held_over_http2() {
+    caller_is_served_while_every_place_is_held(true).await;
+}
+
+/// One line of hostile traffic: (path, review).
+type Hostile = (&'static str, serde_json::Value);
+
+/// Hostile reviews on every path, as an unauthenticated caller sends them:
+/// names of `len` bytes, names that are no object names (`?`, `../`), names
+/// that forge a log line or carry ANSI sequences, dry runs, denied Secrets,
+/// tenants' labelled Secrets and backups naming fresh Secrets. `i` makes each
+/// name fresh.
+fn hostile(i: usize, len: usize, fx: &serde_json::Value) -> Vec<Hostile> {
+    use serde_json::Value;
+    let long = format!("{}{i}", "n".repeat(len));
+    let forged = format!("x{i}\n2026-12-01T00:00:00.000000Z  INFO hcp_etcd_admission::server::tls: client CA reloaded client_ca=/etc/evil/ca.crt\u{1b}[2K");
+    let names = [
+        long.clone(),
+        forged.clone(),
+        format!("guess-{i}?labelSelector=a"),
+        format!("../../../apis/apps/v1/statefulsets-{i}"),
+        format!("guess-{i}"),
+    ];
+    let mut out = Vec::new();
+    for (k, name) in names.iter().enumerate() {
+        // The Secret webhook: good and garbage content, operator and tenant
+        // namespaces, dry run or not.
+        let base = if k.is_multiple_of(2) { "secretsts" } else { "secretgarbage" };
+        let mut secret = fx[base].clone();
+        secret["metadata"]["name"] = Value::from(name.as_str());
+        if k == 4 {
+            secret["metadata"]["namespace"] = Value::from(format!("tenant-{i}"));
+        }
+        let mut r = common::admission_review(&format!("s{i}-{k}"), "secrets", None, "CREATE", Some(&secret), None);
+        r["request"]["dryRun"] = Value::from(k == 2);
+        out.push(("/validate/etcd-backup-secrets", r));
+        // The backup preflight: the name as the credentials Secret.
+        let mut b = fx["s3"].clone();
+        b["spec"]["storage"]["s3"]["credentials"]["name"] = Value::from(name.as_str());
+        b["metadata"]["name"] = Value::from(if k == 1 { forged.clone() } else { format!("b{i}-{k}") });
+        out.push((
+            "/validate/hcpetcdbackups",
+            common::admission_review(&format!("b{i}-{k}"), "hcpetcdbackups", None, "CREATE", Some(&b), None),
+        ));
+    }
+    // The mutation and the HostedCluster path: hostile namespaces and names.
+    let text = std::fs::read_to_string(common::root().join("tests/conformance/statefulset.yaml")).expect("sts");
+    let doc: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    let mut sts = doc["fixtures"]["sts3"].clone();
+    sts["metadata"]["namespace"] = Value::from(if i.is_multiple_of(2) { long.clone() } else { forged.clone() });
+    out.push((
+        "/mutate/etcd-statefulsets",
+        common::admission_review(&format!("m{i}"), "statefulsets", None, "CREATE", Some(&sts), None),
+    ));
+    let text = std::fs::read_to_string(common::root().join("tests/conformance/hostedcluster.yaml")).expect("hc");
+    let doc: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    let mut hc = doc["fixtures"]["hc"].clone();
+    hc["metadata"]["name"] = Value::from(forged.as_str());
+    out.push((
+        "/validate/hostedclusters",
+        common::admission_review(&forged, "hostedclusters", None, "CREATE", Some(&hc), None),
+    ));
+    out
+}
+
+/// Sends `reviews` over one keep-alive HTTP/1.1 connection (reopened if closed).
+async fn send_all(client: &Client, addr: SocketAddr, reviews: Vec<Hostile>) -> usize {
+    use http_body_util::BodyExt as _;
+    let mut sent = 0;
+    let mut sender = None;
+    for (path, review) in reviews {
+        for _ in 0..3 {
+            if sender.is_none() {
+                let Ok(tls) = client.connect(addr).await else { continue };
+                let io = hyper_util::rt::TokioIo::new(tls);
+                let Ok((s, conn)) =
+                    hyper::client::conn::http1::handshake::<_, http_body_util::Full<hyper::body::Bytes>>(io).await
+                else {
+                    continue;
+                };
+                tokio::spawn(conn);
+                sender = Some(s);
+            }
+            let Some(s) = sender.as_mut() else { continue };
+            let req = hyper::Request::post(path)
+                .header("host", "localhost")
+                .header("content-type", "application/json")
+                .body(http_body_util::Full::new(hyper::body::Bytes::from(review.to_string())))
+                .expect("request");
+            if s.ready().await.is_err() {
+                sender = None;
+                continue;
+            }
+            match s.send_request(req).await {
+                Ok(r) => {
+                    let _ = r.into_body().collect().await;
+                    sent += 1;
+                    break;
+                }
+                Err(_) => sender = None,
+            }
+        }
+    }
+    sent
+}
+
+/// The metric and log exhaustion: before, 40 reviews with 6 MiB Secret names
+/// took the server from 51 to 651 MiB, `/metrics` to 251 MB (12 s to
+/// scrape), one request wrote a 1 MiB log line and `--log-format text` let a
+/// name forge a line. Thousands of hostile reviews on every path, to a
+/// `serve` process in cluster mode (against the stand-in apiserver) logging
+/// text at debug level: its memory, `/metrics` and every log line stay
+/// bounded, and no line is forged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_names_on_every_path_leave_memory_metrics_and_logs_bounded() {
+    use std::io::BufRead as _;
+    common::https::install_provider();
+    let text = std::fs::read_to_string(common::root().join("tests/conformance/preflight.yaml")).expect("fixtures");
+    let doc: serde_json::Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    let fx = doc["fixtures"].clone();
+    let api = common::fake_apiserver::start(vec![fx["hcp"].clone(), fx["etcd"].clone()], Duration::ZERO).await;
+    let dir = tempdir("names");
+    let kubeconfig = api.kubeconfig(&dir);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "always", "--log-format", "text"])
+        .arg("--dev-cert-dir")
+        .arg(dir.join("certs"))
+        .env("KUBECONFIG", &kubeconfig)
+        .env("RUST_LOG", "debug")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn serve");
+    let pid = child.id();
+    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).split(b'\n');
+    let addr: SocketAddr = loop {
+        let line = lines.next().expect("serve printed its address").expect("line");
+        if let Some(a) = String::from_utf8_lossy(&line).strip_prefix("listening on https://") {
+            break a.trim().parse().expect("addr");
+        }
+    };
+    let log = Arc::new(std::sync::Mutex::new((0usize, 0usize, Vec::<String>::new())));
+    let sink = log.clone();
+    let reader = std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if let Ok(mut l) = sink.lock() {
+                l.0 = l.0.max(line.len());
+                l.1 += 1;
+                let text = String::from_utf8_lossy(&line).into_owned();
+                if text.starts_with("2026-12-01T00:00:00") || text.contains("\u{1b}[2K") {
+                    l.2.push(text.chars().take(300).collect());
+                }
+            }
+        }
+    });
+    let ca = std::fs::read_to_string(dir.join("certs/ca.crt")).expect("dev CA");
+    let client = Client::new(&[&ca], None);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while client.request(addr, "GET", "/readyz", vec![]).await.map(|r| r.status).unwrap_or(0) != 200 {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Wait for the preflight caches (a probe is judged, not skipped).
+    loop {
+        let probe = common::admission_review("probe", "hcpetcdbackups", None, "CREATE", Some(&fx["s3"]), None);
+        let r = client.post_json(addr, "/validate/hcpetcdbackups", &probe).await.expect("probe").text();
+        if !r.contains("preflight skipped") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "preflight caches never synced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let warm = send_all(&client, addr, (0..5).flat_map(|i| hostile(i, 64, &fx)).collect()).await;
+    let metrics_before = client.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").body.len();
+    let before = vm_rss_kib(pid);
+    let sampler = RssPeak::start(pid);
+    let started = Instant::now();
+    // The original probe: 6 MiB names (10 reviews on each path carrying one),
+    // then thousands of small hostile reviews from 4 connections at once.
+    let big: Vec<Hostile> =
+        hostile(1_000_000, 6 << 20, &fx).into_iter().filter(|(p, _)| !p.contains("hostedclusters")).take(10).collect();
+    let mut sent = send_all(&client, addr, big).await;
+    let client = Arc::new(client);
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        let client = client.clone();
+        let fx = fx.clone();
+        tasks.push(tokio::spawn(async move {
+            let reviews: Vec<Hostile> =
+                (0..100).flat_map(|i| hostile(10_000 * (t + 1) + i, 300 + i * 7, &fx)).collect();
+            send_all(&client, addr, reviews).await
+        }));
+    }
+    for t in tasks {
+        sent += t.await.unwrap_or(0);
+    }
+    let took = started.elapsed();
+    let scrape = Instant::now();
+    let metrics = client.request(addr, "GET", "/metrics", vec![]).await.expect("metrics");
+    let scrape_took = scrape.elapsed();
+    let peak = sampler.stop();
+    let after = vm_rss_kib(pid);
+    let series = metrics.text().matches("backup_credentials_valid{").count();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = reader.join();
+    let (longest, count, forged) = log.lock().map(|l| l.clone()).unwrap_or_default();
+    eprintln!(
+        "{sent} hostile reviews (+{warm} warm-up) in {took:?}: VmRSS {} MiB -> peak {} MiB, {} MiB after; /metrics {metrics_before} -> {} bytes \
+         ({series} credential series, scraped in {scrape_took:?}); {count} log lines, longest {longest} bytes",
+        before / 1024,
+        peak / 1024,
+        after / 1024,
+        metrics.body.len()
+    );
+    assert!(sent >= 4 * 100 * 12, "{sent}");
+    assert!(forged.is_empty(), "forged or raw-ANSI log lines: {forged:#?}");
+    assert!(longest < 8 * 1024, "a log line of {longest} bytes");
+    // At most 500 credential series, each of an object name (here the
+    // backups' fresh Secret names, allowed with the wait-for-it warning).
+    assert!(series <= 500, "{series}");
+    assert!(metrics.body.len() < 128 * 1024, "/metrics grew to {} bytes", metrics.body.len());
+    // Each 6 MiB review is buffered while it is decided (about 4 × its size
+    // parsed); nothing of it is kept.
+    assert!(after.saturating_sub(before) < 64 * 1024, "VmRSS {} -> {} KiB", before, after);
+    assert!(peak < 384 * 1024, "peak VmRSS {peak} KiB (the Deployment's limit is 384 MiB)");
+    let _ = std::fs::remove_dir_all(&dir);
 }

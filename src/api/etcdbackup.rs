@@ -23,6 +23,12 @@ pub const REASON_BACKUP_SUCCEEDED: &str = "BackupSucceeded";
 pub const REASON_BACKUP_FAILED: &str = "BackupFailed";
 /// Reason: the backup Job is running.
 pub const REASON_BACKUP_IN_PROGRESS: &str = "BackupInProgress";
+/// Reason: the credentials Secret does not exist yet; the controller waits
+/// for it (up to 2 minutes, then `BackupFailed`). Not terminal, and the
+/// serial guard counts it as in progress.
+pub const REASON_BACKUP_WAITING_FOR_CREDENTIALS: &str = "BackupWaitingForCredentials";
+/// How long the controller waits for a missing credentials Secret, as Go prints it.
+pub const CREDENTIALS_WAIT: &str = "2m0s";
 /// Reason: another backup was running for the same hosted control plane (terminal).
 pub const REASON_BACKUP_REJECTED: &str = "BackupRejected";
 /// Reason: etcd was not fully ready; the controller retries.

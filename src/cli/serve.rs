@@ -6,7 +6,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use anyhow::Context as _;
 use hcp_etcd_admission::{
     server::certs,
-    server::{limits::LimitOptions, shutdown_signal, LookupSource, ServeOptions, Server},
+    server::{limits::LimitOptions, shutdown_signal, ClientAuthScope, LookupSource, ServeOptions, Server},
 };
 
 use super::DecisionArgs;
@@ -36,11 +36,21 @@ pub struct ServeArgs {
     /// reloaded when it changes). /healthz, /readyz and /metrics stay open.
     #[arg(long, value_name = "FILE")]
     pub client_ca: Option<PathBuf>,
-    /// With --client-ca: identities (certificate CN or DNS/URI SAN) allowed on
-    /// admission paths; repeat or separate with commas. Required with
+    /// With --client-ca: identities (the certificate's CN; its DNS/URI SANs
+    /// too with --client-identity-from-sans) allowed on admission paths; repeat or separate with commas. Required with
     /// --client-ca unless --allow-any-client-of-ca is given.
     #[arg(long = "allowed-client-names", value_name = "NAME", value_delimiter = ',', requires = "client_ca")]
     pub allowed_client_names: Vec<String>,
+    /// With --client-ca: which admission paths need a client certificate.
+    /// `mutating`: only /mutate/etcd-statefulsets (whose answer carries the
+    /// restore URL); the validating paths then answer any caller.
+    #[arg(long, value_enum, default_value_t = ClientCertPaths::All, requires = "client_ca")]
+    pub require_client_cert: ClientCertPaths,
+    /// With --client-ca: match --allowed-client-names against the
+    /// certificate's DNS and URI SANs too, not only its CN (Kubernetes
+    /// identifies a client certificate by its CN alone).
+    #[arg(long, requires = "client_ca")]
+    pub client_identity_from_sans: bool,
     /// With --client-ca and no --allowed-client-names: accept any certificate
     /// the CA signed. If that CA is the cluster's client CA, every node and
     /// user certificate passes; say so explicitly.
@@ -68,11 +78,24 @@ pub struct ServeArgs {
     /// slot; when every one is past its body, new ones get 503.
     #[arg(long, default_value_t = 512)]
     pub max_requests: usize,
-    /// Open connections at once. At the cap a new connection replaces the
-    /// oldest one that has not started a request, else the longest idle one;
-    /// only when all have a request in flight is it closed on accept.
+    /// Open connections at once. A new connection is never refused: at the
+    /// cap the source holding the most connections loses its costliest one
+    /// (still in its handshake, then without a request, longest idle,
+    /// longest reading a body, most requests served, oldest).
     #[arg(long, default_value_t = 512)]
     pub max_connections: usize,
+    /// Open connections one source address may hold in any state; its next
+    /// one replaces its own costliest.
+    #[arg(long, default_value_t = 128)]
+    pub max_connections_per_source: usize,
+    /// Seconds after which a connection is closed (gracefully), so a rotated
+    /// client CA and an expired client certificate reach every connection.
+    #[arg(long, default_value_t = 300)]
+    pub max_connection_age_seconds: u64,
+    /// Live apiserver reads at once (cache misses, credentials Secrets),
+    /// outside the decision slots; one source may hold half.
+    #[arg(long, default_value_t = 4)]
+    pub max_live_reads: usize,
     /// A new connection's time for its TLS handshake.
     #[arg(long, default_value_t = 1000)]
     pub tls_handshake_timeout_ms: u64,
@@ -126,6 +149,12 @@ pub enum Watch {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientCertPaths {
+    All,
+    Mutating,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
     Json,
     Text,
@@ -149,7 +178,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     let _log_guard = init_logging(args.log_format);
     if args.client_ca.is_some() && args.allowed_client_names.is_empty() && !args.allow_any_client_of_ca {
         anyhow::bail!(
-            "--client-ca needs --allowed-client-names (the CN or SAN of the apiserver's client certificate): \
+            "--client-ca needs --allowed-client-names (the CN of the apiserver's client certificate): \
              without it any certificate the CA signed would pass, and a cluster client CA signs every node's and \
              user's. Pass --allow-any-client-of-ca to accept that deliberately."
         );
@@ -186,6 +215,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
             max_decision_units: args.max_concurrent,
             queue_wait: Duration::from_millis(args.queue_wait_ms),
             max_connections: args.max_connections,
+            max_connections_per_source: args.max_connections_per_source,
+            max_connection_age: Duration::from_secs(args.max_connection_age_seconds.max(1)),
+            max_live_reads: args.max_live_reads,
             tls_handshake_timeout: Duration::from_millis(args.tls_handshake_timeout_ms),
             max_header_bytes: args.max_header_bytes,
             header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
@@ -196,6 +228,11 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
         expect_sans: args.expect_san.clone(),
         allowed_client_names: args.allowed_client_names.clone(),
+        client_auth_scope: match args.require_client_cert {
+            ClientCertPaths::All => ClientAuthScope::All,
+            ClientCertPaths::Mutating => ClientAuthScope::Mutating,
+        },
+        client_identity_sans: args.client_identity_from_sans,
         lookups: LookupSource::None,
         metrics_listen: args.metrics_listen,
     };

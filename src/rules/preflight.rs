@@ -13,6 +13,10 @@ use super::{
 };
 use crate::{
     admission::lookup::Lookup,
+    api::{
+        CREDENTIALS_WAIT, REASON_BACKUP_FAILED, REASON_BACKUP_IN_PROGRESS, REASON_BACKUP_REJECTED,
+        REASON_BACKUP_WAITING_FOR_CREDENTIALS,
+    },
     schema::{go_quote, FieldError},
     settings::Settings,
 };
@@ -38,7 +42,7 @@ pub const IN_PROGRESS: RuleInfo = RuleInfo {
     objects: "HCPEtcdBackup",
     field: "metadata.namespace",
     severity: Severity::Deny,
-    summary: "no other HCPEtcdBackup in the namespace is `BackupInProgress` (its Job runs; the controller's serial guard would reject this one as `BackupRejected`, which is terminal)",
+    summary: "no other HCPEtcdBackup in the namespace is `BackupInProgress` or `BackupWaitingForCredentials` (the controller's serial guard counts both as running and would reject this one as `BackupRejected`, which is terminal)",
 };
 
 pub const PENDING: RuleInfo = RuleInfo {
@@ -53,8 +57,8 @@ pub const SECRET_EXISTS: RuleInfo = RuleInfo {
     id: "hcpetcdbackup-credentials-secret-exists",
     objects: "HCPEtcdBackup",
     field: "spec.storage.{s3,azureBlob}.credentials.name",
-    severity: Severity::Deny,
-    summary: "the credentials Secret exists in the HyperShift Operator namespace (setting `operatorNamespace`, default `hypershift`), where the controller reads it",
+    severity: Severity::Warn,
+    summary: "warns when the credentials Secret is not (yet) in the HyperShift Operator namespace (setting `operatorNamespace`, default `hypershift`), where the controller reads it: the controller waits up to 2 minutes for it (`BackupWaitingForCredentials`), then fails the backup; a Secret that exists but does not fit is still denied (`hcpetcdbackup-credentials-format`)",
 };
 
 pub const SECRET_FORMAT: RuleInfo = RuleInfo {
@@ -99,17 +103,23 @@ fn backup_state(backup: &Value) -> (Option<&str>, Option<&str>) {
     }
 }
 
-/// Whether `backup`'s Job is running as far as its status says
-/// (BackupCompleted False with reason BackupInProgress): what the
+/// Whether `backup` is running as far as its status says (BackupCompleted
+/// False with reason BackupInProgress, or BackupWaitingForCredentials: the
+/// controller is waiting for its Secret and will go on with it): what the
 /// serial-guard rule denies on.
 pub fn in_progress(backup: &Value) -> bool {
     let (status, reason) = backup_state(backup);
-    !terminal(status, reason) && reason == Some("BackupInProgress")
+    !terminal(status, reason) && reason.is_some_and(running_reason)
+}
+
+/// The reasons the controller's serial guard treats as a backup in progress.
+fn running_reason(reason: &str) -> bool {
+    reason == REASON_BACKUP_IN_PROGRESS || reason == REASON_BACKUP_WAITING_FOR_CREDENTIALS
 }
 
 /// Terminal as the controller defines it: completed, or failed, or rejected.
 fn terminal(status: Option<&str>, reason: Option<&str>) -> bool {
-    status == Some("True") || matches!(reason, Some("BackupFailed" | "BackupRejected"))
+    status == Some("True") || reason.is_some_and(|r| r == REASON_BACKUP_FAILED || r == REASON_BACKUP_REJECTED)
 }
 
 /// The preflight of an HCPEtcdBackup CREATE in `namespace`.
@@ -150,12 +160,12 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
         .collect();
     others.sort();
     for (name, _, reason) in others {
-        if reason == Some("BackupInProgress") {
+        if let Some(reason) = reason.filter(|r| running_reason(r)) {
             f.deny(
                 &IN_PROGRESS,
                 FieldError::forbidden(
                     "metadata.namespace",
-                    format!("HCPEtcdBackup {} in namespace {} is in progress (BackupCompleted=False, reason BackupInProgress): the controller's serial guard would reject this backup with BackupRejected, which is terminal; create it after {} completes", go_quote(name), go_quote(namespace), go_quote(name)),
+                    format!("HCPEtcdBackup {} in namespace {} is in progress (BackupCompleted=False, reason {reason}): the controller's serial guard would reject this backup with BackupRejected, which is terminal; create it after {} completes", go_quote(name), go_quote(namespace), go_quote(name)),
                 ),
             );
         } else {
@@ -211,13 +221,13 @@ fn check_credentials(obj: &Value, lookup: &dyn Lookup, settings: &Settings, f: &
         Err(_) => return skipped_part(f, &field, "the credentials Secret"),
     };
     let Some(secret) = secret else {
-        f.deny(
+        // As the controller: a missing Secret is waited for (a client may
+        // copy it right after creating the backup), then the backup fails.
+        let (n, q) = (go_quote(name), go_quote(ns));
+        f.warn(
             &SECRET_EXISTS,
-            FieldError::invalid(
-                &field,
-                go_quote(name),
-                format!("credential Secret {} not found in namespace {}: the HyperShift Operator reads it from its own namespace and would fail this backup (BackupFailed); create the Secret there first", go_quote(name), go_quote(ns)),
-            ),
+            &field,
+            format!("credential Secret {n} not found in namespace {q}: the HyperShift Operator waits for it ({REASON_BACKUP_WAITING_FOR_CREDENTIALS}: waiting for credential Secret {n} in namespace {q}) and fails the backup if it is still missing after {CREDENTIALS_WAIT} ({REASON_BACKUP_FAILED}: timed out after {CREDENTIALS_WAIT} waiting for credential Secret {n} in namespace {q}); create the Secret there now"),
         );
         return;
     };
@@ -303,6 +313,7 @@ mod tests {
     fn serial_guard_and_terminal_states() {
         let w = world(vec![
             backup("running", Some(("False", "BackupInProgress"))),
+            backup("waitingcreds", Some(("False", "BackupWaitingForCredentials"))),
             backup("waiting", Some(("False", "EtcdUnhealthy"))),
             backup("fresh", None),
             backup("done", Some(("True", "BackupSucceeded"))),
@@ -310,8 +321,11 @@ mod tests {
             backup("rejected", Some(("False", "BackupRejected"))),
         ]);
         let f = run(Some(&w));
-        assert_eq!(f.errors.len(), 1, "{:?}", f.errors);
+        assert_eq!(f.errors.len(), 2, "{:?}", f.errors);
         assert!(f.errors[0].to_string().contains("\"running\""));
+        assert!(f.errors[1].to_string().contains("\"waitingcreds\" in namespace \"clusters-prod\" is in progress (BackupCompleted=False, reason BackupWaitingForCredentials)"), "{:?}", f.errors);
+        assert!(in_progress(&backup("w", Some(("False", "BackupWaitingForCredentials")))));
+        assert!(!in_progress(&backup("w", Some(("True", "BackupWaitingForCredentials")))));
         assert_eq!(f.warnings.len(), 2, "{:?}", f.warnings);
         assert!(f.warnings[0].contains("\"fresh\"") && f.warnings[0].contains("no status yet"));
         assert!(f.warnings[1].contains("\"waiting\"") && f.warnings[1].contains("EtcdUnhealthy"));
@@ -323,8 +337,10 @@ mod tests {
         let f = run(Some(&empty));
         let text: Vec<String> = f.errors.iter().map(ToString::to_string).collect();
         assert!(text[0].contains("HostedControlPlane not found in namespace clusters-prod"), "{text:?}");
-        assert!(text[1].contains("credential Secret \"creds\" not found in namespace \"hypershift\""), "{text:?}");
-        assert!(f.warnings[0].contains("etcd StatefulSet not found"));
+        assert_eq!(text.len(), 1, "a missing Secret is waited for, not denied: {text:?}");
+        assert!(f.warnings[0].contains("waiting for credential Secret \"creds\" in namespace \"hypershift\""), "{f:?}");
+        assert!(f.warnings[0].contains("timed out after 2m0s waiting for credential Secret \"creds\""), "{f:?}");
+        assert!(f.warnings[1].contains("etcd StatefulSet not found"));
         let objs = vec![
             json!({"kind": "StatefulSet", "metadata": {"name": "etcd", "namespace": "clusters-prod"},
                 "spec": {"replicas": 3}, "status": {"readyReplicas": 1}}),

@@ -3,7 +3,10 @@
 //!
 //! * HCPEtcdBackups: a reflector over all namespaces (list/watch, ClusterRole);
 //! * the etcd StatefulSets: a reflector with the field selector
-//!   `metadata.name=etcd`, so no other StatefulSet is ever held in memory;
+//!   `metadata.name=etcd` on its LIST and WATCH, so no other StatefulSet is
+//!   ever held in memory, and RBAC can grant exactly that (the apiserver
+//!   authorises a list/watch whose field selector pins `metadata.name` as a
+//!   request for that name: `resourceNames: [etcd]`);
 //! * the credentials Secret: **never cached**. It is read live (`get` only,
 //!   through a Role in the HyperShift Operator namespace) when an
 //!   HCPEtcdBackup CREATE names it. A Secret cache would need list/watch on
@@ -102,6 +105,11 @@ impl BackupCache {
     /// decode a `data` value, and a decoding error may quote the value. The
     /// error text never carries the body for the same reason.
     pub async fn read_secret(&self, name: &str) -> Result<Option<Value>, String> {
+        // Only an object name reaches the URL: `?` would turn the GET into a
+        // LIST, `../` would walk to another path.
+        if !super::fields::is_dns1123_subdomain(name) {
+            return Err("the Secret name is not an object name (a DNS-1123 subdomain); not read".to_string());
+        }
         let resource = ApiResource::erase::<Secret>(&());
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &self.operator_namespace, &resource);
         match tokio::time::timeout(SECRET_READ_TIMEOUT, api.get_opt(name)).await {
@@ -122,6 +130,9 @@ impl BackupCache {
     /// [`SECRET_READ_TIMEOUT`]): confirms a cached "in progress" before the
     /// serial-guard rule denies on it.
     pub async fn list_backups_live(&self, namespace: &str) -> Result<Vec<Value>, String> {
+        if !super::fields::is_dns1123_label(namespace) {
+            return Err("the namespace is not a namespace name (a DNS-1123 label); not read".to_string());
+        }
         let gvk = GroupVersionKind::gvk(crate::api::GROUP, crate::api::VERSION, "HCPEtcdBackup");
         let resource = ApiResource::from_gvk_with_plural(&gvk, "hcpetcdbackups");
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &resource);

@@ -88,9 +88,10 @@ impl HcpCache {
 
     /// The answer for one decision: the cache when it is synced and holds
     /// the namespace's HostedControlPlane(s), else a live read of the
-    /// namespace (bounded by [`LIVE_READ_TIMEOUT`]; live reads happen while
-    /// a decision slot is held, so at most `--max-concurrent` at once). A
-    /// namespace that is not a DNS-1123 label is never sent to the API.
+    /// namespace (bounded by [`LIVE_READ_TIMEOUT`]; the server calls this
+    /// with no decision slot held, under its live-read budget:
+    /// [`super::reads`]). A namespace that is not a DNS-1123 label is never
+    /// sent to the API.
     pub async fn lookup_for(&self, namespace: &str) -> Prefetched {
         if !is_dns1123_label(namespace) {
             return Prefetched(Err(LookupError::Failed(format!(

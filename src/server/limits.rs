@@ -2,9 +2,10 @@
 //!
 //! A request goes through, in order:
 //!
-//! 1. an **in-flight slot** (`max_requests`). When none is free, the request
-//!    that has been reading its body the longest is evicted (answered 408) and
-//!    its slot goes to the new request: a client trickling bodies cannot fill
+//! 1. an **in-flight slot** (`max_requests`). When none is free, a request
+//!    still reading its body is evicted (answered 408): the oldest of the
+//!    source address with the most such requests, and its slot is handed to
+//!    the new request directly: a client trickling bodies cannot fill
 //!    the slots, because a real caller sends its body in milliseconds and the
 //!    tricklers are evicted oldest first. Only when every slot holds a request
 //!    past its body (queued for or in a decision) does a new one wait up to
@@ -18,6 +19,9 @@
 //! 3. a **decision slot**, weighted by body size (one unit per started MiB),
 //!    waited for at most `queue_wait` (then 429 + `Retry-After`);
 //! 4. the decision, all of it inside the per-request deadline (503 after it).
+//!    A review that needs live apiserver reads gives its decision slot back
+//!    after parsing, has them done under the live-read budget
+//!    ([`super::reads`]), and takes a slot again for the decision.
 //!
 //! Worst-case memory is therefore about `max_requests × body_free +
 //! body_budget + max_decision_units MiB × (parse expansion)`, plus per
@@ -26,7 +30,8 @@
 //! deploy section has the numbers behind the Deployment's memory limit.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
+    net::IpAddr,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
@@ -67,11 +72,25 @@ pub struct LimitOptions {
     pub max_decision_units: u32,
     /// Longest a request waits for a decision slot before a 429.
     pub queue_wait: Duration,
-    /// Open connections at once. At the cap a new connection replaces the
-    /// oldest one that has not started a request (TLS handshake or headers
-    /// still coming), else the longest idle one; only when every connection
-    /// has a request in flight is the new one closed.
+    /// Open connections at once. A new connection is never refused: at the
+    /// cap the source holding the most places closes its costliest
+    /// connection for it (see [`super::conns`]).
     pub max_connections: usize,
+    /// Open connections one source address may hold, in any state; a
+    /// newcomer from a source at this share replaces one of its own.
+    pub max_connections_per_source: usize,
+    /// A connection is closed (gracefully, after its current requests) this
+    /// long after its handshake, or when its client certificate expires:
+    /// client-CA rotation and certificate expiry reach every connection.
+    pub max_connection_age: Duration,
+    /// Live apiserver reads at once (cache misses, Secret reads, live
+    /// confirmations), taken before any decision slot; one source may hold
+    /// at most half.
+    pub max_live_reads: usize,
+    /// How long a live read that found nothing (no HostedControlPlane in a
+    /// namespace, no such Secret) is remembered, so a caller repeating a
+    /// review does not repeat the read.
+    pub negative_cache_ttl: Duration,
     /// A new connection has this long for its TLS handshake.
     pub tls_handshake_timeout: Duration,
     /// After the handshake, the first request's headers must arrive within this.
@@ -101,6 +120,10 @@ impl Default for LimitOptions {
             max_decision_units: 16,
             queue_wait: Duration::from_millis(1000),
             max_connections: 512,
+            max_connections_per_source: 128,
+            max_connection_age: Duration::from_secs(300),
+            max_live_reads: 4,
+            negative_cache_ttl: Duration::from_secs(2),
             tls_handshake_timeout: Duration::from_secs(1),
             header_read_timeout: Duration::from_secs(5),
             max_header_bytes: 16 * 1024,
@@ -120,17 +143,40 @@ pub struct Limits {
     decisions: Arc<Semaphore>,
     /// Requests holding an in-flight slot while their body is still coming,
     /// oldest first, each with the signal that evicts it.
-    readers: Arc<Mutex<BTreeMap<u64, Arc<Notify>>>>,
+    readers: Arc<Mutex<BTreeMap<u64, Arc<Reader>>>>,
     next_reader: AtomicU64,
 }
+
+/// A request reading its body: evicting it hands its slot to the evictor
+/// directly (not back to the semaphore, where requests queued earlier would
+/// take it first).
+struct Reader {
+    evict: Notify,
+    handoff: Mutex<Option<tokio::sync::oneshot::Sender<OwnedSemaphorePermit>>>,
+    /// The request's source address: the source with the most readers loses one first.
+    source: IpAddr,
+}
+
+/// The reader to evict: the oldest of the source holding the most readers
+/// (a caller sending many slow bodies evicts its own before anyone else's).
+fn reader_to_evict(readers: &BTreeMap<u64, Arc<Reader>>) -> Option<u64> {
+    let mut held: HashMap<IpAddr, usize> = HashMap::new();
+    for r in readers.values() {
+        *held.entry(r.source).or_default() += 1;
+    }
+    let most = held.values().copied().max()?;
+    readers.iter().find(|(_, r)| held.get(&r.source) == Some(&most)).map(|(id, _)| *id)
+}
+
+type Readers = Arc<Mutex<BTreeMap<u64, Arc<Reader>>>>;
 
 /// An in-flight slot. While its body is being read the request is listed as
 /// a reader and can be evicted for a newer request.
 pub struct RequestSlot {
-    _permit: OwnedSemaphorePermit,
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
     id: u64,
-    evict: Arc<Notify>,
-    readers: Arc<Mutex<BTreeMap<u64, Arc<Notify>>>>,
+    reader: Arc<Reader>,
+    readers: Readers,
 }
 
 impl RequestSlot {
@@ -177,27 +223,40 @@ impl Limits {
         }
     }
 
-    /// An in-flight slot. When none is free, the request that has been
-    /// reading its body the longest is evicted and its slot awaited; `None`
+    /// An in-flight slot for a request from `source`. When none is free, a
+    /// request still reading its body is evicted (the oldest of the source
+    /// with the most) and its slot handed over; `None`
     /// when no slot frees up within `queue_wait` (every slot is past its body).
-    pub async fn request_slot(&self) -> Option<RequestSlot> {
+    pub async fn request_slot(&self, source: IpAddr) -> Option<RequestSlot> {
         let permit = match self.requests.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
-                let victim = self.readers.lock().ok().and_then(|mut r| r.pop_first());
-                if let Some((_, evict)) = victim {
-                    evict.notify_one();
+                let victim = self.readers.lock().ok().and_then(|mut r| {
+                    let id = reader_to_evict(&r)?;
+                    r.remove_entry(&id)
+                });
+                let (tx, handed) = tokio::sync::oneshot::channel();
+                if let Some((_, reader)) = victim {
+                    if let Ok(mut h) = reader.handoff.lock() {
+                        *h = Some(tx);
+                    }
+                    reader.evict.notify_one();
                 }
-                let wait = self.requests.clone().acquire_owned();
-                tokio::time::timeout(self.opts.queue_wait, wait).await.ok()?.ok()?
+                let wait = async {
+                    tokio::select! {
+                        Ok(p) = handed => Some(p),
+                        p = self.requests.clone().acquire_owned() => p.ok(),
+                    }
+                };
+                tokio::time::timeout(self.opts.queue_wait, wait).await.ok()??
             }
         };
         let id = self.next_reader.fetch_add(1, Ordering::Relaxed);
-        let evict = Arc::new(Notify::new());
+        let reader = Arc::new(Reader { evict: Notify::new(), handoff: Mutex::new(None), source });
         if let Ok(mut r) = self.readers.lock() {
-            r.insert(id, evict.clone());
+            r.insert(id, reader.clone());
         }
-        Some(RequestSlot { _permit: permit, id, evict, readers: self.readers.clone() })
+        Some(RequestSlot { permit: Mutex::new(Some(permit)), id, reader, readers: self.readers.clone() })
     }
 
     /// Requests reading their body now (evictable).
@@ -219,9 +278,17 @@ impl Limits {
     ) -> Result<(Bytes, Held), (BodyError, Body)> {
         let read = tokio::select! {
             r = self.read_into(&mut body, declared, deadline) => r,
-            _ = slot.evict.notified() => Err(BodyError::Evicted),
+            _ = slot.reader.evict.notified() => Err(BodyError::Evicted),
         };
         slot.done_reading();
+        if matches!(read, Err(BodyError::Evicted)) {
+            // The evictor gets this slot (if it still waits; else it goes back).
+            let permit = slot.permit.lock().ok().and_then(|mut p| p.take());
+            let to = slot.reader.handoff.lock().ok().and_then(|mut h| h.take());
+            if let (Some(p), Some(to)) = (permit, to) {
+                let _ = to.send(p);
+            }
+        }
         match read {
             Ok(done) => Ok(done),
             Err(e) => Err((e, body)),
@@ -290,5 +357,61 @@ impl Limits {
     pub async fn decision_slot(&self, len: usize) -> Option<OwnedSemaphorePermit> {
         let units = self.units_for(len);
         tokio::time::timeout(self.opts.queue_wait, self.decisions.clone().acquire_many_owned(units)).await.ok()?.ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader(ip: [u8; 4]) -> Arc<Reader> {
+        Arc::new(Reader { evict: Notify::new(), handoff: Mutex::new(None), source: IpAddr::from(ip) })
+    }
+
+    #[test]
+    fn the_source_with_the_most_slow_bodies_loses_its_oldest_first() {
+        let mut r = BTreeMap::new();
+        // The caller's body (oldest of all), then a flood from another address.
+        r.insert(0, reader([127, 0, 0, 1]));
+        for id in 1..5 {
+            r.insert(id, reader([127, 0, 0, 2]));
+        }
+        assert_eq!(reader_to_evict(&r), Some(1));
+        // Equal shares: the oldest overall.
+        let mut even = BTreeMap::new();
+        even.insert(7, reader([127, 0, 0, 2]));
+        even.insert(3, reader([127, 0, 0, 1]));
+        assert_eq!(reader_to_evict(&even), Some(3));
+        assert_eq!(reader_to_evict(&BTreeMap::new()), None);
+    }
+
+    #[tokio::test]
+    async fn an_evicted_reader_hands_its_slot_to_the_newcomer() {
+        let limits = Arc::new(Limits::new(LimitOptions { max_requests: 1, ..LimitOptions::default() }));
+        let slow = limits.request_slot(IpAddr::from([127, 0, 0, 2])).await.expect("first slot");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let l = limits.clone();
+        // A body that never ends: the reader holds the only slot.
+        let (_sender, body) = {
+            let (s, b) =
+                futures::channel::mpsc::channel::<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>>(1);
+            (s, Body::new(http_body_util::StreamBody::new(b)))
+        };
+        let reading = tokio::spawn(async move {
+            let far = Instant::now() + Duration::from_secs(30);
+            let r = l.read_body(body, None, far, &slow).await;
+            let _ = tx.send(());
+            matches!(r, Err((BodyError::Evicted, _)))
+        });
+        tokio::task::yield_now().await;
+        while limits.readers() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let newcomer = tokio::time::timeout(Duration::from_secs(1), limits.request_slot(IpAddr::from([127, 0, 0, 1])))
+            .await
+            .expect("in time");
+        assert!(newcomer.is_some(), "the newcomer got the evicted reader's slot");
+        let _ = rx.await;
+        assert!(reading.await.unwrap_or(false), "the reader was evicted");
     }
 }

@@ -8,8 +8,12 @@
 //! that records it; a new label set is an enum with [`label_enum!`].
 //!
 //! The one exception is the credentials gauge, labelled with a Secret's
-//! namespace and name (never its content), bounded to
-//! [`MAX_CREDENTIAL_SERIES`] series.
+//! namespace and name (never its content): only names that are Kubernetes
+//! object names (a DNS-1123 label for the namespace, at most 63 bytes; a
+//! DNS-1123 subdomain for the name, at most 253 bytes), only for the
+//! operator namespace the controller reads, only from allowed reviews that
+//! are not dry runs, and at most [`MAX_CREDENTIAL_SERIES`] series: at most
+//! about 160 KiB of label text whatever callers send.
 
 use std::sync::atomic::AtomicI64;
 
@@ -97,12 +101,16 @@ label_enum!(
 label_enum!(
     /// Why a request or connection was turned away before a decision.
     RejectReason {
-        /// `--max-connections` reached and every connection had a request in
-        /// flight: the new connection was closed at once.
-        Connections => "connections",
-        /// `--max-connections` reached: the oldest connection that had not
-        /// started a request (or the longest idle one) was closed for a new one.
+        /// `--max-connections` reached: the costliest connection of the source
+        /// holding the most places was closed for a new one (a newcomer is
+        /// never refused).
         ConnectionEvicted => "connection_evicted",
+        /// A source at `--max-connections-per-source` opened another
+        /// connection: one of its own was closed for it.
+        ConnectionSourceShare => "connection_source_share",
+        /// No live-read place (`--max-live-reads`, half per source) within
+        /// the wait: that read is reported as not done to the decision.
+        LiveReads => "live_reads",
         /// `--max-requests` in flight reached: 503.
         Requests => "requests",
         /// The shared body-buffer budget is used up: 503.
@@ -359,7 +367,12 @@ impl Metrics {
     }
 
     /// Records whether the credentials Secret `namespace/secret` is usable.
+    /// Names that are not Kubernetes object names are never recorded (the
+    /// callers check too; this is the last line).
     pub fn credentials_valid(&self, namespace: &str, secret: &str, valid: bool) {
+        if !super::fields::is_dns1123_label(namespace) || !super::fields::is_dns1123_subdomain(secret) {
+            return;
+        }
         let labels = SecretLabels { namespace: namespace.into(), secret: secret.into() };
         if let Ok(mut seen) = self.credential_series.lock() {
             if !seen.contains(&labels) && seen.len() >= MAX_CREDENTIAL_SERIES {
@@ -408,6 +421,22 @@ mod tests {
     fn operation_labels_are_a_closed_set() {
         assert_eq!(Operation::from_request(Some(crate::admission::Operation::Create)), Operation::Create);
         assert_eq!(Operation::from_request(None), Operation::Other);
+    }
+
+    #[test]
+    fn credential_series_need_object_names_and_stay_bounded() {
+        let m = Metrics::new();
+        m.credentials_valid("hypershift", &"x".repeat(6 << 20), false);
+        m.credentials_valid("hypershift", "a?b", false);
+        m.credentials_valid("Bad NS", "ok", false);
+        assert!(!m.render().contains("backup_credentials_valid{"), "{}", m.render());
+        for i in 0..(MAX_CREDENTIAL_SERIES + 100) {
+            let long = format!("{0}.{0}.{0}.{1}-{i}", "n".repeat(63), "n".repeat(55));
+            m.credentials_valid("hypershift", &long, true);
+        }
+        let text = m.render();
+        assert_eq!(text.matches("backup_credentials_valid{").count(), MAX_CREDENTIAL_SERIES);
+        assert!(text.len() < 200 * 1024, "{} bytes", text.len());
     }
 
     #[test]

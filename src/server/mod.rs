@@ -4,16 +4,19 @@
 //! * TLS 1.2/1.3 only; the serving pair and the client CA are reloaded without
 //!   a restart ([`tls::reload_loop`]); expired, not-yet-valid or wrong-SAN
 //!   pairs are refused.
-//! * Who may call: with a client CA, admission paths need a verified client
-//!   certificate whose CN or SAN is allowed; `/healthz`, `/readyz` and
+//! * Who may call: with a client CA, admission paths (all, or only the
+//!   mutating one) need a verified client certificate whose CN is allowed
+//!   (SANs only when explicitly enabled), and no connection outlives its
+//!   maximum age or its client certificate; `/healthz`, `/readyz` and
 //!   `/metrics` stay open for probes and Prometheus. With `metrics_listen`
 //!   they are also served over plain HTTP on a port of their own (no
 //!   admission path there), so a NetworkPolicy can give monitoring and
 //!   probes that port only.
 //! * Bounded everything ([`limits`]): body read before a decision slot, body
-//!   and request deadlines under the webhook timeout, connection and in-flight
-//!   caps that evict the oldest unproven connection / slowest body instead of
-//!   refusing a newcomer, handshake, header-read and idle timeouts for
+//!   and request deadlines under the webhook timeout, connection caps (overall
+//!   and per source) and in-flight caps that evict the costliest connection
+//!   ([`conns`]) / slowest body instead of ever refusing a newcomer, live
+//!   reads before the decision slot under their own budget ([`reads`]), handshake, header-read and idle timeouts for
 //!   HTTP/1.1 and HTTP/2, bounded header buffers and HTTP/2 windows, fast
 //!   429/503 with `Retry-After` when saturated.
 //! * Drain: on SIGTERM `/readyz` turns 503 at once, the server keeps accepting
@@ -23,20 +26,22 @@
 
 pub mod backup_cache;
 pub mod certs;
+pub mod conns;
+pub mod fields;
 pub mod hcp_cache;
 pub mod limits;
 pub mod metrics;
+pub mod reads;
 pub mod routes;
 pub mod tls;
 
 use std::{
-    collections::BTreeMap,
     convert::Infallible,
     net::SocketAddr,
     path::PathBuf,
     sync::{
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+        Arc,
     },
     time::Duration,
 };
@@ -47,15 +52,12 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto::Builder,
 };
-use tokio::{
-    net::TcpListener,
-    sync::{Notify, Semaphore},
-    time::Instant,
-};
+use tokio::{net::TcpListener, sync::Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use crate::{admission, settings::Settings};
+use conns::{ConnTable, Evicted, Place};
 
 /// Server errors (start-up only; per-request problems become HTTP answers).
 #[derive(Debug, thiserror::Error)]
@@ -87,9 +89,14 @@ pub struct ServeOptions {
     pub shutdown_grace: Duration,
     /// The serving certificate must name every one of these (DNS or IP).
     pub expect_sans: Vec<String>,
-    /// With `client_ca`: CNs or SANs allowed on admission paths (empty: any
+    /// With `client_ca`: identities (the certificate's CN; SANs too with
+    /// `client_identity_sans`) allowed on admission paths (empty: any
     /// certificate the CA signed).
     pub allowed_client_names: Vec<String>,
+    /// With `client_ca`: which admission paths need a certificate.
+    pub client_auth_scope: ClientAuthScope,
+    /// With `client_ca`: DNS and URI SANs are identities too, not only the CN.
+    pub client_identity_sans: bool,
     /// Where the mutation finds HostedControlPlanes.
     pub lookups: LookupSource,
     /// Plain-HTTP listener for `/metrics`, `/healthz` and `/readyz` only.
@@ -122,6 +129,10 @@ impl std::fmt::Debug for LookupSource {
 #[derive(Debug, Clone)]
 pub struct ClientAuth {
     pub allowed: Vec<String>,
+    pub scope: ClientAuthScope,
+    /// DNS and URI SANs count as identities too (off by default: Kubernetes
+    /// identifies a client certificate by its CN).
+    pub sans: bool,
 }
 
 /// What the TLS handshake established about the client (a request extension).
@@ -129,8 +140,22 @@ pub struct ClientAuth {
 pub struct PeerIdentity {
     /// A certificate was presented and verified against the client CA.
     pub verified: bool,
-    /// Its CNs and DNS/URI SANs.
+    /// Its identity as Kubernetes reads a client certificate: the subject CN
+    /// (plus its DNS and URI SANs only with `client_identity_sans`).
     pub names: Vec<String>,
+    /// The certificate's NotAfter (Unix seconds).
+    pub not_after: Option<i64>,
+}
+
+/// Which admission paths need a client certificate when a client CA is given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ClientAuthScope {
+    /// Every admission path.
+    #[default]
+    All,
+    /// Only the mutating path (the one whose answer carries a restore URL);
+    /// the validating paths answer any caller.
+    Mutating,
 }
 
 /// Shared state of the handlers.
@@ -150,6 +175,8 @@ pub struct App {
     pub limits: limits::Limits,
     /// `Some` when `--client-ca` is given.
     pub client_auth: Option<ClientAuth>,
+    /// The budget and negative cache of live reads.
+    pub reads: reads::LiveReads,
 }
 
 /// A bound, not yet serving, server.
@@ -199,7 +226,12 @@ impl Server {
             ready: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             limits: limits::Limits::new(opts.limits.clone()),
-            client_auth: opts.client_ca.as_ref().map(|_| ClientAuth { allowed: opts.allowed_client_names.clone() }),
+            client_auth: opts.client_ca.as_ref().map(|_| ClientAuth {
+                allowed: opts.allowed_client_names.clone(),
+                scope: opts.client_auth_scope,
+                sans: opts.client_identity_sans,
+            }),
+            reads: reads::LiveReads::new(&opts.limits),
         });
         // Parse every schema and compile every rule before reporting ready.
         admission::warm_up()?;
@@ -244,7 +276,8 @@ impl Server {
         ));
         let router = routes::router(app.clone());
         let lim = &app.limits.opts;
-        let conns = Arc::new(ConnTable::new(lim.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
+        let max_conns = lim.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+        let conns = ConnTable::new(max_conns, lim.max_connections_per_source);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
         let mut builder = Builder::new(TokioExecutor::new());
@@ -303,16 +336,13 @@ impl Server {
                     }
                 },
             };
+            // Never refused: at a cap another connection is closed for it.
             let (place, evicted) = conns.admit(peer.ip());
-            if evicted {
-                app.metrics.rejected(metrics::RejectReason::ConnectionEvicted);
+            match evicted {
+                Some(Evicted::Fullest) => app.metrics.rejected(metrics::RejectReason::ConnectionEvicted),
+                Some(Evicted::OwnSource) => app.metrics.rejected(metrics::RejectReason::ConnectionSourceShare),
+                None => {}
             }
-            let Some(place) = place else {
-                // Every connection has a request in flight: close at once.
-                app.metrics.rejected(metrics::RejectReason::Connections);
-                drop(tcp);
-                continue;
-            };
             let _ = tcp.set_nodelay(true);
             let conn = Connection {
                 app: app.clone(),
@@ -346,15 +376,19 @@ impl Server {
 
 /// Connections at once on the plain-HTTP metrics and probe port.
 const PLAIN_MAX_CONNECTIONS: usize = 32;
+/// Of which one source address may hold (kubelet probes come from the node's
+/// address, which hostNetwork pods share).
+const PLAIN_MAX_PER_SOURCE: usize = 16;
 
 /// Serves `/metrics`, `/healthz` and `/readyz` over plain HTTP/1.1 on its own
-/// port (nothing else: admission paths answer 404 there). Small and bounded:
-/// 32 connections (at the cap the oldest is closed for the newcomer, so silent
-/// sockets cannot fail a kubelet probe), 8 KiB of headers, 5 s to send them,
-/// a minute per connection at most.
+/// port (nothing else: admission paths answer 404 there). Small and bounded,
+/// with a connection budget of its own: 32 connections, 16 per source (at a
+/// cap a silent or idle connection is closed for the newcomer before one with
+/// a probe in flight, so silent sockets cannot fail a kubelet probe), 8 KiB of
+/// headers, 5 s to send them, a minute per connection at most.
 async fn serve_plain(listener: TcpListener, app: Arc<App>) {
     let router = routes::plain_router(app);
-    let places = Arc::new(ConnTable::new(PLAIN_MAX_CONNECTIONS));
+    let places = ConnTable::new(PLAIN_MAX_CONNECTIONS, PLAIN_MAX_PER_SOURCE);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(5)).max_buf_size(8192).keep_alive(true);
     loop {
@@ -366,16 +400,22 @@ async fn serve_plain(listener: TcpListener, app: Arc<App>) {
                 continue;
             }
         };
-        let (Some(place), _) = places.admit(peer.ip()) else {
-            drop(tcp);
-            continue;
-        };
+        let (place, _) = places.admit(peer.ip());
+        // No TLS here: the connection is "handshaken" at once; a probe in
+        // flight counts as a request, so it is evicted last.
+        place.activity.handshake_done();
         let router = router.clone();
+        let activity = place.activity.clone();
         let conn = http.serve_connection(
             TokioIo::new(tcp),
             hyper::service::service_fn(move |req: Request<Incoming>| {
                 let router = router.clone();
-                async move { router.oneshot(req.map(Body::new)).await }
+                let guard = activity.begin();
+                async move {
+                    let r = router.oneshot(req.map(Body::new)).await;
+                    drop(guard);
+                    r
+                }
             }),
         );
         tokio::spawn(async move {
@@ -402,175 +442,6 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
             TcpListener::bind(v4).await.map_err(|source| ServerError::Bind { addr: v4, source })
         }
         Err(source) => Err(ServerError::Bind { addr, source }),
-    }
-}
-
-/// Per-connection request accounting for the idle timer and the connection cap.
-struct Activity {
-    in_flight: AtomicUsize,
-    seen: AtomicU64,
-    changed: Notify,
-    /// When the last request ended (milliseconds since `epoch`).
-    last_done_ms: AtomicU64,
-    epoch: Instant,
-    /// Closes the connection at once (evicted for a newer one).
-    kill: Notify,
-    /// The TLS handshake is done.
-    tls_done: AtomicBool,
-    /// The peer's address.
-    ip: std::net::IpAddr,
-}
-
-impl Activity {
-    fn new(epoch: Instant, ip: std::net::IpAddr) -> Self {
-        Self {
-            tls_done: AtomicBool::new(false),
-            ip,
-            in_flight: AtomicUsize::new(0),
-            seen: AtomicU64::new(0),
-            changed: Notify::new(),
-            last_done_ms: AtomicU64::new(0),
-            epoch,
-            kill: Notify::new(),
-        }
-    }
-}
-
-/// The open connections, oldest first, for the connection cap.
-struct ConnTable {
-    max: usize,
-    next: AtomicU64,
-    epoch: Instant,
-    open: Mutex<BTreeMap<u64, Arc<Activity>>>,
-    emptied: Notify,
-}
-
-/// A connection's place in the table; given back when dropped.
-struct Place {
-    id: u64,
-    activity: Arc<Activity>,
-    table: Arc<ConnTable>,
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        if let Ok(mut open) = self.table.open.lock() {
-            open.remove(&self.id);
-            if open.is_empty() {
-                self.table.emptied.notify_waiters();
-            }
-        }
-    }
-}
-
-impl ConnTable {
-    fn new(max: usize) -> Self {
-        Self { max, next: AtomicU64::new(0), epoch: Instant::now(), open: Mutex::default(), emptied: Notify::new() }
-    }
-
-    /// A place for a new connection from `ip`. At the cap a connection is
-    /// closed for it, the first found of: the oldest still in its TLS
-    /// handshake, the oldest whose first request has not started, the one
-    /// idle the longest. When `ip` already holds an eighth of the places with
-    /// connections that have not started a request, the victim is its own
-    /// oldest such connection (a flood from one address evicts itself, not
-    /// the apiserver). When every connection has a request in flight, no
-    /// place. The flag says whether a connection was evicted.
-    fn admit(self: &Arc<Self>, ip: std::net::IpAddr) -> (Option<Place>, bool) {
-        let Ok(mut open) = self.open.lock() else { return (None, false) };
-        let mut evicted = false;
-        if open.len() >= self.max {
-            let idle = |a: &Activity| a.in_flight.load(Ordering::Acquire) == 0;
-            let unproven = |a: &Activity| idle(a) && a.seen.load(Ordering::Acquire) == 0;
-            let handshaking = |a: &Activity| unproven(a) && !a.tls_done.load(Ordering::Acquire);
-            let share = (self.max / 8).max(1);
-            let mine = open.iter().filter(|(_, a)| a.ip == ip && unproven(a));
-            let victim = if mine.clone().count() >= share {
-                mine.clone().find(|(_, a)| handshaking(a)).or_else(|| mine.clone().next()).map(|(id, _)| *id)
-            } else {
-                open.iter()
-                    .find(|(_, a)| handshaking(a))
-                    .or_else(|| open.iter().find(|(_, a)| unproven(a)))
-                    .or_else(|| {
-                        open.iter().filter(|(_, a)| idle(a)).min_by_key(|(_, a)| a.last_done_ms.load(Ordering::Acquire))
-                    })
-                    .map(|(id, _)| *id)
-            };
-            let Some(victim) = victim.and_then(|id| open.remove(&id)) else { return (None, false) };
-            victim.kill.notify_one();
-            evicted = true;
-        }
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let activity = Arc::new(Activity::new(self.epoch, ip));
-        open.insert(id, activity.clone());
-        (Some(Place { id, activity, table: self.clone() }), evicted)
-    }
-
-    /// Resolves when no connection is open.
-    async fn empty(&self) {
-        loop {
-            let emptied = self.emptied.notified();
-            tokio::pin!(emptied);
-            emptied.as_mut().enable();
-            if self.open.lock().map(|o| o.is_empty()).unwrap_or(true) {
-                return;
-            }
-            emptied.await;
-        }
-    }
-}
-
-/// Decrements `in_flight` when a request's handler finishes (or is dropped).
-struct InFlight(Arc<Activity>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let ms = u64::try_from(self.0.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.0.last_done_ms.store(ms, Ordering::Release);
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.changed.notify_one();
-    }
-}
-
-impl Activity {
-    fn begin(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        self.seen.fetch_add(1, Ordering::AcqRel);
-        self.changed.notify_one();
-        InFlight(self.clone())
-    }
-
-    /// Resolves when at least one request has been answered and none is in
-    /// flight (a new connection gets to send its first request).
-    async fn quiet(&self) {
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if self.in_flight.load(Ordering::Acquire) == 0 && self.seen.load(Ordering::Acquire) > 0 {
-                return;
-            }
-            changed.await;
-        }
-    }
-
-    /// Resolves when the connection has had no request in flight for the
-    /// idle timeout (or, before its first request, the header-read timeout).
-    async fn idle(&self, header_read: Duration, idle: Duration) {
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if self.in_flight.load(Ordering::Acquire) > 0 {
-                changed.await;
-                continue;
-            }
-            let wait = if self.seen.load(Ordering::Acquire) == 0 { header_read } else { idle };
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => return,
-                _ = changed => {}
-            }
-        }
     }
 }
 
@@ -610,17 +481,25 @@ impl Connection {
                 return;
             }
         };
-        activity.tls_done.store(true, Ordering::Release);
+        activity.handshake_done();
         let identity = Arc::new(match tls.get_ref().1.peer_certificates().and_then(|c| c.first()) {
-            Some(leaf) => PeerIdentity { verified: true, names: tls::client_names(leaf.as_ref()) },
+            Some(leaf) => tls::client_identity(leaf.as_ref(), app.client_auth.as_ref().is_some_and(|a| a.sans)),
             None => PeerIdentity::default(),
         });
+        // The connection ends at its maximum age, or when the client
+        // certificate expires if that is sooner: a rotated client CA or an
+        // expired certificate takes effect on every connection.
+        let max_age = identity
+            .not_after
+            .map(|t| Duration::from_secs(u64::try_from(t.saturating_sub(tls::unix_now())).unwrap_or(0)))
+            .map_or(lim.max_connection_age, |left| left.min(lim.max_connection_age));
         let router = self.router.clone();
         let svc_activity = activity.clone();
         let svc_app = app.clone();
         let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
             let guard = svc_activity.begin();
             req.extensions_mut().insert(identity.clone());
+            req.extensions_mut().insert(svc_activity.clone());
             let h1 = req.version() < Version::HTTP_2;
             let router = router.clone();
             let app = svc_app.clone();
@@ -649,6 +528,7 @@ impl Connection {
                 return;
             }
             _ = activity.idle(header_read, idle) => "idle",
+            _ = tokio::time::sleep(max_age) => "max age",
             _ = self.stop.wait_for(|s| *s) => "shutdown",
             // The drain: a pooled keep-alive connection is closed as soon as
             // it has nothing in flight, so the client's next request opens a

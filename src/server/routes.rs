@@ -1,8 +1,9 @@
 //! HTTP routes. Each admission path runs exactly the code path `review` runs
-//! ([`crate::admission::review`]); this file only moves bytes and applies the
-//! limits of [`super::limits`].
+//! ([`crate::admission::review`]); this file only moves bytes, applies the
+//! limits of [`super::limits`] and has [`super::reads`] carry out the live
+//! reads a review needs before its decision slot is taken.
 
-use std::sync::Arc;
+use std::{net::IpAddr, sync::Arc};
 
 use axum::{
     body::{Body, Bytes, HttpBody},
@@ -17,25 +18,26 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::{
-    backup_cache::{BackupCache, RequestReads},
+    backup_cache::RequestReads,
+    conns::Activity,
+    fields::{log_field, LOG_FIELD_MAX},
     limits::BodyError,
     metrics::{truncate, Decision, Operation, RejectReason, Webhook},
-    App, PeerIdentity,
+    reads::{self, Fetched},
+    App, ClientAuthScope, PeerIdentity,
 };
 use crate::admission::{self, lookup as hcp_lookup, DecisionInput, Target};
 use crate::rules::{
     self,
-    credentials::{self, SecretData, Storage},
+    credentials::{self, SecretData},
 };
+use crate::settings::Settings;
 
 pub use super::limits::MAX_BODY;
 
 /// Bodies at least this large are decided on the blocking pool, so a big
 /// review never holds up the async workers (probes, accepts, small reviews).
 const BLOCKING_DECISION_BYTES: usize = 256 * 1024;
-
-/// Longest request-supplied string written to a log line.
-const LOG_FIELD_MAX: usize = 256;
 
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
@@ -160,9 +162,13 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
-/// Who may call an admission path, when client certificates are configured.
-fn authorize(app: &App, req: &Request<Body>) -> Result<(), (StatusCode, String)> {
+/// Who may call an admission path, when client certificates are configured
+/// (every admission path, or only the mutating one).
+fn authorize(app: &App, req: &Request<Body>, target: Target) -> Result<(), (StatusCode, String)> {
     let Some(auth) = &app.client_auth else { return Ok(()) };
+    if auth.scope == ClientAuthScope::Mutating && target != Target::EtcdStatefulSets {
+        return Ok(());
+    }
     let peer = req.extensions().get::<Arc<PeerIdentity>>();
     let Some(peer) = peer.filter(|p| !p.names.is_empty() || p.verified) else {
         app.metrics.rejected(RejectReason::Unauthenticated);
@@ -175,27 +181,27 @@ fn authorize(app: &App, req: &Request<Body>) -> Result<(), (StatusCode, String)>
         return Ok(());
     }
     app.metrics.rejected(RejectReason::Forbidden);
-    tracing::warn!(
-        client = %truncate(&peer.names.join(","), LOG_FIELD_MAX),
-        "client certificate identity not in --allowed-client-names"
-    );
+    tracing::warn!(client = %log_field(&peer.names.join(",")), "client certificate identity not in --allowed-client-names");
+    let what = if auth.sans { "CN or SAN" } else { "CN" };
     Err((
         StatusCode::FORBIDDEN,
-        "this client certificate's identity (CN or SAN) is not allowed to call admission paths".into(),
+        format!("this client certificate's identity ({what}) is not allowed to call admission paths"),
     ))
 }
 
 async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, webhook: Webhook) -> Response {
     let started = Instant::now();
     let deadline = started + app.limits.opts.request_timeout;
-    if let Err((code, message)) = authorize(&app, &req) {
+    if let Err((code, message)) = authorize(&app, &req, target) {
         return error_before_body(code, message, req.into_body(), false);
     }
+    let conn = req.extensions().get::<Arc<Activity>>().cloned();
+    let source = conn.as_ref().map_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |c| c.source());
     let reject = |reason: RejectReason| {
         app.metrics.rejected(reason);
         app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
     };
-    let Some(in_flight) = app.limits.request_slot().await else {
+    let Some(in_flight) = app.limits.request_slot(source).await else {
         reject(RejectReason::Requests);
         let msg = "too many requests in flight; retry".to_string();
         return error_before_body(StatusCode::SERVICE_UNAVAILABLE, msg, req.into_body(), true);
@@ -205,8 +211,13 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
         req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
     // The body is read completely (bounded in size and time) before a decision
     // slot is taken: a client that stalls its body holds no decision slot.
+    // Meanwhile its connection counts as reading a body (the costliest kind
+    // at the connection cap).
     let body_deadline = deadline.min(started + app.limits.opts.body_timeout);
-    let (bytes, _held) = match app.limits.read_body(req.into_body(), declared, body_deadline, &in_flight).await {
+    let reading = conn.as_ref().map(|c| c.reading());
+    let read = app.limits.read_body(req.into_body(), declared, body_deadline, &in_flight).await;
+    drop(reading);
+    let (bytes, _held) = match read {
         Ok(b) => b,
         Err((BodyError::TooLarge, rest)) => {
             reject(RejectReason::BodyTooLarge);
@@ -248,8 +259,8 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
             return error_before_body(StatusCode::BAD_REQUEST, msg, rest, false);
         }
     };
-    let slot = tokio::time::timeout_at(deadline, app.limits.decision_slot(bytes.len())).await.ok().flatten();
-    let Some(slot) = slot else {
+    let units = bytes.len();
+    let Some(slot) = decision_slot(&app, units, deadline).await else {
         reject(RejectReason::Decisions);
         return busy(StatusCode::TOO_MANY_REQUESTS, "every decision slot is busy; retry");
     };
@@ -266,90 +277,124 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
             return error(code, message);
         }
     };
-    // The etcd StatefulSet's decision, and an HCPEtcdBackup CREATE's
-    // preflight, read the namespace's HostedControlPlanes live on a cache miss
-    // (bounded by the request deadline as well as the cache's own timeout):
-    // a lagging watch must neither let etcd start empty nor deny a backup.
-    let backup_create = target == Target::HcpEtcdBackups
-        && app.backup_cache.is_some()
-        && app.settings.backup_preflight
-        && parsed.pointer("/request/operation").and_then(Value::as_str) == Some("CREATE")
-        && parsed.pointer("/request/subResource").and_then(Value::as_str).is_none_or(str::is_empty);
-    let prefetched = match (&app.hcp_cache, target) {
-        (Some(cache), Target::EtcdStatefulSets)
-            if parsed.pointer("/request/object/metadata/name").and_then(Value::as_str)
-                == Some(crate::mutate::ETCD_STATEFULSET) =>
-        {
-            Some(cache)
-        }
-        (Some(cache), Target::HcpEtcdBackups) if backup_create => Some(cache),
-        _ => None,
-    };
-    let prefetched = match prefetched {
-        Some(cache) => {
-            let ns = request_namespace(&parsed);
-            match tokio::time::timeout_at(deadline, cache.lookup_for(&ns)).await {
-                Ok(p) => Some(p),
-                Err(_) => {
-                    reject(RejectReason::Deadline);
-                    return busy(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "the HostedControlPlane read did not finish within the request deadline",
-                    );
-                }
-            }
-        }
-        None => None,
-    };
-    // An HCPEtcdBackup CREATE reads the credentials Secret it names, live
-    // (within the request deadline; a read that does not finish skips that check),
-    // and confirms a cached "in progress" backup live before the serial guard denies.
-    let (secret_read, backups_live) = match (target, &app.backup_cache, &app.lookup) {
-        (Target::HcpEtcdBackups, Some(cache), Some(_)) => {
-            let secret = tokio::time::timeout_at(deadline, read_credentials(&app, cache, &parsed["request"]))
-                .await
-                .ok()
-                .flatten();
-            let backups = match backup_create.then(|| request_namespace(&parsed)) {
-                Some(ns) if cache.backups_in(&ns).is_ok_and(|b| b.iter().any(crate::rules::preflight::in_progress)) => {
-                    let live =
-                        tokio::time::timeout_at(deadline, cache.list_backups_live(&ns)).await.unwrap_or_else(|_| {
-                            Err("listing HCPEtcdBackups did not finish within the request deadline".into())
-                        });
-                    Some((ns, live))
-                }
-                _ => None,
-            };
-            (secret, backups)
-        }
-        _ => (None, None),
-    };
-    let outcome = if big {
-        let app2 = app.clone();
-        let task = tokio::task::spawn_blocking(move || {
-            let _slot = slot;
-            decide(&app2, parsed, prefetched.as_ref(), secret_read.as_ref(), backups_live.as_ref(), target)
-        });
-        match tokio::time::timeout_at(deadline, task).await {
-            Ok(Ok(o)) => o,
-            Ok(Err(e)) => Err(task_failed(e)),
-            Err(_) => {
-                reject(RejectReason::Deadline);
-                return busy(StatusCode::SERVICE_UNAVAILABLE, "the review was not decided within the request deadline");
-            }
-        }
+    // What the decision needs read live (a cache miss, the credentials
+    // Secret, a live confirmation). Reads happen with no decision slot held,
+    // under the live-read budget and the request deadline; an HCPEtcdBackup
+    // the decision denies without its preflight is answered unread.
+    let plan = reads::plan(&app, &parsed, target);
+    let (slot, fetched) = if plan.is_empty() {
+        (slot, Fetched::default())
     } else {
-        let o = decide(&app, parsed, prefetched.as_ref(), secret_read.as_ref(), backups_live.as_ref(), target);
-        drop(slot);
-        o
-    };
-    let reviewed = match outcome {
-        Ok(r) => r,
-        Err((code, message)) => {
-            app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
-            return error(code, message);
+        if plan.decide_first {
+            let settings = Settings { backup_preflight: false, ..app.settings.clone() };
+            let first = match decide_in(&app, parsed.clone(), Fetched::default(), settings, target, big, slot, deadline)
+                .await
+            {
+                Ok(r) => r,
+                Err(answer) => return failed(&app, webhook, started, answer),
+            };
+            if first.decision.denial().is_some() {
+                return answer(&app, first, webhook, target, started, None);
+            }
+        } else {
+            drop(slot);
         }
+        let fetched = app.reads.execute(&app, &plan, source, deadline).await;
+        let Some(slot) = decision_slot(&app, units, deadline).await else {
+            reject(RejectReason::Decisions);
+            return busy(StatusCode::TOO_MANY_REQUESTS, "every decision slot is busy; retry");
+        };
+        (slot, fetched)
     };
+    let gauge = credentials_gauge(&fetched);
+    let reviewed = match decide_in(&app, parsed, fetched, app.settings.clone(), target, big, slot, deadline).await {
+        Ok(r) => r,
+        Err(answer) => return failed(&app, webhook, started, answer),
+    };
+    answer(&app, reviewed, webhook, target, started, gauge)
+}
+
+/// A decision slot for a body of `len` bytes, within the queue wait and `deadline`.
+async fn decision_slot(app: &App, len: usize, deadline: Instant) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    tokio::time::timeout_at(deadline, app.limits.decision_slot(len)).await.ok().flatten()
+}
+
+/// Why a decision produced no review: an HTTP answer, and whether it was the deadline.
+enum NotDecided {
+    Deadline,
+    Error(StatusCode, String),
+}
+
+fn failed(app: &App, webhook: Webhook, started: Instant, why: NotDecided) -> Response {
+    match why {
+        NotDecided::Deadline => {
+            app.metrics.rejected(RejectReason::Deadline);
+            app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
+            busy(StatusCode::SERVICE_UNAVAILABLE, "the review was not decided within the request deadline")
+        }
+        NotDecided::Error(code, message) => {
+            app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
+            error(code, message)
+        }
+    }
+}
+
+/// Decides `parsed` on what was read, holding `slot` (a big review on the
+/// blocking pool, within `deadline`).
+#[allow(clippy::too_many_arguments)]
+async fn decide_in(
+    app: &Arc<App>,
+    parsed: Value,
+    fetched: Fetched,
+    settings: Settings,
+    target: Target,
+    big: bool,
+    slot: tokio::sync::OwnedSemaphorePermit,
+    deadline: Instant,
+) -> Result<admission::Reviewed, NotDecided> {
+    if !big {
+        let o = decide(app, &parsed, &fetched, &settings, target);
+        drop(slot);
+        return o.map_err(|(c, m)| NotDecided::Error(c, m));
+    }
+    let app = app.clone();
+    let task = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        decide(&app, &parsed, &fetched, &settings, target)
+    });
+    match tokio::time::timeout_at(deadline, task).await {
+        Ok(Ok(o)) => o.map_err(|(c, m)| NotDecided::Error(c, m)),
+        Ok(Err(e)) => {
+            let (c, m) = task_failed(e);
+            Err(NotDecided::Error(c, m))
+        }
+        Err(_) => Err(NotDecided::Deadline),
+    }
+}
+
+/// The credentials gauge value a read Secret gives: (namespace, name, usable);
+/// `None` when it was not read (no value is better than a wrong one).
+fn credentials_gauge(fetched: &Fetched) -> Option<(String, String, bool)> {
+    let (ns, name, read) = fetched.secret.as_ref()?;
+    let storage = fetched.storage?;
+    let valid = match read.as_ref().ok()? {
+        Some(s) => credentials::detect(storage, &SecretData::from_secret(s)).usable(),
+        None => false,
+    };
+    Some((ns.clone(), name.clone(), valid))
+}
+
+/// Counts, logs and sends a decided review. Metric series keyed by names
+/// come only from allowed reviews that are not dry runs, and only for names
+/// that are Kubernetes object names in the operator namespace.
+fn answer(
+    app: &App,
+    reviewed: admission::Reviewed,
+    webhook: Webhook,
+    target: Target,
+    started: Instant,
+    gauge: Option<(String, String, bool)>,
+) -> Response {
     let elapsed = started.elapsed();
     let req = reviewed.request.as_ref();
     // Labels from the typed request and decision: bounded sets.
@@ -360,25 +405,32 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
         Some(_) => Decision::Denied,
     };
     app.metrics.observe(webhook, operation, decision, elapsed.as_secs_f64());
-    if target == Target::EtcdBackupSecrets && matches!(operation, Operation::Create | Operation::Update) {
-        if let Some((r, obj)) = req.and_then(|r| r.object.as_ref().map(|o| (r, o))) {
-            if let Some(valid) = rules::secret::usable(obj) {
+    let dry_run = req.and_then(|r| r.dry_run).unwrap_or(false);
+    if decision == Decision::Allowed && !dry_run {
+        let operator_ns = app.settings.operator_namespace.as_str();
+        if let Some((ns, name, valid)) = gauge.filter(|(ns, _, _)| ns == operator_ns) {
+            app.metrics.credentials_valid(&ns, &name, valid);
+        }
+        if target == Target::EtcdBackupSecrets && matches!(operation, Operation::Create | Operation::Update) {
+            if let Some((r, obj)) = req.and_then(|r| r.object.as_ref().map(|o| (r, o))) {
                 let ns = r.namespace.as_deref().or_else(|| obj.pointer("/metadata/namespace").and_then(Value::as_str));
                 let name = obj.pointer("/metadata/name").and_then(Value::as_str).or(r.name.as_deref());
-                if let (Some(ns), Some(name)) = (ns, name) {
-                    app.metrics.credentials_valid(ns, name, valid);
+                if let (Some(ns), Some(name), Some(valid)) = (ns, name, rules::secret::usable(obj)) {
+                    if ns == operator_ns {
+                        app.metrics.credentials_valid(ns, name, valid);
+                    }
                 }
             }
         }
     }
-    let field = |v: Option<&str>| truncate(v.unwrap_or_default(), LOG_FIELD_MAX).into_owned();
+    let field = |v: Option<&str>| log_field(v.unwrap_or_default());
     tracing::info!(
         uid = field(req.map(|r| r.uid.as_str())),
         kind = field(req.map(|r| r.kind.kind.as_str())),
         namespace = field(req.and_then(|r| r.namespace.as_deref())),
         name = field(req.and_then(|r| r.name.as_deref())),
         operation = req.map_or("", |r| r.operation.as_str()),
-        dry_run = req.and_then(|r| r.dry_run).unwrap_or(false),
+        dry_run,
         decision = decision.as_str(),
         latency_us = elapsed.as_micros() as u64,
         "admission review"
@@ -426,71 +478,23 @@ fn task_failed(e: tokio::task::JoinError) -> (StatusCode, String) {
 /// not a review.
 fn decide(
     app: &App,
-    parsed: Value,
-    prefetched: Option<&hcp_lookup::Prefetched>,
-    secret: Option<&SecretRead>,
-    backups: Option<&BackupsRead>,
+    parsed: &Value,
+    fetched: &Fetched,
+    settings: &Settings,
     target: Target,
 ) -> Result<admission::Reviewed, (StatusCode, String)> {
     let reads = RequestReads {
         inner: app.lookup.as_deref().map(|l| l as &dyn hcp_lookup::Lookup),
-        hcps: prefetched,
-        backups: backups.cloned(),
-        secret: secret.cloned(),
+        hcps: fetched.hcps.as_ref(),
+        backups: fetched.backups.clone(),
+        secret: fetched.secret.clone(),
     };
     let lookup = reads.any().then_some(&reads as &dyn hcp_lookup::Lookup);
-    let decision =
-        DecisionInput { settings: &app.settings, lookup, now: crate::time::system_now(), expect: Some(target) };
-    let reviewed = admission::review_typed(&parsed, &decision).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+    let decision = DecisionInput { settings, lookup, now: crate::time::system_now(), expect: Some(target) };
+    let reviewed = admission::review_typed(parsed, &decision).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
     if let Some(o) = &reviewed.decision.etcd_init {
         let (outcome, reason) = o.labels();
         app.metrics.etcd_init(outcome, reason);
     }
     Ok(reviewed)
-}
-
-/// The request's namespace (the object's when the request does not say).
-fn request_namespace(parsed: &Value) -> String {
-    parsed
-        .pointer("/request/namespace")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .or_else(|| parsed.pointer("/request/object/metadata/namespace").and_then(Value::as_str))
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// The namespace's HCPEtcdBackups read live for one request: (namespace, what the read gave).
-type BackupsRead = (String, Result<Vec<Value>, String>);
-
-/// A credentials Secret read for one request: (namespace, name, what the read gave).
-type SecretRead = (String, String, Result<Option<Value>, String>);
-
-/// For an HCPEtcdBackup CREATE: reads the credentials Secret it names, live,
-/// from the operator namespace, and records the credentials gauge. Returns
-/// (namespace, name, what the read gave) for the decision's lookup.
-async fn read_credentials(app: &App, cache: &BackupCache, req: &Value) -> Option<SecretRead> {
-    if req["operation"] != "CREATE" || req.get("subResource").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
-        return None;
-    }
-    let object = &req["object"];
-    let storage = Storage::of_backup(object)?;
-    let name = object
-        .pointer(&format!("/spec/storage/{}/credentials/name", storage.block()))
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())?
-        .to_string();
-    let ns = cache.operator_namespace().to_string();
-    let secret = cache.read_secret(&name).await;
-    match &secret {
-        Ok(Some(s)) => {
-            let valid = credentials::detect(storage, &SecretData::from_secret(s)).usable();
-            app.metrics.credentials_valid(&ns, &name, valid);
-        }
-        Ok(None) => app.metrics.credentials_valid(&ns, &name, false),
-        Err(e) => {
-            tracing::warn!(namespace = %ns, secret = %name, error = %e, "credentials Secret not read; preflight skips it")
-        }
-    }
-    Some((ns, name, secret))
 }

@@ -193,22 +193,34 @@ fn san_matches(have: &str, want: &str) -> bool {
     }
 }
 
-/// The identities a client certificate carries: its subject CNs, DNS and URI
-/// subjectAltNames.
-pub fn client_names(der: &[u8]) -> Vec<String> {
+/// What a verified client certificate says about its holder. The identity is
+/// the subject's CN, as Kubernetes reads a client certificate (Go's
+/// crypto/x509 keeps the last CN attribute of the subject); the DNS and URI
+/// subjectAltNames count only when `sans` is set (a CSR approved for one user
+/// may carry any SAN). An unparseable certificate has no identity.
+pub fn client_identity(der: &[u8], sans: bool) -> super::PeerIdentity {
     use x509_parser::extensions::GeneralName;
-    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else { return Vec::new() };
-    let mut out: Vec<String> =
-        cert.subject().iter_common_name().filter_map(|cn| cn.as_str().ok().map(str::to_string)).collect();
-    if let Ok(Some(san)) = cert.subject_alternative_name() {
-        for n in &san.value.general_names {
-            match n {
-                GeneralName::DNSName(d) | GeneralName::URI(d) => out.push((*d).to_string()),
-                _ => {}
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return super::PeerIdentity { verified: true, names: Vec::new(), not_after: None };
+    };
+    let mut names: Vec<String> = cert
+        .subject()
+        .iter_common_name()
+        .filter_map(|cn| cn.as_str().ok().map(str::to_string))
+        .last()
+        .into_iter()
+        .collect();
+    if sans {
+        if let Ok(Some(san)) = cert.subject_alternative_name() {
+            for n in &san.value.general_names {
+                match n {
+                    GeneralName::DNSName(d) | GeneralName::URI(d) => names.push((*d).to_string()),
+                    _ => {}
+                }
             }
         }
     }
-    out
+    super::PeerIdentity { verified: true, names, not_after: Some(cert.validity().not_after.timestamp()) }
 }
 
 /// A client-certificate verifier that can be swapped when the CA file changes.

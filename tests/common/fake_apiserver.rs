@@ -65,6 +65,11 @@ fn query_param(query: &str, key: &str) -> Option<String> {
 
 /// Serves `objects` (by kind); LIST answers are delayed by `list_delay`.
 pub async fn start(objects: Vec<Value>, list_delay: Duration) -> FakeApi {
+    start_with_delays(objects, list_delay, Duration::ZERO).await
+}
+
+/// [`start`], with Secret GETs delayed by `get_delay` too (a slow apiserver).
+pub async fn start_with_delays(objects: Vec<Value>, list_delay: Duration, get_delay: Duration) -> FakeApi {
     let requests = Arc::new(Mutex::new(Vec::new()));
     let shared = Arc::new(Mutex::new(Arc::new(objects)));
     let rec = requests.clone();
@@ -97,6 +102,7 @@ pub async fn start(objects: Vec<Value>, list_delay: Duration) -> FakeApi {
                             "message": format!("secrets \"{name}\" is forbidden"), "reason": "Forbidden", "code": 403}),
                     );
                 }
+                tokio::time::sleep(get_delay).await;
                 let found = objects.iter().find(|o| {
                     o["kind"] == "Secret" && o["metadata"]["namespace"] == *ns && o["metadata"]["name"] == *name
                 });

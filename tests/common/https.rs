@@ -2,7 +2,7 @@
 //! only the CA it is given (and presenting a client certificate when asked).
 #![allow(dead_code)]
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use http_body_util::{BodyExt, Full};
 use hyper::{body::Bytes, Request};
@@ -116,6 +116,25 @@ impl Client {
         Ok(sender)
     }
 
+    /// [`Client::h2`] from the loopback source address `src`.
+    pub async fn h2_from(
+        &self,
+        addr: SocketAddr,
+        src: std::net::IpAddr,
+    ) -> Result<hyper::client::conn::http2::SendRequest<H2Body>, String> {
+        let tcp = connect_from(addr, src).await?;
+        let tls = TlsConnector::from(self.h2_config.clone())
+            .connect(ServerName::try_from("localhost").map_err(|e| e.to_string())?, tcp)
+            .await
+            .map_err(|e| format!("tls: {e}"))?;
+        let (sender, conn) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), TokioIo::new(tls))
+                .await
+                .map_err(|e| format!("h2 handshake: {e}"))?;
+        tokio::spawn(conn);
+        Ok(sender)
+    }
+
     /// One request over HTTP/2 on a fresh connection.
     pub async fn request_h2(&self, addr: SocketAddr, method: &str, path: &str, body: H2Body) -> Result<Reply, String> {
         let mut sender = self.h2(addr).await?;
@@ -147,9 +166,26 @@ impl Client {
         Ok((status, body))
     }
 
+    /// A JSON POST on a fresh connection from the loopback source address `src`.
+    pub async fn post_json_from(
+        &self,
+        addr: SocketAddr,
+        src: std::net::IpAddr,
+        path: &str,
+        v: &serde_json::Value,
+    ) -> Result<Reply, String> {
+        let tcp = connect_from(addr, src).await?;
+        self.request_on(tcp, "POST", path, serde_json::to_vec(v).unwrap_or_default()).await
+    }
+
     /// One request on a fresh connection.
     pub async fn request(&self, addr: SocketAddr, method: &str, path: &str, body: Vec<u8>) -> Result<Reply, String> {
         let tcp = TcpStream::connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+        self.request_on(tcp, method, path, body).await
+    }
+
+    /// One request over TLS on `tcp`.
+    async fn request_on(&self, tcp: TcpStream, method: &str, path: &str, body: Vec<u8>) -> Result<Reply, String> {
         let tls = TlsConnector::from(self.config.clone())
             .connect(ServerName::try_from("localhost").map_err(|e| e.to_string())?, tcp)
             .await
@@ -199,6 +235,21 @@ pub fn streamed(body: Vec<u8>, chunk: usize) -> H2Body {
     let frames: Vec<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>> =
         body.chunks(chunk.max(1)).map(|c| Ok(hyper::body::Frame::data(Bytes::copy_from_slice(c)))).collect();
     http_body_util::StreamBody::new(futures::stream::iter(frames)).boxed()
+}
+
+/// `body` sent in `pieces` frames spread over `over` (a caller that keeps a
+/// request in flight, finishing its body within the body deadline).
+pub fn trickled(body: Vec<u8>, pieces: usize, over: Duration) -> H2Body {
+    let pieces = pieces.max(1);
+    let step = over / pieces as u32;
+    let size = body.len().div_ceil(pieces).max(1);
+    let chunks: Vec<Bytes> = body.chunks(size).map(Bytes::copy_from_slice).collect();
+    let stream = futures::stream::unfold(chunks.into_iter(), move |mut it| async move {
+        let next = it.next()?;
+        tokio::time::sleep(step).await;
+        Some((Ok(hyper::body::Frame::data(next)), it))
+    });
+    http_body_util::StreamBody::new(stream).boxed()
 }
 
 pub async fn send_h2(

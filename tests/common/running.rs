@@ -47,6 +47,8 @@ pub fn options(dir: &Path, client_ca: Option<&Path>, reload: Duration, lookups: 
         shutdown_grace: Duration::from_secs(5),
         expect_sans: Vec::new(),
         allowed_client_names: Vec::new(),
+        client_auth_scope: Default::default(),
+        client_identity_sans: false,
         lookups,
         metrics_listen: None,
     }

@@ -1,0 +1,397 @@
+//! The live apiserver reads one review needs, planned from the parsed review
+//! and carried out **before** the review takes a decision slot, so a caller
+//! that makes the server read (a fresh namespace each time is always a cache
+//! miss; a fresh Secret name is always a GET) holds no decision slot while
+//! the apiserver answers, and real reviews that need no read (every
+//! HostedCluster, most StatefulSets) are never queued behind it.
+//!
+//! * [`plan`] says what to read: the namespace's HostedControlPlanes on a
+//!   cache miss (the etcd StatefulSet's mutation, an HCPEtcdBackup CREATE's
+//!   preflight), the credentials Secret an HCPEtcdBackup CREATE names, and a
+//!   live list of the namespace's backups when the cache shows one in
+//!   progress. Nothing is planned for a name that is not a Kubernetes object
+//!   name, and the server reads nothing for an HCPEtcdBackup that the
+//!   decision denies without the preflight (schema, CEL, rules): it runs
+//!   that decision first.
+//! * [`LiveReads::execute`] carries the plan out within the request deadline
+//!   (the credentials Secret and the live backups list only once the
+//!   namespace is known to have a HostedControlPlane)
+//!   under a budget of its own: `max_live_reads` at once, at most half of
+//!   them for one source address, waited for at most the queue wait. A read
+//!   that gets no place, fails or times out reaches the decision as not
+//!   read, and the core says so (a warning for the preflight, a denial for
+//!   the etcd-init mutation: never a guess).
+//! * Negative answers (no HostedControlPlane in a namespace, no such Secret)
+//!   are remembered for `negative_cache_ttl`, so repeating a review does not
+//!   repeat its read.
+//!
+//! The plan is the server's today; it is the shape a read plan from the core
+//! takes (what to read, then the decision on what was read).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::IpAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use serde_json::Value;
+use tokio::{
+    sync::{OwnedSemaphorePermit, Semaphore},
+    time::Instant,
+};
+
+use super::{
+    fields::{is_dns1123_label, is_dns1123_subdomain, log_field},
+    limits::LimitOptions,
+    metrics::RejectReason,
+    App,
+};
+use crate::{
+    admission::{
+        lookup::{LookupError, Prefetched},
+        Target,
+    },
+    rules::credentials::Storage,
+};
+
+/// Most negative answers remembered at once (the map is cleared of expired
+/// entries, then emptied, beyond this).
+const NEGATIVE_CACHE_MAX: usize = 4096;
+
+/// The namespace's HCPEtcdBackups read live: (namespace, what the read gave).
+pub type BackupsRead = (String, Result<Vec<Value>, String>);
+
+/// A credentials Secret read: (namespace, name, what the read gave).
+pub type SecretRead = (String, String, Result<Option<Value>, String>);
+
+/// What one review needs read live before its decision.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReadPlan {
+    /// The HostedControlPlanes of this namespace (the cache missed).
+    pub hcps: Option<String>,
+    /// The credentials Secret (operator namespace) an HCPEtcdBackup CREATE names.
+    pub secret: Option<(Storage, String)>,
+    /// The namespace's HCPEtcdBackups, to confirm a cached "in progress".
+    pub backups: Option<String>,
+    /// The review must pass its decision without the preflight first (an
+    /// HCPEtcdBackup CREATE): nothing is read for a review denied anyway.
+    pub decide_first: bool,
+}
+
+impl ReadPlan {
+    pub fn is_empty(&self) -> bool {
+        self.hcps.is_none() && self.secret.is_none() && self.backups.is_none()
+    }
+}
+
+/// What was read for one review.
+#[derive(Default)]
+pub struct Fetched {
+    pub hcps: Option<Prefetched>,
+    pub secret: Option<SecretRead>,
+    pub backups: Option<BackupsRead>,
+    /// Which storage type the Secret was read for (the credentials gauge).
+    pub storage: Option<Storage>,
+}
+
+/// The request's namespace (the object's when the request does not say).
+pub fn request_namespace(parsed: &Value) -> String {
+    parsed
+        .pointer("/request/namespace")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .or_else(|| parsed.pointer("/request/object/metadata/namespace").and_then(Value::as_str))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Whether the review is an HCPEtcdBackup CREATE the preflight judges.
+fn backup_create(app: &App, parsed: &Value, target: Target) -> bool {
+    target == Target::HcpEtcdBackups
+        && app.backup_cache.is_some()
+        && app.settings.backup_preflight
+        && parsed.pointer("/request/operation").and_then(Value::as_str) == Some("CREATE")
+        && parsed.pointer("/request/subResource").and_then(Value::as_str).is_none_or(str::is_empty)
+}
+
+/// What `parsed` needs read live (cheap: JSON pointers and cache look-ups).
+pub fn plan(app: &App, parsed: &Value, target: Target) -> ReadPlan {
+    let mut plan = ReadPlan::default();
+    let create = backup_create(app, parsed, target);
+    let ns = request_namespace(parsed);
+    let etcd = target == Target::EtcdStatefulSets
+        && parsed.pointer("/request/object/metadata/name").and_then(Value::as_str)
+            == Some(crate::mutate::ETCD_STATEFULSET);
+    if let Some(cache) = &app.hcp_cache {
+        // A cache hit needs no read: the decision finds it in the cache.
+        let hit = cache.synced()
+            && crate::admission::lookup::Lookup::hosted_control_planes(cache.as_ref(), &ns)
+                .is_ok_and(|h| !h.is_empty());
+        if (etcd || create) && !hit {
+            plan.hcps = Some(ns.clone());
+        }
+    }
+    if !create {
+        return plan;
+    }
+    let Some(cache) = &app.backup_cache else { return plan };
+    let object = parsed.pointer("/request/object").unwrap_or(&Value::Null);
+    if let Some(storage) = Storage::of_backup(object) {
+        let name = object
+            .pointer(&format!("/spec/storage/{}/credentials/name", storage.block()))
+            .and_then(Value::as_str)
+            .filter(|n| is_dns1123_subdomain(n));
+        plan.secret = name.map(|n| (storage, n.to_string()));
+    }
+    if is_dns1123_label(&ns) && cache.backups_in(&ns).is_ok_and(|b| b.iter().any(crate::rules::preflight::in_progress))
+    {
+        plan.backups = Some(ns);
+    }
+    plan.decide_first = !plan.is_empty();
+    plan
+}
+
+/// A live-read place; given back (and its source's count) when dropped.
+struct Place {
+    _permit: OwnedSemaphorePermit,
+    source: IpAddr,
+    held: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if let Ok(mut h) = self.held.lock() {
+            if let Some(n) = h.get_mut(&self.source) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    h.remove(&self.source);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Negative {
+    /// No HostedControlPlane in this namespace.
+    Hcps(String),
+    /// No such Secret in the operator namespace.
+    Secret(String),
+}
+
+/// The live-read budget and the negative cache.
+pub struct LiveReads {
+    places: Arc<Semaphore>,
+    per_source: usize,
+    held: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    wait: Duration,
+    ttl: Duration,
+    negative: Mutex<BTreeMap<Negative, Instant>>,
+}
+
+impl LiveReads {
+    pub fn new(opts: &LimitOptions) -> Self {
+        let max = opts.max_live_reads.clamp(1, Semaphore::MAX_PERMITS);
+        Self {
+            places: Arc::new(Semaphore::new(max)),
+            per_source: (max / 2).max(1),
+            held: Arc::default(),
+            wait: opts.queue_wait,
+            ttl: opts.negative_cache_ttl,
+            negative: Mutex::default(),
+        }
+    }
+
+    /// A place for a read from `source`, waiting until `deadline` or the
+    /// queue wait; `None` when the source holds its share or none freed up.
+    async fn place(&self, source: IpAddr, deadline: Instant) -> Option<Place> {
+        {
+            let mut held = self.held.lock().ok()?;
+            let n = held.entry(source).or_insert(0);
+            if *n >= self.per_source {
+                return None;
+            }
+            *n += 1;
+        }
+        let release = |held: &Mutex<HashMap<IpAddr, usize>>| {
+            if let Ok(mut h) = held.lock() {
+                if let Some(n) = h.get_mut(&source) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        h.remove(&source);
+                    }
+                }
+            }
+        };
+        let until = deadline.min(Instant::now() + self.wait);
+        match tokio::time::timeout_at(until, self.places.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Some(Place { _permit: permit, source, held: self.held.clone() }),
+            _ => {
+                release(&self.held);
+                None
+            }
+        }
+    }
+
+    fn remembered(&self, key: &Negative) -> bool {
+        if self.ttl.is_zero() {
+            return false;
+        }
+        self.negative.lock().is_ok_and(|n| n.get(key).is_some_and(|at| at.elapsed() < self.ttl))
+    }
+
+    fn remember(&self, key: Negative) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        if let Ok(mut n) = self.negative.lock() {
+            if n.len() >= NEGATIVE_CACHE_MAX {
+                let ttl = self.ttl;
+                n.retain(|_, at| at.elapsed() < ttl);
+                if n.len() >= NEGATIVE_CACHE_MAX {
+                    n.clear();
+                }
+            }
+            n.insert(key, Instant::now());
+        }
+    }
+
+    /// Carries out `plan` for a review from `source`, every read bounded by
+    /// `deadline` (the request's).
+    pub async fn execute(&self, app: &App, plan: &ReadPlan, source: IpAddr, deadline: Instant) -> Fetched {
+        let busy = || {
+            app.metrics.rejected(RejectReason::LiveReads);
+            "the server's live-read budget is taken (too many reads at once); not read".to_string()
+        };
+        let late = || "the live read did not finish within the request deadline".to_string();
+        let hcps = async {
+            let (Some(ns), Some(cache)) = (&plan.hcps, &app.hcp_cache) else { return None };
+            // An invalid namespace is answered without I/O (and without a place).
+            if !is_dns1123_label(ns) {
+                return Some(cache.lookup_for(ns).await);
+            }
+            let key = Negative::Hcps(ns.clone());
+            if self.remembered(&key) {
+                return Some(Prefetched(Ok(Vec::new())));
+            }
+            let Some(_place) = self.place(source, deadline).await else {
+                return Some(Prefetched(Err(LookupError::Failed(busy()))));
+            };
+            let read = match tokio::time::timeout_at(deadline, cache.lookup_for(ns)).await {
+                Ok(p) => p,
+                Err(_) => Prefetched(Err(LookupError::Failed(late()))),
+            };
+            if read.0.as_ref().is_ok_and(Vec::is_empty) {
+                self.remember(key);
+            }
+            Some(read)
+        };
+        let secret = async {
+            let (Some((_, name)), Some(cache)) = (&plan.secret, &app.backup_cache) else { return None };
+            let ns = cache.operator_namespace().to_string();
+            let key = Negative::Secret(name.clone());
+            if self.remembered(&key) {
+                return Some((ns, name.clone(), Ok(None)));
+            }
+            let Some(_place) = self.place(source, deadline).await else {
+                return Some((ns, name.clone(), Err(busy())));
+            };
+            let read = tokio::time::timeout_at(deadline, cache.read_secret(name)).await.unwrap_or_else(|_| Err(late()));
+            match &read {
+                Ok(None) => self.remember(key),
+                Ok(Some(_)) => {}
+                Err(e) => tracing::warn!(
+                    namespace = %log_field(&ns),
+                    secret = %log_field(name),
+                    error = %log_field(e),
+                    "credentials Secret not read; the preflight skips it"
+                ),
+            }
+            Some((ns, name.clone(), read))
+        };
+        let backups = async {
+            let (Some(ns), Some(cache)) = (&plan.backups, &app.backup_cache) else { return None };
+            let Some(_place) = self.place(source, deadline).await else { return Some((ns.clone(), Err(busy()))) };
+            let live =
+                tokio::time::timeout_at(deadline, cache.list_backups_live(ns)).await.unwrap_or_else(|_| Err(late()));
+            Some((ns.clone(), live))
+        };
+        // The HostedControlPlanes first: the Secret and the other backups are
+        // read only for a namespace that has one (the namespace's own denial
+        // already stands otherwise), so a caller naming any namespace cannot
+        // use the server to probe the operator namespace's Secrets.
+        let hcps = hcps.await;
+        let hosted = match (&plan.hcps, &hcps) {
+            (None, _) => true,
+            (Some(_), Some(Prefetched(Ok(found)))) => !found.is_empty(),
+            _ => false,
+        };
+        if !hosted {
+            return Fetched { hcps, ..Fetched::default() };
+        }
+        let (secret, backups) = tokio::join!(secret, backups);
+        Fetched { hcps, secret, backups, storage: plan.secret.as_ref().map(|(s, _)| *s) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reads(max: usize, ttl_ms: u64) -> LiveReads {
+        LiveReads::new(&LimitOptions {
+            max_live_reads: max,
+            negative_cache_ttl: Duration::from_millis(ttl_ms),
+            queue_wait: Duration::from_millis(50),
+            ..LimitOptions::default()
+        })
+    }
+
+    const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 1));
+    const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
+
+    #[tokio::test]
+    async fn one_source_holds_at_most_half_of_the_live_read_places() {
+        let r = reads(4, 0);
+        let soon = Instant::now() + Duration::from_secs(1);
+        let a1 = r.place(A, soon).await.expect("a1");
+        let a2 = r.place(A, soon).await.expect("a2");
+        assert!(r.place(A, soon).await.is_none(), "A holds its half");
+        let b1 = r.place(B, soon).await.expect("another source still gets a place");
+        let b2 = r.place(B, soon).await.expect("b2");
+        assert!(r.place(B, soon).await.is_none());
+        drop((a1, b1));
+        assert!(r.place(A, soon).await.is_some(), "a place given back is taken again");
+        drop((a2, b2));
+        assert!(r.held.lock().map(|h| h.len() <= 1).unwrap_or(false));
+    }
+
+    #[tokio::test]
+    async fn a_full_budget_is_waited_for_at_most_the_queue_wait() {
+        let r = reads(2, 0);
+        let soon = Instant::now() + Duration::from_secs(5);
+        let _a = r.place(A, soon).await.expect("a");
+        let _b = r.place(B, soon).await.expect("b");
+        let c = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 3));
+        assert!(r.place(c, soon).await.is_none(), "no place freed within the wait");
+        assert!(r.held.lock().map(|h| !h.contains_key(&c)).unwrap_or(false), "the refused source holds nothing");
+    }
+
+    #[test]
+    fn negative_answers_are_remembered_for_the_ttl_only() {
+        let r = reads(4, 60_000);
+        let k = Negative::Hcps("attack-1".into());
+        assert!(!r.remembered(&k));
+        r.remember(k.clone());
+        assert!(r.remembered(&k));
+        assert!(!r.remembered(&Negative::Secret("attack-1".into())));
+        for i in 0..(NEGATIVE_CACHE_MAX + 10) {
+            r.remember(Negative::Secret(format!("s{i}")));
+        }
+        assert!(r.negative.lock().map(|n| n.len() <= NEGATIVE_CACHE_MAX).unwrap_or(false), "bounded");
+        let off = reads(4, 0);
+        off.remember(k.clone());
+        assert!(!off.remembered(&k), "a zero TTL remembers nothing");
+    }
+}

@@ -16,7 +16,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(
     name = "hcp-etcd-admission",
-    version,
+    version = hcp_etcd_admission::build_info::LONG_VERSION,
     about = "Admission webhooks and offline checks for HyperShift etcd backup and restore"
 )]
 struct Cli {

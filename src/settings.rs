@@ -47,6 +47,9 @@ pub struct Settings {
     /// The HyperShift Operator namespace, where the controller reads the
     /// credentials Secret. Default: `hypershift`.
     pub operator_namespace: String,
+    /// What a finding does (deny, warn, audit, off) and who is exempt; see
+    /// [`crate::enforcement`]. Default: every finding denies, nobody is exempt.
+    pub enforcement: crate::enforcement::Enforcement,
 }
 
 impl Default for Settings {
@@ -63,6 +66,7 @@ impl Default for Settings {
             allow_restore_without_revision_bump: false,
             backup_preflight: true,
             operator_namespace: "hypershift".to_string(),
+            enforcement: crate::enforcement::Enforcement::default(),
         }
     }
 }
@@ -115,6 +119,7 @@ impl Settings {
         if !dns_label {
             problems.push(format!("operatorNamespace: {ns:?} is not a namespace name (a DNS label)"));
         }
+        problems.extend(self.enforcement.problems());
         if problems.is_empty() {
             Ok(())
         } else {

@@ -103,6 +103,7 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
                 object: Some(doc.clone()),
                 old_object: None,
                 dry_run: Some(true),
+                user_info: None,
             };
             let decided = admission::decide(&req, &decision);
             report.result = if decided.allowed() { "allowed" } else { "denied" };

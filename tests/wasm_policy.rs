@@ -94,6 +94,9 @@ fn conformance_suite_gives_identical_decisions_on_fresh_instances() {
         if warns(&wasm["warnings"]) != warns(&want["warnings"]) {
             problems.push(format!("warnings {} vs {}", wasm["warnings"], want["warnings"]));
         }
+        if wasm.get("audit_annotations") != want.get("auditAnnotations") {
+            problems.push(format!("audit annotations {} vs {}", wasm["audit_annotations"], want["auditAnnotations"]));
+        }
         // Kubewarden computes the patch from mutated_object (json_patch::diff, as
         // policy-evaluator does); applied to the request object it must give
         // exactly what the native patch gives.

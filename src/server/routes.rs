@@ -360,6 +360,7 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
         Some(_) => Decision::Denied,
     };
     app.metrics.observe(webhook, operation, decision, elapsed.as_secs_f64());
+    app.metrics.rule_results(webhook, &reviewed.decision.rules);
     if target == Target::EtcdBackupSecrets && matches!(operation, Operation::Create | Operation::Update) {
         if let Some((r, obj)) = req.and_then(|r| r.object.as_ref().map(|o| (r, o))) {
             if let Some(valid) = rules::secret::usable(obj) {
@@ -380,11 +381,27 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
         operation = req.map_or("", |r| r.operation.as_str()),
         dry_run = req.and_then(|r| r.dry_run).unwrap_or(false),
         decision = decision.as_str(),
+        user = field(req.and_then(|r| r.user_info.as_ref()).map(|u| u.username.as_str())),
+        rules = rule_list(&reviewed.decision.rules),
         latency_us = elapsed.as_micros() as u64,
         "admission review"
     );
     Json(reviewed.review).into_response()
 }
+
+/// The findings of a decision for the log line: `rule=result` pairs from
+/// closed sets, at most [`MAX_LOGGED_RULES`] (then `+N more`).
+fn rule_list(results: &[crate::enforcement::RuleResult]) -> String {
+    let mut out: Vec<String> =
+        results.iter().take(MAX_LOGGED_RULES).map(|r| format!("{}={}", r.rule, r.outcome.as_str())).collect();
+    if results.len() > MAX_LOGGED_RULES {
+        out.push(format!("+{} more", results.len() - MAX_LOGGED_RULES));
+    }
+    out.join(",")
+}
+
+/// Most findings named in one review log line.
+const MAX_LOGGED_RULES: usize = 16;
 
 /// Reads and drops what is left of a body of at most twice `max` bytes, until
 /// `deadline`; hands back what could not be read (the answer goes first).

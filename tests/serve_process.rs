@@ -252,3 +252,60 @@ fn version_shows_the_commit() {
         assert!(commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit()), "{commit} vs {:?}", h.stdout);
     }
 }
+
+/// What OpenShift's restricted-v2 does to the image: an arbitrary UID from
+/// the namespace's range, GID 0, no supplementary groups, nothing writable,
+/// the serving pair mounted readable by group 0. The binary (copied as the
+/// image has it: root:0, 0755) starts and answers a review. scripts/build-image.sh
+/// does the same with the static binary from the built image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_under_an_arbitrary_uid_with_gid_0() {
+    let needs = [
+        common::env::Need::Root,
+        common::env::Need::Program("setpriv", "util-linux (Debian: apt-get install util-linux)"),
+    ];
+    if !common::env::ready("serves_under_an_arbitrary_uid_with_gid_0", &needs) {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("hcp-anyuid-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("tls")).expect("dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(dir.join("tls"), std::fs::Permissions::from_mode(0o750)).expect("chmod");
+    let bin = dir.join("hcp-etcd-admission");
+    std::fs::copy(env!("CARGO_BIN_EXE_hcp-etcd-admission"), &bin).expect("copy binary");
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let set = hcp_etcd_admission::server::certs::generate("anyuid CA", &["localhost".into()], 2).expect("certs");
+    hcp_etcd_admission::server::certs::write(&dir.join("tls"), &set).expect("write");
+    for f in ["tls.crt", "tls.key"] {
+        std::fs::set_permissions(dir.join("tls").join(f), std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    }
+    let log = dir.join("serve.log");
+    let mut child = Command::new("setpriv")
+        .args(["--reuid=1000730000", "--regid=0", "--clear-groups"])
+        .arg(&bin)
+        .args(["serve", "--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "never", "--drain-seconds", "0"])
+        .arg("--tls-cert")
+        .arg(dir.join("tls/tls.crt"))
+        .arg("--tls-key")
+        .arg(dir.join("tls/tls.key"))
+        .current_dir("/")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("setpriv");
+    let addr = listening(&log).await;
+    let client = Client::new(&[&set.ca_pem], None);
+    let sample = std::fs::read(common::root().join("tests/reviews/hcpetcdbackup-create-s3.json")).expect("sample");
+    let answer = client.request(addr, "POST", "/validate/hcpetcdbackups", sample).await.expect("post").json();
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap_or_default().to_string();
+    let gid_line = status.lines().find(|l| l.starts_with("Gid:")).unwrap_or_default().to_string();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(uid_line.contains("1000730000"), "{uid_line}");
+    assert!(gid_line.split_whitespace().nth(1) == Some("0"), "{gid_line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

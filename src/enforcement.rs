@@ -33,7 +33,8 @@ pub const INTERNAL_ERROR: &str = "internal-error";
 pub const FAIL_CLOSED: &[&str] = &[ETCD_INIT_UNDECIDABLE, ETCD_INIT_TEMPLATE, BAD_REQUEST, INTERNAL_ERROR];
 
 /// The ids a finding can carry besides the project rules'.
-pub const PSEUDO_RULES: &[&str] = &[UPSTREAM_SCHEMA, ETCD_INIT_UNDECIDABLE, ETCD_INIT_TEMPLATE, BAD_REQUEST, INTERNAL_ERROR];
+pub const PSEUDO_RULES: &[&str] =
+    &[UPSTREAM_SCHEMA, ETCD_INIT_UNDECIDABLE, ETCD_INIT_TEMPLATE, BAD_REQUEST, INTERNAL_ERROR];
 
 /// Every id a finding can carry: a closed set (metric labels, override keys).
 pub fn known_rule(id: &str) -> Option<&'static str> {

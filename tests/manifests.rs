@@ -294,7 +294,7 @@ fn kubewarden_policy_server_may_list_hostedcontrolplanes() {
         .map(|(_, d)| d)
         .find(|d| d["kind"] == "ClusterRoleBinding" && d["roleRef"]["name"] == role["metadata"]["name"])
         .expect("binding");
-    assert_eq!(binding["subjects"][0]["name"], "policy-server");
+    assert_eq!(binding["subjects"][0]["name"], "hcp-etcd-admission-policy-server");
     assert_eq!(binding["subjects"][0]["namespace"], "kubewarden");
     for (_, p) in objects.iter().filter(|(_, d)| d["kind"] == "ClusterAdmissionPolicy") {
         assert_eq!(p["spec"]["backgroundAudit"], false, "{}", p["metadata"]["name"]);
@@ -317,8 +317,8 @@ fn cert_manager_overlay_is_a_ca_chain() {
     let ca_issuer = find("Issuer", serving["spec"]["issuerRef"]["name"].as_str().expect("issuer"));
     assert_eq!(ca_issuer["spec"]["ca"]["secretName"], ca["spec"]["secretName"]);
     assert!(serving["spec"]["dnsNames"].to_string().contains("hcp-etcd-admission.hcp-etcd-admission.svc"));
-    let k =
-        std::fs::read_to_string(common::root().join("webhooks/components/cert-manager-inject/kustomization.yaml")).expect("k");
+    let k = std::fs::read_to_string(common::root().join("webhooks/components/cert-manager-inject/kustomization.yaml"))
+        .expect("k");
     assert!(
         k.contains("inject-ca-from: hcp-etcd-admission/hcp-etcd-admission-ca"),
         "the injected bundle is the CA, stable across serving renewals"
@@ -403,13 +403,7 @@ fn rbac_is_least_privilege() {
         ("ClusterRole", "", "apps", "statefulsets", serde_json::json!(["list", "watch"])),
         ("ClusterRole", "", "apps", "statefulsets/resourceNames", serde_json::json!(["etcd"])),
         ("ClusterRole", "", "hypershift.openshift.io", "hcpetcdbackups", serde_json::json!(["list", "watch"])),
-        (
-            "ClusterRole",
-            "",
-            "hypershift.openshift.io",
-            "hostedcontrolplanes",
-            serde_json::json!(["list", "watch"]),
-        ),
+        ("ClusterRole", "", "hypershift.openshift.io", "hostedcontrolplanes", serde_json::json!(["list", "watch"])),
         ("Role", "hypershift", "", "secrets", serde_json::json!(["get"])),
     ]
     .into_iter()
@@ -606,38 +600,110 @@ async fn certs_renews_with_an_existing_ca_and_keeps_the_bundle() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The Kubewarden package matches what ships: one metadata file per policy
+/// with the policy's rules, context-aware resources and flags; the root
+/// metadata.yml (what is annotated into the module) is the validating one;
+/// only keys Kubewarden knows; one version everywhere; the dedicated
+/// PolicyServer is the one every policy names; questions-ui defaults are the
+/// settings defaults.
 #[test]
 fn kubewarden_metadata_and_policies_agree() {
-    let meta = &docs(&common::root().join("metadata.yml"))[0];
-    assert_eq!(meta["executionMode"], "kubewarden-wapc");
-    assert_eq!(meta["mutating"], true);
-    assert_eq!(meta["contextAwareResources"][0]["kind"], "HostedControlPlane");
-    let policies: Vec<Value> =
-        all_objects().into_iter().map(|(_, d)| d).filter(|d| d["kind"] == "ClusterAdmissionPolicy").collect();
+    let version = env!("CARGO_PKG_VERSION");
+    let root = common::root();
+    let meta = &docs(&root.join("metadata.yml"))[0];
+    assert_eq!(
+        meta,
+        &docs(&root.join("kubewarden/validate.metadata.yml"))[0],
+        "metadata.yml is the validating policy's"
+    );
+    let known = [
+        "rules",
+        "mutating",
+        "contextAwareResources",
+        "executionMode",
+        "policyType",
+        "backgroundAudit",
+        "annotations",
+        "minimumKubewardenVersion",
+    ];
+    let objects = all_objects();
+    let policies: Vec<&Value> =
+        objects.iter().map(|(_, d)| d).filter(|d| d["kind"] == "ClusterAdmissionPolicy").collect();
     assert_eq!(policies.len(), 3);
-    for kind in ["HCPEtcdBackup", "Secret", "StatefulSet"] {
-        assert!(meta["contextAwareResources"].to_string().contains(kind), "{kind} is not declared context aware");
-    }
-    let meta_resources: Vec<Value> = meta["rules"]
-        .as_array()
-        .expect("rules")
-        .iter()
-        .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
-        .collect();
-    for p in &policies {
-        Settings::from_json(&p["spec"]["settings"]).expect("policy settings are valid");
-        for r in p["spec"]["rules"]
-            .as_array()
-            .expect("rules")
-            .iter()
-            .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
-        {
-            assert!(meta_resources.contains(&r), "{r} is not in metadata.yml rules");
+    let server =
+        objects.iter().map(|(_, d)| d).find(|d| d["kind"] == "PolicyServer").expect("a dedicated PolicyServer");
+    for (file, policy) in [
+        ("validate", "hcp-etcd-admission-validate"),
+        ("mutate-etcd", "hcp-etcd-admission-etcd-init"),
+        ("validate-secrets", "hcp-etcd-admission-backup-secrets"),
+    ] {
+        let m = &docs(&root.join(format!("kubewarden/{file}.metadata.yml")))[0];
+        for k in m.as_object().expect("mapping").keys() {
+            assert!(known.contains(&k.as_str()), "{file}: {k} is not a Kubewarden metadata field");
         }
-        if p["spec"]["mutating"] == true {
-            assert!(p["spec"]["contextAwareResources"].to_string().contains("HostedControlPlane"));
-        }
+        let p = policies.iter().find(|p| p["metadata"]["name"] == policy).expect("policy");
+        let spec = &p["spec"];
+        assert_eq!(m["rules"], spec["rules"], "{file}: rules");
+        assert_eq!(m["mutating"], spec["mutating"], "{file}: mutating");
+        assert_eq!(m["backgroundAudit"], false);
+        assert_eq!(spec["backgroundAudit"], false);
+        let ctx = |v: &Value| v.as_array().cloned().unwrap_or_default();
+        assert_eq!(
+            ctx(&m["contextAwareResources"]),
+            ctx(&spec["contextAwareResources"]),
+            "{file}: contextAwareResources"
+        );
+        assert_eq!(m["annotations"]["io.kubewarden.policy.version"], version, "{file}");
+        assert!(!m.to_string().contains("example.com"), "{file}: placeholder URL");
+        let module = spec["module"].as_str().expect("module");
+        let oci = m["annotations"]["io.kubewarden.policy.ociUrl"].as_str().expect("ociUrl");
+        assert_eq!(module, format!("registry://{oci}:v{version}"), "{policy}: module reference");
+        assert_eq!(spec["policyServer"], server["metadata"]["name"], "{policy} runs on the dedicated PolicyServer");
+        Settings::from_json(&spec["settings"]).expect("policy settings are valid");
     }
+    let sa = server["spec"]["serviceAccountName"].as_str().expect("serviceAccountName");
+    for b in objects.iter().map(|(_, d)| d).filter(|d| {
+        matches!(d["kind"].as_str(), Some("ClusterRoleBinding" | "RoleBinding"))
+            && d["metadata"]["name"].as_str().is_some_and(|n| n.contains("kubewarden"))
+    }) {
+        assert_eq!(b["subjects"][0]["name"], sa, "{}: bound to the dedicated PolicyServer", b["metadata"]["name"]);
+    }
+    let pkg = &docs(&root.join("artifacthub-pkg.yml"))[0];
+    assert_eq!(pkg["version"], version);
+    assert!(pkg["containersImages"][0]["image"].as_str().expect("image").ends_with(&format!(":v{version}")));
+    let questions = &docs(&root.join("questions-ui.yml"))[0];
+    let defaults = serde_json::to_value(Settings::default()).expect("settings");
+    for q in questions["questions"].as_array().expect("questions") {
+        let var = q["variable"].as_str().expect("variable");
+        let pointer = format!("/{}", var.replace('.', "/"));
+        let default = defaults.pointer(&pointer).unwrap_or_else(|| panic!("questions-ui: {var} is not a setting"));
+        let want = match default {
+            Value::String(_) | Value::Bool(_) | Value::Number(_) | Value::Array(_) => default.clone(),
+            other => panic!("{var}: {other}"),
+        };
+        assert_eq!(q["default"], want, "questions-ui default of {var}");
+    }
+}
+
+/// One version: the crate's, in the image tag, the Kubewarden metadata and
+/// policies, the Artifact Hub package, the CHANGELOG and the README matrix.
+#[test]
+fn one_version_everywhere() {
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(hcp_etcd_admission::build_info::VERSION, version);
+    let k = &docs(&common::root().join("webhooks/base/kustomization.yaml"))[0];
+    assert_eq!(k["images"][0]["newTag"], version);
+    let text = |f: &str| std::fs::read_to_string(common::root().join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    assert!(text("CHANGELOG.md").contains(&format!("## [{version}]")), "CHANGELOG has no entry for {version}");
+    assert!(text("LICENSE").contains("Apache License") && text("LICENSE").contains("Version 2.0, January 2004"));
+    for f in [
+        "webhooks/kubewarden/validate.yaml",
+        "webhooks/kubewarden/mutate-etcd.yaml",
+        "webhooks/kubewarden/validate-secrets.yaml",
+    ] {
+        assert!(text(f).contains(&format!(":v{version}\n")), "{f}");
+    }
+    assert!(text("README.md").contains(&format!("| {version} |")), "README compatibility matrix names {version}");
 }
 
 /// `kubectl kustomize` of a directory, as objects.
@@ -701,7 +767,8 @@ fn write_kustomization(dir: &Path, resource: &str, components: &[String]) {
 }
 
 fn kustomization(resource: &str, components: &[String]) -> String {
-    let mut k = format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{resource:?}]\n");
+    let mut k =
+        format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{resource:?}]\n");
     if !components.is_empty() {
         k += &format!("components: [{}]\n", components.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(", "));
     }
@@ -734,12 +801,26 @@ fn every_documented_combination_renders_and_validates_strictly() {
     for d in &dirs {
         let objects = render(d);
         let is_registration = d.file_name().is_some_and(|n| n.to_string_lossy().starts_with("registration"));
-        let webhooks = objects.iter().filter(|o| o["kind"].as_str().is_some_and(|k| k.ends_with("WebhookConfiguration")));
-        assert_eq!(webhooks.count(), if is_registration { 2 } else { 0 }, "{}: registrations only in stage 2", d.display());
+        let webhooks =
+            objects.iter().filter(|o| o["kind"].as_str().is_some_and(|k| k.ends_with("WebhookConfiguration")));
+        assert_eq!(
+            webhooks.count(),
+            if is_registration { 2 } else { 0 },
+            "{}: registrations only in stage 2",
+            d.display()
+        );
         for o in &objects {
             let wave = o["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"].as_str();
-            let want = if is_registration { "5" } else if o["kind"] == "Namespace" { "-1" } else { "0" };
-            if o["apiVersion"].as_str().is_some_and(|a| a.contains("monitoring.coreos.com") || a.contains("cert-manager"))
+            let want = if is_registration {
+                "5"
+            } else if o["kind"] == "Namespace" {
+                "-1"
+            } else {
+                "0"
+            };
+            if o["apiVersion"]
+                .as_str()
+                .is_some_and(|a| a.contains("monitoring.coreos.com") || a.contains("cert-manager"))
                 || o["metadata"]["name"] == "hcp-etcd-admission-prometheus-user-workload"
             {
                 continue;
@@ -793,12 +874,17 @@ fn openshift_variant_passes_restricted_v2() {
         assert!(spec.get(host).is_none_or(|v| v == false), "{host}");
     }
     assert_eq!(spec["priorityClassName"], "openshift-user-critical");
-    let allowed_volumes = ["configMap", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"];
+    let allowed_volumes =
+        ["configMap", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"];
     for v in spec["volumes"].as_array().into_iter().flatten() {
         let kind = v.as_object().expect("volume").keys().find(|k| *k != "name").expect("volume type");
         assert!(allowed_volumes.contains(&kind.as_str()), "volume type {kind} not allowed by restricted-v2");
     }
-    let containers = spec["containers"].as_array().into_iter().flatten().chain(spec["initContainers"].as_array().into_iter().flatten());
+    let containers = spec["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(spec["initContainers"].as_array().into_iter().flatten());
     for c in containers {
         let sc = &c["securityContext"];
         for forbidden in ["runAsUser", "runAsGroup", "privileged"] {
@@ -838,11 +924,17 @@ fn operator_namespace_is_set_in_one_place_and_settings_roll_the_pods() {
     }
     let k = std::fs::read_to_string(dir.join("base/kustomization.yaml")).expect("k");
     assert_eq!(k.matches("operatorNamespace=hypershift").count(), 1);
-    std::fs::write(dir.join("base/kustomization.yaml"), k.replace("operatorNamespace=hypershift", "operatorNamespace=hs-operator"))
-        .expect("write");
+    std::fs::write(
+        dir.join("base/kustomization.yaml"),
+        k.replace("operatorNamespace=hypershift", "operatorNamespace=hs-operator"),
+    )
+    .expect("write");
     let objects = render(&dir.join("base"));
     let find = |kind: &str, name: &str| {
-        objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name).unwrap_or_else(|| panic!("{kind} {name}"))
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"))
     };
     assert_eq!(find("Role", "hcp-etcd-admission-backup-credentials")["metadata"]["namespace"], "hs-operator");
     assert_eq!(find("RoleBinding", "hcp-etcd-admission-backup-credentials")["metadata"]["namespace"], "hs-operator");
@@ -853,11 +945,18 @@ fn operator_namespace_is_set_in_one_place_and_settings_roll_the_pods() {
     assert!(!objects.iter().any(|o| o["metadata"]["name"] == "hcp-etcd-admission-install"), "local-config only");
     let cm = objects
         .iter()
-        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("hcp-etcd-admission-settings-")))
+        .find(|o| {
+            o["kind"] == "ConfigMap"
+                && o["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("hcp-etcd-admission-settings-"))
+        })
         .expect("generated settings ConfigMap with a content hash");
-    let settings: Value = serde_yaml_ng::from_str(cm["data"]["settings.yaml"].as_str().expect("settings")).expect("yaml");
+    let settings: Value =
+        serde_yaml_ng::from_str(cm["data"]["settings.yaml"].as_str().expect("settings")).expect("yaml");
     Settings::from_json(&settings).expect("valid settings");
-    assert!(deploy.to_string().contains(cm["metadata"]["name"].as_str().expect("name")), "the Deployment mounts it by its hashed name");
+    assert!(
+        deploy.to_string().contains(cm["metadata"]["name"].as_str().expect("name")),
+        "the Deployment mounts it by its hashed name"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -869,7 +968,12 @@ fn certs_refuses_foot_guns_and_emits_a_patch() {
     let dir = std::env::temp_dir().join(format!("hcp-certs-guns-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission")).arg("certs").args(args).current_dir(common::root()).output().expect("certs")
+        Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
+            .arg("certs")
+            .args(args)
+            .current_dir(common::root())
+            .output()
+            .expect("certs")
     };
     let out = dir.join("certs").display().to_string();
     // A bad --inject target fails before anything is written.
@@ -898,10 +1002,14 @@ fn certs_refuses_foot_guns_and_emits_a_patch() {
     assert_eq!(days, 800, "--ca-days");
     let patch_dir = dir.join("patch");
     let renewed = run(&[
-        "--out", &dir.join("renewed").display().to_string(),
-        "--ca-cert", &dir.join("certs/ca.crt").display().to_string(),
-        "--ca-key", &dir.join("certs/ca.key").display().to_string(),
-        "--patch-out", &patch_dir.display().to_string(),
+        "--out",
+        &dir.join("renewed").display().to_string(),
+        "--ca-cert",
+        &dir.join("certs/ca.crt").display().to_string(),
+        "--ca-key",
+        &dir.join("certs/ca.key").display().to_string(),
+        "--patch-out",
+        &patch_dir.display().to_string(),
     ]);
     assert!(renewed.status.success(), "{}", String::from_utf8_lossy(&renewed.stderr));
     let bundle = String::from_utf8_lossy(&renewed.stdout).trim().to_string();

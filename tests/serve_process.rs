@@ -129,7 +129,11 @@ fn client_ca_without_an_allow_list_refuses_to_start() {
 }
 
 /// `serve` as a process with stderr in a file (the log lines are checked).
-fn spawn_logged(dir: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> (std::process::Child, std::path::PathBuf) {
+fn spawn_logged(
+    dir: &std::path::Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::Child, std::path::PathBuf) {
     std::fs::create_dir_all(dir).expect("dir");
     let log = dir.join("serve.log");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"));
@@ -176,8 +180,7 @@ async fn rule_results_are_counted_and_logged_with_the_user() {
     .expect("kubeconfig");
     let cfg = dir.join("settings.yaml").display().to_string();
     let kc = kubeconfig.display().to_string();
-    let (mut child, log) =
-        spawn_logged(&dir, &["--listen", "127.0.0.1:0", "--config", &cfg], &[("KUBECONFIG", &kc)]);
+    let (mut child, log) = spawn_logged(&dir, &["--listen", "127.0.0.1:0", "--config", &cfg], &[("KUBECONFIG", &kc)]);
     let addr = listening(&log).await;
     let ca = std::fs::read_to_string(dir.join("dev/ca.crt")).expect("dev CA written");
     let client = Client::new(&[&ca], None);
@@ -188,7 +191,9 @@ async fn rule_results_are_counted_and_logged_with_the_user() {
     assert!(answer["response"]["warnings"].as_array().is_some_and(|w| !w.is_empty()), "{answer}");
     let metrics = client.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
     let series = |rule: &str| {
-        format!("hcp_etcd_admission_rule_results_total{{webhook=\"hcpetcdbackups\",rule=\"{rule}\",result=\"warned\"}} 1")
+        format!(
+            "hcp_etcd_admission_rule_results_total{{webhook=\"hcpetcdbackups\",rule=\"{rule}\",result=\"warned\"}} 1"
+        )
     };
     assert!(metrics.contains(&series("hcpetcdbackup-s3-bucket-naming")), "{metrics}");
     assert!(metrics.contains(&series("hcpetcdbackup-kms-region")), "{metrics}");
@@ -223,7 +228,8 @@ async fn rule_results_are_counted_and_logged_with_the_user() {
 async fn a_second_dev_serve_on_a_busy_port_leaves_the_dev_certs_alone() {
     let dir = std::env::temp_dir().join(format!("hcp-serve-busy-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let (mut first, log) = spawn_logged(&dir, &["--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "never"], &[]);
+    let (mut first, log) =
+        spawn_logged(&dir, &["--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "never"], &[]);
     let addr = listening(&log).await.to_string();
     let before = std::fs::read(dir.join("dev/ca.crt")).expect("ca");
     let second = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
@@ -244,7 +250,10 @@ async fn a_second_dev_serve_on_a_busy_port_leaves_the_dev_certs_alone() {
 fn version_shows_the_commit() {
     let out = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission")).arg("--version").output().expect("--version");
     let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert_eq!(text, format!("hcp-etcd-admission {} (commit {})", env!("CARGO_PKG_VERSION"), hcp_etcd_admission::build_info::COMMIT));
+    assert_eq!(
+        text,
+        format!("hcp-etcd-admission {} (commit {})", env!("CARGO_PKG_VERSION"), hcp_etcd_admission::build_info::COMMIT)
+    );
     let head = Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).current_dir(common::root()).output();
     if let Some(h) = head.ok().filter(|h| h.status.success()) {
         // Built from this checkout (possibly an earlier commit of it): a 12-digit hex id.

@@ -253,3 +253,53 @@ fn the_shipped_module_is_a_plain_wapc_module_holding_the_pre_initialised_state()
         memory_pages(raw.module())
     );
 }
+
+/// The annotated module (scripts/build-wasm.sh's annotate step, as `kwctl
+/// annotate` does) carries metadata.yml in its `kubewarden_metadata` custom
+/// section and still loads and answers like the module it was made from.
+#[test]
+fn the_annotated_module_carries_the_metadata_and_still_answers() {
+    let path = wasm_host::module_path().with_file_name("hcp-etcd-admission.annotated.wasm");
+    let need = common::env::Need::File(path.clone(), "build it with scripts/build-wasm.sh");
+    if !common::env::ready("the_annotated_module_carries_the_metadata_and_still_answers", &[need]) {
+        return;
+    }
+    let bytes = std::fs::read(&path).expect("annotated module");
+    // Walk the sections: id (1 byte), size (LEB128), body.
+    let leb = |b: &[u8], at: &mut usize| -> usize {
+        let (mut n, mut shift) = (0usize, 0);
+        loop {
+            let byte = b[*at];
+            *at += 1;
+            n |= usize::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return n;
+            }
+            shift += 7;
+        }
+    };
+    let (mut at, mut found) = (8usize, None);
+    while at < bytes.len() {
+        let id = bytes[at];
+        at += 1;
+        let size = leb(&bytes, &mut at);
+        let end = at + size;
+        if id == 0 {
+            let mut p = at;
+            let len = leb(&bytes, &mut p);
+            if &bytes[p..p + len] == b"kubewarden_metadata" {
+                found = Some(bytes[p + len..end].to_vec());
+            }
+        }
+        at = end;
+    }
+    let section = found.expect("a kubewarden_metadata custom section");
+    let got: Value = serde_json::from_slice(&section).expect("metadata JSON");
+    let text = std::fs::read_to_string(common::root().join("metadata.yml")).expect("metadata.yml");
+    let want: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    assert_eq!(got, want);
+    let module = PolicyModule::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let policy = module.instance(Some(0), context_handler(Vec::new())).expect("instance");
+    let out = policy.call("protocol_version", b"").expect("protocol_version");
+    assert_eq!(serde_json::from_slice::<Value>(&out).expect("json"), json!("v1"));
+}

@@ -139,12 +139,26 @@ pub(crate) fn invalid_message(kind: &str, group: &str, name: &str, texts: impl I
 impl Decision {
     /// Allowed, with warnings.
     pub fn allow(warnings: Vec<String>) -> Self {
-        Self { verdict: Verdict::Allowed, warnings, patch: None, etcd_init: None, rules: Vec::new(), audit_annotations: Default::default() }
+        Self {
+            verdict: Verdict::Allowed,
+            warnings,
+            patch: None,
+            etcd_init: None,
+            rules: Vec::new(),
+            audit_annotations: Default::default(),
+        }
     }
 
     /// Allowed with a JSON patch.
     pub fn mutate(patch: json_patch::Patch, warnings: Vec<String>) -> Self {
-        Self { verdict: Verdict::Allowed, warnings, patch: Some(patch), etcd_init: None, rules: Vec::new(), audit_annotations: Default::default() }
+        Self {
+            verdict: Verdict::Allowed,
+            warnings,
+            patch: Some(patch),
+            etcd_init: None,
+            rules: Vec::new(),
+            audit_annotations: Default::default(),
+        }
     }
 
     /// Records what the etcd-init mutation did.
@@ -165,7 +179,14 @@ impl Decision {
                 causes: errors.iter().map(Cause::of).collect(),
             }),
         };
-        Self { verdict: Verdict::Denied(denial), warnings, patch: None, etcd_init: None, rules: Vec::new(), audit_annotations: Default::default() }
+        Self {
+            verdict: Verdict::Denied(denial),
+            warnings,
+            patch: None,
+            etcd_init: None,
+            rules: Vec::new(),
+            audit_annotations: Default::default(),
+        }
     }
 
     /// A 403 denial in `errors.NewForbidden`'s shape:
@@ -182,7 +203,14 @@ impl Decision {
                 causes: Vec::new(),
             }),
         };
-        Self { verdict: Verdict::Denied(denial), warnings, patch: None, etcd_init: None, rules: Vec::new(), audit_annotations: Default::default() }
+        Self {
+            verdict: Verdict::Denied(denial),
+            warnings,
+            patch: None,
+            etcd_init: None,
+            rules: Vec::new(),
+            audit_annotations: Default::default(),
+        }
     }
 
     /// A 400 denial for a request that cannot be judged.
@@ -197,7 +225,14 @@ impl Decision {
 
     fn failure(reason: DenialReason, message: String) -> Self {
         let denial = Denial { reason, message, details: None };
-        Self { verdict: Verdict::Denied(denial), warnings: Vec::new(), patch: None, etcd_init: None, rules: Vec::new(), audit_annotations: Default::default() }
+        Self {
+            verdict: Verdict::Denied(denial),
+            warnings: Vec::new(),
+            patch: None,
+            etcd_init: None,
+            rules: Vec::new(),
+            audit_annotations: Default::default(),
+        }
     }
 
     pub fn allowed(&self) -> bool {

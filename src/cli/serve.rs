@@ -270,7 +270,8 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
 /// The cluster client of the kubeconfig (or the in-cluster config), with the
 /// server URL (no query) and the kubeconfig context it came from.
 async fn connect() -> anyhow::Result<(kube::Client, String, String)> {
-    let config = kube::Config::infer().await.context("reading the cluster configuration to watch HostedControlPlanes")?;
+    let config =
+        kube::Config::infer().await.context("reading the cluster configuration to watch HostedControlPlanes")?;
     let uri = &config.cluster_url;
     let cluster = format!(
         "{}://{}{}",

@@ -323,10 +323,7 @@ impl Metrics {
         let build_info = Family::<BuildInfoLabels, Gauge<i64, AtomicI64>>::default();
         registry.register("build_info", "Always 1: the version and git commit of this binary", build_info.clone());
         build_info
-            .get_or_create(&BuildInfoLabels {
-                version: crate::build_info::VERSION,
-                commit: crate::build_info::COMMIT,
-            })
+            .get_or_create(&BuildInfoLabels { version: crate::build_info::VERSION, commit: crate::build_info::COMMIT })
             .set(1);
         Self {
             rule_results,

@@ -797,7 +797,7 @@ fn every_documented_combination_renders_and_validates_strictly() {
         }
     }
     assert_eq!(dirs.len(), 2 * 3 * 2 * 3 + 3 + 4);
-    let mut files = Vec::new();
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
     for d in &dirs {
         let objects = render(d);
         let is_registration = d.file_name().is_some_and(|n| n.to_string_lossy().starts_with("registration"));
@@ -827,7 +827,8 @@ fn every_documented_combination_renders_and_validates_strictly() {
             }
             assert_eq!(wave, Some(want), "{}: {} {} sync-wave", d.display(), o["kind"], o["metadata"]["name"]);
         }
-        let file = d.join("rendered.yaml");
+        // Into the temporary directory (never beside the shipped kustomizations).
+        let file = dir.join(format!("rendered-{}.yaml", files.len()));
         let out = Command::new("kubectl").arg("kustomize").arg(d).output().expect("kubectl");
         std::fs::write(&file, &out.stdout).expect("rendered");
         files.push(file);

@@ -15,7 +15,7 @@ use hcp_etcd_admission::server::certs;
 
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Examples:\n  hcp-etcd-admission certs --out certs --patch-out my-cluster/ca-bundle\n  hcp-etcd-admission certs --out certs --ca-cert certs/ca.crt --ca-key certs/ca.key   # renew, same caBundle"
+    after_help = "Example:\n  hcp-etcd-admission certs --out certs --patch-out my-cluster/ca-bundle\n  hcp-etcd-admission certs --out certs --ca-cert certs/ca.crt --ca-key certs/ca.key   # renew, same caBundle"
 )]
 pub struct CertsArgs {
     /// Service name.

@@ -24,7 +24,7 @@ cp "$CARGO_TARGET_DIR/wasm32-wasip1/wasm/hcp_etcd_admission.wasm" "$out/hcp-etcd
 # Same profile and features as `cargo test`: the wasmtime it needs is the one the tests build.
 cargo run --locked --quiet --example preinit -- \
   "$out/hcp-etcd-admission.uninitialised.wasm" "$out/hcp-etcd-admission.wasm"
-python3 scripts/annotate-wasm.py metadata.yml "$out/hcp-etcd-admission.wasm" "$out/hcp-etcd-admission.annotated.wasm"
+cargo run --locked --quiet --example annotate -- metadata.yml "$out/hcp-etcd-admission.wasm" "$out/hcp-etcd-admission.annotated.wasm"
 size=$(wc -c < "$out/hcp-etcd-admission.wasm")
 echo "policy module: $size bytes (pre-initialised)" >&2
 echo "$out/hcp-etcd-admission.wasm"

@@ -2,7 +2,7 @@
 # Builds the container image offline and smoke-tests the binary in it.
 #
 #   scripts/build-image.sh [TAG]     (default: the image webhooks/base names,
-#                                     quay.io/example/hcp-etcd-admission:<crate version>)
+#                                     quay.io/hcp-etcd-admission/hcp-etcd-admission:<crate version>)
 #
 # 1. cargo builds a static x86_64-unknown-linux-musl release binary;
 # 2. buildah (vfs storage, chroot isolation: no daemon, no registry, works as
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hcp-etcd-admission/target}"
 target=x86_64-unknown-linux-musl
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
-tag="${1:-quay.io/example/hcp-etcd-admission:$version}"
+tag="${1:-quay.io/hcp-etcd-admission/hcp-etcd-admission:$version}"
 
 command -v buildah >/dev/null || { echo "buildah not installed (Debian: apt-get install buildah)" >&2; exit 1; }
 cargo build --release --locked --target "$target" --bin hcp-etcd-admission
@@ -62,6 +62,25 @@ grep -Eq '"allowed": ?false' <<<"$out"
 # The entrypoint as the image's user, in the image's root (chroot isolation).
 out=$(b run --isolation chroot "$ctr" -- /hcp-etcd-admission --version)
 grep -q "hcp-etcd-admission $version" <<<"$out"
+# OpenShift restricted-v2: an arbitrary UID with GID 0 and no supplementary
+# groups, a read-only root, TLS files mounted group-0-readable. The image's
+# own binary serves and answers a review.
+uid=1000730000
+tls=$(mktemp -d)
+chmod 0755 "$tls"
+"$mnt/hcp-etcd-admission" certs --out "$tls" --service localhost --namespace x >/dev/null 2>&1
+chgrp 0 "$tls"/*; chmod 0640 "$tls"/*
+port=$((20000 + RANDOM % 20000))
+(cd / && exec setpriv --reuid="$uid" --regid=0 --clear-groups "$mnt/hcp-etcd-admission" serve \
+   --listen "127.0.0.1:$port" --tls-cert "$tls/tls.crt" --tls-key "$tls/tls.key" \
+   --watch-hostedcontrolplanes never --drain-seconds 0) 2>"$tls/serve.log" &
+srv=$!
+for _ in $(seq 50); do curl -sf --cacert "$tls/ca.crt" "https://localhost:$port/readyz" >/dev/null && break; sleep 0.2; done
+out=$(curl -sf --cacert "$tls/ca.crt" -H 'Content-Type: application/json' \
+  --data @tests/reviews/hcpetcdbackup-create-s3.json "https://localhost:$port/validate/hcpetcdbackups")
+kill "$srv"; wait "$srv" || true
+grep -Eq '"allowed": ?true' <<<"$out" || { echo "no answer under uid $uid gid 0: $(cat "$tls/serve.log")" >&2; exit 1; }
+rm -rf "$tls"
 b umount "$ctr" >/dev/null
 size=$(stat -c %s "$ctx/hcp-etcd-admission")
-echo "built $tag (USER $user, static binary $size bytes) and ran it"
+echo "built $tag (USER $user, static binary $size bytes) and ran it, also under uid $uid gid 0"

@@ -7,19 +7,24 @@
 #   policy-server) starts warm.
 #   output: $CARGO_TARGET_DIR/policy/hcp-etcd-admission.wasm (path printed last);
 #           the module before pre-initialisation is kept beside it as
-#           hcp-etcd-admission.uninitialised.wasm (the benchmark's "before").
+#           hcp-etcd-admission.uninitialised.wasm (the benchmark's "before"),
+#           and the annotated module (metadata.yml written into its
+#           `kubewarden_metadata` section, as `kwctl annotate` does) as
+#           hcp-etcd-admission.annotated.wasm: what a release pushes.
+#   HCP_POLICY_OUT overrides the output directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hcp-etcd-admission/target}"
 rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
 cargo rustc --locked --quiet --lib --profile wasm --target wasm32-wasip1 \
   --no-default-features --features wasm --crate-type cdylib
-out="$CARGO_TARGET_DIR/policy"
+out="${HCP_POLICY_OUT:-$CARGO_TARGET_DIR/policy}"
 mkdir -p "$out"
 cp "$CARGO_TARGET_DIR/wasm32-wasip1/wasm/hcp_etcd_admission.wasm" "$out/hcp-etcd-admission.uninitialised.wasm"
 # Same profile and features as `cargo test`: the wasmtime it needs is the one the tests build.
 cargo run --locked --quiet --example preinit -- \
   "$out/hcp-etcd-admission.uninitialised.wasm" "$out/hcp-etcd-admission.wasm"
+cargo run --locked --quiet --example annotate -- metadata.yml "$out/hcp-etcd-admission.wasm" "$out/hcp-etcd-admission.annotated.wasm"
 size=$(wc -c < "$out/hcp-etcd-admission.wasm")
 echo "policy module: $size bytes (pre-initialised)" >&2
 echo "$out/hcp-etcd-admission.wasm"

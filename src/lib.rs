@@ -15,8 +15,10 @@
 
 pub mod admission;
 pub mod api;
+pub mod build_info;
 pub mod catalog;
 pub mod crd;
+pub mod enforcement;
 #[cfg(feature = "wasm")]
 pub mod kubewarden;
 pub mod mutate;

@@ -27,7 +27,7 @@ fn completion(shell: clap_complete::Shell) -> anyhow::Result<i32> {
 #[derive(Parser, Debug)]
 #[command(
     name = "hcp-etcd-admission",
-    version,
+    version = hcp_etcd_admission::build_info::LONG_VERSION,
     about = "Admission webhooks and offline checks for HyperShift etcd backup and restore"
 )]
 struct Cli {

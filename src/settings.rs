@@ -56,6 +56,9 @@ pub struct Settings {
     /// runs the real apiserver of (1.35).
     #[serde(with = "version_text")]
     pub kubernetes_version: KubernetesVersion,
+    /// What a finding does (deny, warn, audit, off) and who is exempt; see
+    /// [`crate::enforcement`]. Default: every finding denies, nobody is exempt.
+    pub enforcement: crate::enforcement::Enforcement,
 }
 
 /// `kubernetesVersion` as text (`"1.35"`).
@@ -89,6 +92,7 @@ impl Default for Settings {
             backup_preflight: true,
             operator_namespace: "hypershift".to_string(),
             kubernetes_version: KubernetesVersion::default(),
+            enforcement: crate::enforcement::Enforcement::default(),
         }
     }
 }
@@ -158,6 +162,7 @@ impl Settings {
         if !dns_label {
             problems.push(format!("operatorNamespace: {ns:?} is not a namespace name (a DNS label)"));
         }
+        problems.extend(self.enforcement.problems());
         if problems.is_empty() {
             Ok(())
         } else {

@@ -91,3 +91,49 @@ fn conformance_suite_through_the_review_binary() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The enforcement cases through the HTTPS server (each with its own
+/// settings): the server answers exactly what the library does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enforcement_cases_through_the_server() {
+    use hcp_etcd_admission::server::{certs, LookupSource};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = std::env::temp_dir().join(format!("hcp-conf-srv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let set = certs::generate("conformance CA", &["localhost".into()], 2).expect("certs");
+    certs::write(&dir, &set).expect("write");
+    let client = common::https::Client::new(&[&set.ca_pem], None);
+    let cases: Vec<_> = common::load_cases().into_iter().filter(|c| c.file == "enforcement.yaml").collect();
+    assert!(cases.len() >= 20, "only {} enforcement cases", cases.len());
+    let mut failures = Vec::new();
+    for case in &cases {
+        let settings = Settings::from_json(&case.settings).expect("case settings");
+        let lookups = LookupSource::Static(ContextObjects::from_values(case.context.clone()));
+        let srv = common::running::start_settings(&dir, settings, lookups).await;
+        let resource = case.review["request"]["resource"]["resource"].as_str().unwrap_or_default();
+        let path = if resource == "statefulsets" {
+            "/mutate/etcd-statefulsets".to_string()
+        } else {
+            format!("/validate/{resource}")
+        };
+        let reply = client.request(srv.addr, "POST", &path, case.review.to_string().into_bytes()).await;
+        srv.stop().await;
+        let got = match reply {
+            Ok(r) if r.status == 200 => r.json(),
+            Ok(r) => {
+                failures.push(format!("{}: HTTP {}: {}", case.name, r.status, r.text()));
+                continue;
+            }
+            Err(e) => {
+                failures.push(format!("{}: {e}", case.name));
+                continue;
+            }
+        };
+        let problems = common::check_response(case, &got);
+        if !problems.is_empty() {
+            failures.push(format!("{}: {}", case.name, problems.join("\n    ")));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -41,9 +41,10 @@ fn all_objects() -> Vec<(std::path::PathBuf, Value)> {
 fn kustomizations_reference_existing_files() {
     let objects = all_objects();
     let mut n = 0;
-    for (path, doc) in objects.iter().filter(|(_, d)| d["kind"] == "Kustomization") {
+    for (path, doc) in objects.iter().filter(|(_, d)| d["kind"] == "Kustomization" || d["kind"] == "Component") {
         let dir = path.parent().expect("dir");
-        for r in doc["resources"].as_array().expect("resources") {
+        let listed = doc["resources"].as_array().into_iter().chain(doc["components"].as_array()).flatten();
+        for r in listed {
             let target = dir.join(r.as_str().expect("string"));
             assert!(
                 target.is_file() || target.join("kustomization.yaml").is_file(),
@@ -54,7 +55,7 @@ fn kustomizations_reference_existing_files() {
         }
         n += 1;
     }
-    assert_eq!(n, 5, "base, three overlays, monitoring");
+    assert_eq!(n, 15, "base, registration, two install flavours x two stages, nine components");
 }
 
 #[test]
@@ -293,7 +294,7 @@ fn kubewarden_policy_server_may_list_hostedcontrolplanes() {
         .map(|(_, d)| d)
         .find(|d| d["kind"] == "ClusterRoleBinding" && d["roleRef"]["name"] == role["metadata"]["name"])
         .expect("binding");
-    assert_eq!(binding["subjects"][0]["name"], "policy-server");
+    assert_eq!(binding["subjects"][0]["name"], "hcp-etcd-admission-policy-server");
     assert_eq!(binding["subjects"][0]["namespace"], "kubewarden");
     for (_, p) in objects.iter().filter(|(_, d)| d["kind"] == "ClusterAdmissionPolicy") {
         assert_eq!(p["spec"]["backgroundAudit"], false, "{}", p["metadata"]["name"]);
@@ -302,7 +303,7 @@ fn kubewarden_policy_server_may_list_hostedcontrolplanes() {
 
 #[test]
 fn cert_manager_overlay_is_a_ca_chain() {
-    let objs = docs(&common::root().join("webhooks/overlays/cert-manager/certificate.yaml"));
+    let objs = docs(&common::root().join("webhooks/components/cert-manager/certificate.yaml"));
     let find = |kind: &str, name: &str| {
         objs.iter()
             .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
@@ -316,8 +317,8 @@ fn cert_manager_overlay_is_a_ca_chain() {
     let ca_issuer = find("Issuer", serving["spec"]["issuerRef"]["name"].as_str().expect("issuer"));
     assert_eq!(ca_issuer["spec"]["ca"]["secretName"], ca["spec"]["secretName"]);
     assert!(serving["spec"]["dnsNames"].to_string().contains("hcp-etcd-admission.hcp-etcd-admission.svc"));
-    let k =
-        std::fs::read_to_string(common::root().join("webhooks/overlays/cert-manager/kustomization.yaml")).expect("k");
+    let k = std::fs::read_to_string(common::root().join("webhooks/components/cert-manager-inject/kustomization.yaml"))
+        .expect("k");
     assert!(
         k.contains("inject-ca-from: hcp-etcd-admission/hcp-etcd-admission-ca"),
         "the injected bundle is the CA, stable across serving renewals"
@@ -326,10 +327,15 @@ fn cert_manager_overlay_is_a_ca_chain() {
 
 #[test]
 fn prometheus_rule_alerts_on_metrics_the_server_exports() {
-    let rule = &docs(&common::root().join("webhooks/monitoring/prometheusrule.yaml"))[0];
+    let rule = &docs(&common::root().join("webhooks/components/monitoring/prometheusrule.yaml"))[0];
     use hcp_etcd_admission::server::metrics::{Decision, Metrics, Operation, Webhook};
     let m = Metrics::new();
     m.observe(Webhook::HostedClusters, Operation::Create, Decision::Allowed, 0.001);
+    let finding = hcp_etcd_admission::enforcement::RuleResult {
+        rule: "restore-url-expired",
+        outcome: hcp_etcd_admission::enforcement::Outcome::Denied,
+    };
+    m.rule_results(Webhook::HostedClusters, &[finding]);
     let metrics = m.render();
     let rules = rule["spec"]["groups"][0]["rules"].as_array().expect("rules");
     let text: String = rules.iter().filter_map(|r| r["expr"].as_str()).collect();
@@ -339,6 +345,7 @@ fn prometheus_rule_alerts_on_metrics_the_server_exports() {
         "decision=\"error\"",
         "cannot_decide",
         "histogram_quantile(0.99",
+        "rule_results_total",
     ] {
         assert!(text.contains(needle), "no alert uses {needle}");
     }
@@ -379,20 +386,24 @@ fn rbac_is_least_privilege() {
                     res.as_str().unwrap_or_default().to_string(),
                     r["verbs"].clone(),
                 ));
+                if let Some(names) = r.get("resourceNames") {
+                    grants.push((
+                        d["kind"].as_str().unwrap_or_default().to_string(),
+                        d["metadata"]["namespace"].as_str().unwrap_or_default().to_string(),
+                        r["apiGroups"][0].as_str().unwrap_or_default().to_string(),
+                        format!("{}/resourceNames", res.as_str().unwrap_or_default()),
+                        names.clone(),
+                    ));
+                }
             }
         }
     }
     grants.sort_by(|a, b| (&a.0, &a.1, &a.2, &a.3).cmp(&(&b.0, &b.1, &b.2, &b.3)));
     let want: Vec<(String, String, String, String, Value)> = [
         ("ClusterRole", "", "apps", "statefulsets", serde_json::json!(["list", "watch"])),
+        ("ClusterRole", "", "apps", "statefulsets/resourceNames", serde_json::json!(["etcd"])),
         ("ClusterRole", "", "hypershift.openshift.io", "hcpetcdbackups", serde_json::json!(["list", "watch"])),
-        (
-            "ClusterRole",
-            "",
-            "hypershift.openshift.io",
-            "hostedcontrolplanes",
-            serde_json::json!(["get", "list", "watch"]),
-        ),
+        ("ClusterRole", "", "hypershift.openshift.io", "hostedcontrolplanes", serde_json::json!(["list", "watch"])),
         ("Role", "hypershift", "", "secrets", serde_json::json!(["get"])),
     ]
     .into_iter()
@@ -436,7 +447,14 @@ fn deployment_flags_exist_and_settings_parse() {
     assert!(args.contains("--drain-seconds=10") && args.contains("--shutdown-grace-seconds=20"));
     let grace = deploy["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as_u64().expect("grace");
     assert!(grace > 10 + 20, "terminationGracePeriodSeconds {grace} must cover drain + shutdown grace");
-    let user = deploy["spec"]["template"]["spec"]["securityContext"]["runAsUser"].as_u64().expect("runAsUser");
+    let kubernetes = std::fs::read_to_string(common::root().join("webhooks/components/kubernetes/kustomization.yaml"))
+        .expect("kubernetes component");
+    let user: u64 = kubernetes
+        .split("/securityContext/runAsUser\n        value: ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("the kubernetes component pins runAsUser");
     let containerfile = std::fs::read_to_string(common::root().join("Containerfile")).expect("Containerfile");
     assert!(containerfile.contains(&format!("USER {user}:")), "Deployment runAsUser matches the image's USER");
     assert!(containerfile.contains("FROM scratch"));
@@ -447,12 +465,8 @@ fn deployment_flags_exist_and_settings_parse() {
     assert!(built.contains(&format!("{image}:$version")), "build-image.sh tags the image the manifests deploy");
     assert_eq!(kustomization["images"][0]["newTag"], env!("CARGO_PKG_VERSION"));
     assert!(objects.iter().any(|(_, d)| d["kind"] == "PodDisruptionBudget"));
-    let cm = &objects.iter().find(|(_, d)| d["kind"] == "ConfigMap").expect("configmap").1;
-    let settings: Value =
-        serde_yaml_ng::from_str(cm["data"]["settings.yaml"].as_str().expect("settings")).expect("yaml");
-    Settings::from_json(&settings).expect("the shipped settings are valid");
-    let rbac = objects.iter().find(|(p, d)| d["kind"] == "ClusterRole" && p.ends_with("base/rbac.yaml")).expect("role");
-    assert_eq!(rbac.1["rules"][0]["verbs"], serde_json::json!(["get", "list", "watch"]));
+    let settings = &docs(&common::root().join("webhooks/base/settings.yaml"))[0];
+    Settings::from_json(settings).expect("the shipped settings are valid");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -522,9 +536,10 @@ fn certs_inject_fills_every_ca_bundle() {
     let dir = std::env::temp_dir().join(format!("hcp-inject-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("base")).expect("dir");
-    for f in ["validatingwebhookconfiguration.yaml", "mutatingwebhookconfiguration.yaml", "service.yaml"] {
-        std::fs::copy(common::root().join("webhooks/base").join(f), dir.join("base").join(f)).expect("copy");
+    for f in ["validatingwebhookconfiguration.yaml", "mutatingwebhookconfiguration.yaml"] {
+        std::fs::copy(common::root().join("webhooks/registration").join(f), dir.join("base").join(f)).expect("copy");
     }
+    std::fs::copy(common::root().join("webhooks/base/service.yaml"), dir.join("base/service.yaml")).expect("copy");
     let out = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
         .args(["certs", "--service", "hcp-etcd-admission", "--namespace", "hcp-etcd-admission", "--out"])
         .arg(dir.join("certs"))
@@ -585,36 +600,436 @@ async fn certs_renews_with_an_existing_ca_and_keeps_the_bundle() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The Kubewarden package matches what ships: one metadata file per policy
+/// with the policy's rules, context-aware resources and flags; the root
+/// metadata.yml (what is annotated into the module) is the validating one;
+/// only keys Kubewarden knows; one version everywhere; the dedicated
+/// PolicyServer is the one every policy names; questions-ui defaults are the
+/// settings defaults.
 #[test]
 fn kubewarden_metadata_and_policies_agree() {
-    let meta = &docs(&common::root().join("metadata.yml"))[0];
-    assert_eq!(meta["executionMode"], "kubewarden-wapc");
-    assert_eq!(meta["mutating"], true);
-    assert_eq!(meta["contextAwareResources"][0]["kind"], "HostedControlPlane");
-    let policies: Vec<Value> =
-        all_objects().into_iter().map(|(_, d)| d).filter(|d| d["kind"] == "ClusterAdmissionPolicy").collect();
+    let version = env!("CARGO_PKG_VERSION");
+    let root = common::root();
+    let meta = &docs(&root.join("metadata.yml"))[0];
+    assert_eq!(
+        meta,
+        &docs(&root.join("kubewarden/validate.metadata.yml"))[0],
+        "metadata.yml is the validating policy's"
+    );
+    let known = [
+        "rules",
+        "mutating",
+        "contextAwareResources",
+        "executionMode",
+        "policyType",
+        "backgroundAudit",
+        "annotations",
+        "minimumKubewardenVersion",
+    ];
+    let objects = all_objects();
+    let policies: Vec<&Value> =
+        objects.iter().map(|(_, d)| d).filter(|d| d["kind"] == "ClusterAdmissionPolicy").collect();
     assert_eq!(policies.len(), 3);
-    for kind in ["HCPEtcdBackup", "Secret", "StatefulSet"] {
-        assert!(meta["contextAwareResources"].to_string().contains(kind), "{kind} is not declared context aware");
+    let server =
+        objects.iter().map(|(_, d)| d).find(|d| d["kind"] == "PolicyServer").expect("a dedicated PolicyServer");
+    for (file, policy) in [
+        ("validate", "hcp-etcd-admission-validate"),
+        ("mutate-etcd", "hcp-etcd-admission-etcd-init"),
+        ("validate-secrets", "hcp-etcd-admission-backup-secrets"),
+    ] {
+        let m = &docs(&root.join(format!("kubewarden/{file}.metadata.yml")))[0];
+        for k in m.as_object().expect("mapping").keys() {
+            assert!(known.contains(&k.as_str()), "{file}: {k} is not a Kubewarden metadata field");
+        }
+        let p = policies.iter().find(|p| p["metadata"]["name"] == policy).expect("policy");
+        let spec = &p["spec"];
+        assert_eq!(m["rules"], spec["rules"], "{file}: rules");
+        assert_eq!(m["mutating"], spec["mutating"], "{file}: mutating");
+        assert_eq!(m["backgroundAudit"], false);
+        assert_eq!(spec["backgroundAudit"], false);
+        let ctx = |v: &Value| v.as_array().cloned().unwrap_or_default();
+        assert_eq!(
+            ctx(&m["contextAwareResources"]),
+            ctx(&spec["contextAwareResources"]),
+            "{file}: contextAwareResources"
+        );
+        assert_eq!(m["annotations"]["io.kubewarden.policy.version"], version, "{file}");
+        assert!(!m.to_string().contains("example.com"), "{file}: placeholder URL");
+        let module = spec["module"].as_str().expect("module");
+        let oci = m["annotations"]["io.kubewarden.policy.ociUrl"].as_str().expect("ociUrl");
+        assert_eq!(module, format!("registry://{oci}:v{version}"), "{policy}: module reference");
+        assert_eq!(spec["policyServer"], server["metadata"]["name"], "{policy} runs on the dedicated PolicyServer");
+        Settings::from_json(&spec["settings"]).expect("policy settings are valid");
     }
-    let meta_resources: Vec<Value> = meta["rules"]
+    let sa = server["spec"]["serviceAccountName"].as_str().expect("serviceAccountName");
+    for b in objects.iter().map(|(_, d)| d).filter(|d| {
+        matches!(d["kind"].as_str(), Some("ClusterRoleBinding" | "RoleBinding"))
+            && d["metadata"]["name"].as_str().is_some_and(|n| n.contains("kubewarden"))
+    }) {
+        assert_eq!(b["subjects"][0]["name"], sa, "{}: bound to the dedicated PolicyServer", b["metadata"]["name"]);
+    }
+    let pkg = &docs(&root.join("artifacthub-pkg.yml"))[0];
+    assert_eq!(pkg["version"], version);
+    assert!(pkg["containersImages"][0]["image"].as_str().expect("image").ends_with(&format!(":v{version}")));
+    let questions = &docs(&root.join("questions-ui.yml"))[0];
+    let defaults = serde_json::to_value(Settings::default()).expect("settings");
+    for q in questions["questions"].as_array().expect("questions") {
+        let var = q["variable"].as_str().expect("variable");
+        let pointer = format!("/{}", var.replace('.', "/"));
+        let default = defaults.pointer(&pointer).unwrap_or_else(|| panic!("questions-ui: {var} is not a setting"));
+        let want = match default {
+            Value::String(_) | Value::Bool(_) | Value::Number(_) | Value::Array(_) => default.clone(),
+            other => panic!("{var}: {other}"),
+        };
+        assert_eq!(q["default"], want, "questions-ui default of {var}");
+    }
+}
+
+/// One version: the crate's, in the image tag, the Kubewarden metadata and
+/// policies, the Artifact Hub package, the CHANGELOG and the README matrix.
+#[test]
+fn one_version_everywhere() {
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(hcp_etcd_admission::build_info::VERSION, version);
+    let k = &docs(&common::root().join("webhooks/base/kustomization.yaml"))[0];
+    assert_eq!(k["images"][0]["newTag"], version);
+    let text = |f: &str| std::fs::read_to_string(common::root().join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    assert!(text("CHANGELOG.md").contains(&format!("## [{version}]")), "CHANGELOG has no entry for {version}");
+    assert!(text("LICENSE").contains("Apache License") && text("LICENSE").contains("Version 2.0, January 2004"));
+    for f in [
+        "webhooks/kubewarden/validate.yaml",
+        "webhooks/kubewarden/mutate-etcd.yaml",
+        "webhooks/kubewarden/validate-secrets.yaml",
+    ] {
+        assert!(text(f).contains(&format!(":v{version}\n")), "{f}");
+    }
+    assert!(text("README.md").contains(&format!("| {version} |")), "README compatibility matrix names {version}");
+}
+
+/// `kubectl kustomize` of a directory, as objects.
+fn render(dir: &Path) -> Vec<Value> {
+    let out = Command::new("kubectl").arg("kustomize").arg(dir).output().expect("kubectl");
+    assert!(out.status.success(), "kubectl kustomize {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    serde_yaml_ng::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout))
+        .map(|d| serde::Deserialize::deserialize(d).expect("rendered YAML"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn render_tools() -> Vec<common::env::Need> {
+    vec![
+        common::env::Need::Program("kubectl", "kubectl >= 1.27 (kustomize v5 with Components)"),
+        common::env::Need::Program("kubernetes-validate", "pip install kubernetes-validate==1.37.0"),
+    ]
+}
+
+/// Every documented combination: workload = platform x certificate source x
+/// client auth x monitoring; registration = caBundle source. Written as
+/// kustomizations in a temporary directory that list the shipped components.
+fn combinations() -> Vec<(String, String, Vec<String>)> {
+    let c = |name: &str| common::root().join("webhooks/components").join(name).display().to_string();
+    let base = common::root().join("webhooks/base").display().to_string();
+    let registration = common::root().join("webhooks/registration").display().to_string();
+    let mut out = Vec::new();
+    for platform in ["openshift", "kubernetes"] {
+        for certs in ["", "service-ca", "cert-manager"] {
+            for client_auth in [false, true] {
+                for monitoring in ["", "monitoring", "monitoring-openshift"] {
+                    let mut comps = vec![c(platform)];
+                    comps.extend([certs, monitoring].iter().filter(|n| !n.is_empty()).map(|n| c(n)));
+                    if client_auth {
+                        comps.push(c("client-auth"));
+                    }
+                    let name = format!("workload-{platform}-{}-{client_auth}-{}", certs.replace('-', ""), monitoring);
+                    out.push((name, base.clone(), comps));
+                }
+            }
+        }
+    }
+    for inject in ["", "service-ca-inject", "cert-manager-inject"] {
+        let comps: Vec<String> = [inject].iter().filter(|n| !n.is_empty()).map(|n| c(n)).collect();
+        out.push((format!("registration-{inject}"), registration.clone(), comps));
+    }
+    out
+}
+
+/// `target` relative to `from` (kustomize refuses absolute paths).
+fn relative(from: &Path, target: &str) -> String {
+    let up = from.components().count().saturating_sub(1);
+    format!("{}{}", "../".repeat(up), target.trim_start_matches('/'))
+}
+
+/// A kustomization in `dir` with `resource` and `components` (absolute paths, made relative).
+fn write_kustomization(dir: &Path, resource: &str, components: &[String]) {
+    std::fs::create_dir_all(dir).expect("dir");
+    let comps: Vec<String> = components.iter().map(|c| relative(dir, c)).collect();
+    std::fs::write(dir.join("kustomization.yaml"), kustomization(&relative(dir, resource), &comps)).expect("write");
+}
+
+fn kustomization(resource: &str, components: &[String]) -> String {
+    let mut k =
+        format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{resource:?}]\n");
+    if !components.is_empty() {
+        k += &format!("components: [{}]\n", components.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(", "));
+    }
+    k
+}
+
+/// Every documented combination (and the shipped install kustomizations)
+/// renders with kubectl's kustomize and passes `kubernetes-validate --strict`
+/// for the oldest and newest Kubernetes the README's matrix names.
+#[test]
+fn every_documented_combination_renders_and_validates_strictly() {
+    if !common::env::ready("every_documented_combination_renders_and_validates_strictly", &render_tools()) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("hcp-kustomize-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut dirs: Vec<std::path::PathBuf> = Vec::new();
+    for (name, resource, comps) in combinations() {
+        let d = dir.join(&name);
+        write_kustomization(&d, &resource, &comps);
+        dirs.push(d);
+    }
+    for flavour in ["openshift", "kubernetes"] {
+        for stage in ["workload", "registration"] {
+            dirs.push(common::root().join("webhooks/install").join(flavour).join(stage));
+        }
+    }
+    assert_eq!(dirs.len(), 2 * 3 * 2 * 3 + 3 + 4);
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    for d in &dirs {
+        let objects = render(d);
+        let is_registration = d.file_name().is_some_and(|n| n.to_string_lossy().starts_with("registration"));
+        let webhooks =
+            objects.iter().filter(|o| o["kind"].as_str().is_some_and(|k| k.ends_with("WebhookConfiguration")));
+        assert_eq!(
+            webhooks.count(),
+            if is_registration { 2 } else { 0 },
+            "{}: registrations only in stage 2",
+            d.display()
+        );
+        for o in &objects {
+            let wave = o["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"].as_str();
+            let want = if is_registration {
+                "5"
+            } else if o["kind"] == "Namespace" {
+                "-1"
+            } else {
+                "0"
+            };
+            if o["apiVersion"]
+                .as_str()
+                .is_some_and(|a| a.contains("monitoring.coreos.com") || a.contains("cert-manager"))
+                || o["metadata"]["name"] == "hcp-etcd-admission-prometheus-user-workload"
+            {
+                continue;
+            }
+            assert_eq!(wave, Some(want), "{}: {} {} sync-wave", d.display(), o["kind"], o["metadata"]["name"]);
+        }
+        // Into the temporary directory (never beside the shipped kustomizations).
+        let file = dir.join(format!("rendered-{}.yaml", files.len()));
+        let out = Command::new("kubectl").arg("kustomize").arg(d).output().expect("kubectl");
+        std::fs::write(&file, &out.stdout).expect("rendered");
+        files.push(file);
+    }
+    // One kubernetes-validate run per version (its start-up dominates).
+    for version in ["1.30.0", "1.35.0"] {
+        let v = Command::new("kubernetes-validate")
+            .args(["--strict", "--quiet", "-k", version])
+            .args(&files)
+            .output()
+            .expect("kubernetes-validate");
+        assert!(
+            v.status.success(),
+            "against {version}: {}{}",
+            String::from_utf8_lossy(&v.stdout),
+            String::from_utf8_lossy(&v.stderr)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The OpenShift variant's pod against the `restricted-v2` SCC: no fixed UID,
+/// GID or fsGroup (MustRunAsRange assigns them), no host namespaces or ports,
+/// no privilege escalation, every capability dropped, seccomp RuntimeDefault,
+/// only the volume types the SCC allows, non-root. The Kubernetes variant pins
+/// the image's numeric user instead.
+#[test]
+fn openshift_variant_passes_restricted_v2() {
+    if !common::env::ready("openshift_variant_passes_restricted_v2", &render_tools()[..1]) {
+        return;
+    }
+    let pod = |flavour: &str| {
+        let objects = render(&common::root().join("webhooks/install").join(flavour).join("workload"));
+        objects.into_iter().find(|o| o["kind"] == "Deployment").expect("Deployment")["spec"]["template"]["spec"].clone()
+    };
+    let spec = pod("openshift");
+    let psc = &spec["securityContext"];
+    for forbidden in ["runAsUser", "runAsGroup", "fsGroup", "supplementalGroups", "seLinuxOptions"] {
+        assert!(psc.get(forbidden).is_none(), "pod securityContext.{forbidden} is set: restricted-v2 assigns it");
+    }
+    assert_eq!(psc["runAsNonRoot"], true);
+    assert_eq!(psc["seccompProfile"]["type"], "RuntimeDefault");
+    for host in ["hostNetwork", "hostPID", "hostIPC"] {
+        assert!(spec.get(host).is_none_or(|v| v == false), "{host}");
+    }
+    assert_eq!(spec["priorityClassName"], "openshift-user-critical");
+    let allowed_volumes =
+        ["configMap", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"];
+    for v in spec["volumes"].as_array().into_iter().flatten() {
+        let kind = v.as_object().expect("volume").keys().find(|k| *k != "name").expect("volume type");
+        assert!(allowed_volumes.contains(&kind.as_str()), "volume type {kind} not allowed by restricted-v2");
+    }
+    let containers = spec["containers"]
         .as_array()
-        .expect("rules")
-        .iter()
-        .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
-        .collect();
-    for p in &policies {
-        Settings::from_json(&p["spec"]["settings"]).expect("policy settings are valid");
-        for r in p["spec"]["rules"]
-            .as_array()
-            .expect("rules")
-            .iter()
-            .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
-        {
-            assert!(meta_resources.contains(&r), "{r} is not in metadata.yml rules");
+        .into_iter()
+        .flatten()
+        .chain(spec["initContainers"].as_array().into_iter().flatten());
+    for c in containers {
+        let sc = &c["securityContext"];
+        for forbidden in ["runAsUser", "runAsGroup", "privileged"] {
+            assert!(sc.get(forbidden).is_none_or(|v| v == false), "{}: {forbidden}", c["name"]);
         }
-        if p["spec"]["mutating"] == true {
-            assert!(p["spec"]["contextAwareResources"].to_string().contains("HostedControlPlane"));
+        assert_eq!(sc["allowPrivilegeEscalation"], false);
+        assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+        assert!(sc["capabilities"].get("add").is_none(), "no capability added");
+        for p in c["ports"].as_array().into_iter().flatten() {
+            assert!(p.get("hostPort").is_none(), "hostPort");
+        }
+        assert_eq!(c["resources"]["requests"]["memory"], c["resources"]["limits"]["memory"], "memory request = limit");
+    }
+    let spread = spec["topologySpreadConstraints"].to_string();
+    assert!(spread.contains("topology.kubernetes.io/zone") && spread.contains("kubernetes.io/hostname"), "{spread}");
+    let k8s = pod("kubernetes");
+    assert_eq!(k8s["securityContext"]["runAsUser"], 65532);
+    assert_eq!(k8s["securityContext"]["runAsGroup"], 65532);
+    assert!(k8s.get("priorityClassName").is_none());
+}
+
+/// The HyperShift Operator namespace is set once (the `operatorNamespace`
+/// literal of webhooks/base/kustomization.yaml): changing it moves the Role,
+/// its RoleBinding and the server flag together; the literal's ConfigMap is
+/// never deployed; the settings ConfigMap is generated (hashed name) and
+/// mounted by the Deployment, so a settings change rolls the pods.
+#[test]
+fn operator_namespace_is_set_in_one_place_and_settings_roll_the_pods() {
+    if !common::env::ready("operator_namespace_is_set_in_one_place_and_settings_roll_the_pods", &render_tools()[..1]) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("hcp-opns-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("base")).expect("dir");
+    for e in std::fs::read_dir(common::root().join("webhooks/base")).expect("base").flatten() {
+        std::fs::copy(e.path(), dir.join("base").join(e.file_name())).expect("copy");
+    }
+    let k = std::fs::read_to_string(dir.join("base/kustomization.yaml")).expect("k");
+    assert_eq!(k.matches("operatorNamespace=hypershift").count(), 1);
+    std::fs::write(
+        dir.join("base/kustomization.yaml"),
+        k.replace("operatorNamespace=hypershift", "operatorNamespace=hs-operator"),
+    )
+    .expect("write");
+    let objects = render(&dir.join("base"));
+    let find = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"))
+    };
+    assert_eq!(find("Role", "hcp-etcd-admission-backup-credentials")["metadata"]["namespace"], "hs-operator");
+    assert_eq!(find("RoleBinding", "hcp-etcd-admission-backup-credentials")["metadata"]["namespace"], "hs-operator");
+    let deploy = find("Deployment", "hcp-etcd-admission");
+    let args = deploy["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--operator-namespace=hs-operator"), "{args}");
+    assert!(!serde_json::to_string(&objects).expect("json").contains("hypershift\""), "no other place names it");
+    assert!(!objects.iter().any(|o| o["metadata"]["name"] == "hcp-etcd-admission-install"), "local-config only");
+    let cm = objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "ConfigMap"
+                && o["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("hcp-etcd-admission-settings-"))
+        })
+        .expect("generated settings ConfigMap with a content hash");
+    let settings: Value =
+        serde_yaml_ng::from_str(cm["data"]["settings.yaml"].as_str().expect("settings")).expect("yaml");
+    Settings::from_json(&settings).expect("valid settings");
+    assert!(
+        deploy.to_string().contains(cm["metadata"]["name"].as_str().expect("name")),
+        "the Deployment mounts it by its hashed name"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `certs` never replaces an existing CA without --force, checks its targets
+/// before writing anything, honours --ca-days, writes keys 0600, and
+/// `--patch-out` writes a Component that kustomize applies to the registrations.
+#[test]
+fn certs_refuses_foot_guns_and_emits_a_patch() {
+    let dir = std::env::temp_dir().join(format!("hcp-certs-guns-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
+            .arg("certs")
+            .args(args)
+            .current_dir(common::root())
+            .output()
+            .expect("certs")
+    };
+    let out = dir.join("certs").display().to_string();
+    // A bad --inject target fails before anything is written.
+    let bad = run(&["--out", &out, "--inject", &dir.join("nowhere").display().to_string()]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(!dir.join("certs").exists(), "nothing written before the targets are checked");
+    let first = run(&["--out", &out, "--ca-days", "800"]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let key = std::fs::read(dir.join("certs/ca.key")).expect("ca.key");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for k in ["ca.key", "tls.key"] {
+            let mode = std::fs::metadata(dir.join("certs").join(k)).expect("key").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{k}");
         }
     }
+    let again = run(&["--out", &out]);
+    assert_eq!(again.status.code(), Some(2), "a second run must not replace the CA");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(std::fs::read(dir.join("certs/ca.key")).expect("ca.key"), key, "CA untouched");
+    let ca = std::fs::read_to_string(dir.join("certs/ca.crt")).expect("ca");
+    let (_, pem) = x509_parser::pem::parse_x509_pem(ca.as_bytes()).expect("pem");
+    let cert = pem.parse_x509().expect("x509");
+    let days = (cert.validity().not_after.timestamp() - cert.validity().not_before.timestamp()) / 86400;
+    assert_eq!(days, 800, "--ca-days");
+    let patch_dir = dir.join("patch");
+    let renewed = run(&[
+        "--out",
+        &dir.join("renewed").display().to_string(),
+        "--ca-cert",
+        &dir.join("certs/ca.crt").display().to_string(),
+        "--ca-key",
+        &dir.join("certs/ca.key").display().to_string(),
+        "--patch-out",
+        &patch_dir.display().to_string(),
+    ]);
+    assert!(renewed.status.success(), "{}", String::from_utf8_lossy(&renewed.stderr));
+    let bundle = String::from_utf8_lossy(&renewed.stdout).trim().to_string();
+    let forced = run(&["--out", &out, "--force"]);
+    assert!(forced.status.success());
+    assert_ne!(std::fs::read(dir.join("certs/ca.key")).expect("ca.key"), key, "--force replaces the CA");
+    if common::env::ready("certs_refuses_foot_guns_and_emits_a_patch (kustomize)", &render_tools()[..1]) {
+        let reg = dir.join("reg");
+        let registration = common::root().join("webhooks/registration").display().to_string();
+        write_kustomization(&reg, &registration, &[patch_dir.display().to_string()]);
+        let objects = render(&reg);
+        let mut n = 0;
+        for o in &objects {
+            for w in o["webhooks"].as_array().expect("webhooks") {
+                assert_eq!(w["clientConfig"]["caBundle"].as_str(), Some(bundle.as_str()));
+                n += 1;
+            }
+        }
+        assert!(n >= 5, "{n} webhooks patched");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -94,6 +94,9 @@ fn conformance_suite_gives_identical_decisions_on_fresh_instances() {
         if warns(&wasm["warnings"]) != warns(&want["warnings"]) {
             problems.push(format!("warnings {} vs {}", wasm["warnings"], want["warnings"]));
         }
+        if wasm.get("audit_annotations") != want.get("auditAnnotations") {
+            problems.push(format!("audit annotations {} vs {}", wasm["audit_annotations"], want["auditAnnotations"]));
+        }
         // Kubewarden computes the patch from mutated_object (json_patch::diff, as
         // policy-evaluator does); applied to the request object it must give
         // exactly what the native patch gives.
@@ -249,4 +252,137 @@ fn the_shipped_module_is_a_plain_wapc_module_holding_the_pre_initialised_state()
         memory_pages(shipped),
         memory_pages(raw.module())
     );
+}
+
+/// The annotated module (scripts/build-wasm.sh's annotate step, as `kwctl
+/// annotate` does) carries metadata.yml in its `kubewarden_metadata` custom
+/// section and still loads and answers like the module it was made from.
+#[test]
+fn the_annotated_module_carries_the_metadata_and_still_answers() {
+    let path = wasm_host::module_path().with_file_name("hcp-etcd-admission.annotated.wasm");
+    let need = common::env::Need::File(path.clone(), "build it with scripts/build-wasm.sh");
+    if !common::env::ready("the_annotated_module_carries_the_metadata_and_still_answers", &[need]) {
+        return;
+    }
+    let bytes = std::fs::read(&path).expect("annotated module");
+    // Walk the sections: id (1 byte), size (LEB128), body.
+    let leb = |b: &[u8], at: &mut usize| -> usize {
+        let (mut n, mut shift) = (0usize, 0);
+        loop {
+            let byte = b[*at];
+            *at += 1;
+            n |= usize::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return n;
+            }
+            shift += 7;
+        }
+    };
+    let (mut at, mut found) = (8usize, None);
+    while at < bytes.len() {
+        let id = bytes[at];
+        at += 1;
+        let size = leb(&bytes, &mut at);
+        let end = at + size;
+        if id == 0 {
+            let mut p = at;
+            let len = leb(&bytes, &mut p);
+            if &bytes[p..p + len] == b"kubewarden_metadata" {
+                found = Some(bytes[p + len..end].to_vec());
+            }
+        }
+        at = end;
+    }
+    let section = found.expect("a kubewarden_metadata custom section");
+    let got: Value = serde_json::from_slice(&section).expect("metadata JSON");
+    let text = std::fs::read_to_string(common::root().join("metadata.yml")).expect("metadata.yml");
+    let want: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    assert_eq!(got, want);
+    let module = PolicyModule::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let policy = module.instance(Some(0), context_handler(Vec::new())).expect("instance");
+    let out = policy.call("protocol_version", b"").expect("protocol_version");
+    assert_eq!(serde_json::from_slice::<Value>(&out).expect("json"), json!("v1"));
+}
+
+/// Recorded host-capability sessions (tests/kubewarden/sessions/*.yaml): for
+/// one conformance case, every host call the policy made and the host's
+/// answer, in order. Replayed, the module must make exactly those calls
+/// (same payloads, same order) and, fed the recorded answers, decide as the
+/// native core does. `HCP_RECORD_SESSIONS=1` re-records them from the
+/// conformance context (review the diff: a changed call is a changed contract
+/// with the policy server).
+#[test]
+fn recorded_host_capability_sessions_replay() {
+    if !common::env::ready("recorded_host_capability_sessions_replay", &[wasm_module()]) {
+        return;
+    }
+    let dir = common::root().join("tests/kubewarden/sessions");
+    let cases = common::load_cases();
+    let record = std::env::var_os("HCP_RECORD_SESSIONS").is_some();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("sessions dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 3, "recorded sessions: {files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("session");
+        let session: Value = serde_yaml_ng::from_str(&text).expect("session YAML");
+        let name = session["case"].as_str().expect("case");
+        let case =
+            cases.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("{}: no case {name:?}", file.display()));
+        let now = parse_rfc3339(&case.now).expect("now");
+        if record {
+            let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
+            let (inner, seen) = (context_handler(case.context.clone()), calls.clone());
+            let handler: HostCallHandler = Box::new(move |b, n, o, payload| {
+                let answer = inner(b, n, o, payload);
+                let entry = json!({
+                    "operation": format!("{b}/{n}/{o}"),
+                    "request": serde_json::from_slice::<Value>(payload).unwrap_or(Value::Null),
+                    "response": match &answer {
+                        Ok(a) => json!({"type": "Success", "payload": String::from_utf8_lossy(a)}),
+                        Err(e) => json!({"type": "Error", "message": e}),
+                    },
+                });
+                seen.lock().expect("lock").push(entry);
+                answer
+            });
+            let policy = module().instance(Some(now), handler).expect("instance");
+            policy.call("validate", &validation_request(case)).expect("validate");
+            let header: String = text.lines().take_while(|l| l.starts_with('#')).map(|l| format!("{l}\n")).collect();
+            let body = json!({"case": name, "interactions": *calls.lock().expect("lock")});
+            std::fs::write(&file, header + &serde_yaml_ng::to_string(&body).expect("yaml")).expect("write session");
+            continue;
+        }
+        let recorded: Vec<Value> = session["interactions"].as_array().cloned().unwrap_or_default();
+        let left = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::from(recorded.clone())));
+        let queue = left.clone();
+        let handler: HostCallHandler = Box::new(move |b, n, o, payload| {
+            let next = queue.lock().expect("lock").pop_front().ok_or("a host call that was not recorded")?;
+            let got: Value = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
+            if next["operation"] != format!("{b}/{n}/{o}") || next["request"] != got {
+                return Err(format!("host call {b}/{n}/{o} {got} differs from the recorded {next}"));
+            }
+            match next["response"]["type"].as_str() {
+                Some("Success") => Ok(next["response"]["payload"].as_str().unwrap_or_default().as_bytes().to_vec()),
+                _ => Err(next["response"]["message"].as_str().unwrap_or("error").to_string()),
+            }
+        });
+        let policy = module().instance(Some(now), handler).expect("instance");
+        let out = policy.call("validate", &validation_request(case)).expect("validate");
+        let wasm: Value = serde_json::from_slice(&out).expect("ValidationResponse");
+        let want = native(case);
+        assert_eq!(wasm["accepted"], want["allowed"], "{}: {wasm}", file.display());
+        assert_eq!(
+            wasm["message"].as_str().unwrap_or_default(),
+            want["status"]["message"].as_str().unwrap_or_default(),
+            "{}",
+            file.display()
+        );
+        assert!(left.lock().expect("lock").is_empty(), "{}: recorded calls not made", file.display());
+        assert!(!recorded.is_empty(), "{}: a session with no host call", file.display());
+    }
 }

@@ -20,6 +20,10 @@ pub struct Decision {
     pub patch: Option<json_patch::Patch>,
     /// What the etcd-init mutation did, when it ran (for metrics).
     pub etcd_init: Option<crate::mutate::Outcome>,
+    /// Every finding and what enforcement did with it (metrics, log line).
+    pub rules: Vec<crate::enforcement::RuleResult>,
+    /// Audit annotations for the response (audit-mode and exempt findings).
+    pub audit_annotations: std::collections::BTreeMap<String, String>,
 }
 
 /// Allowed, or denied with the reason.
@@ -90,11 +94,20 @@ pub struct Cause {
     /// The field error without its path (`field.Error.ErrorBody()`).
     pub message: String,
     pub field: String,
+    /// The project rule that found it (`None`: the upstream schema, or the
+    /// etcd StatefulSet template); never on the wire.
+    #[serde(skip)]
+    pub rule: Option<&'static str>,
 }
 
 impl Cause {
     fn of(e: &FieldError) -> Self {
-        Self { reason: e.kind.cause_reason(), message: e.body(), field: e.field.clone() }
+        Self { reason: e.kind.cause_reason(), message: e.body(), field: e.field.clone(), rule: e.rule_id }
+    }
+
+    /// The error as the denial message shows it (`field.Error.Error()`).
+    pub fn text(&self) -> String {
+        format!("{}: {}", self.field, self.message)
     }
 }
 
@@ -103,10 +116,14 @@ impl Cause {
 /// error list's aggregate drops repeated messages; the causes keep them), and
 /// `... is invalid` with none. The name is quoted with Go's `%q`.
 pub fn denial_message(kind: &str, group: &str, name: &str, errors: &[FieldError]) -> String {
+    invalid_message(kind, group, name, errors.iter().map(ToString::to_string))
+}
+
+/// [`denial_message`] from the errors' texts.
+pub(crate) fn invalid_message(kind: &str, group: &str, name: &str, texts: impl Iterator<Item = String>) -> String {
     let qualified = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
-    let mut distinct: Vec<String> = Vec::with_capacity(errors.len());
-    for e in errors {
-        let text = e.to_string();
+    let mut distinct: Vec<String> = Vec::new();
+    for text in texts {
         if !distinct.contains(&text) {
             distinct.push(text);
         }
@@ -122,12 +139,26 @@ pub fn denial_message(kind: &str, group: &str, name: &str, errors: &[FieldError]
 impl Decision {
     /// Allowed, with warnings.
     pub fn allow(warnings: Vec<String>) -> Self {
-        Self { verdict: Verdict::Allowed, warnings, patch: None, etcd_init: None }
+        Self {
+            verdict: Verdict::Allowed,
+            warnings,
+            patch: None,
+            etcd_init: None,
+            rules: Vec::new(),
+            audit_annotations: Default::default(),
+        }
     }
 
     /// Allowed with a JSON patch.
     pub fn mutate(patch: json_patch::Patch, warnings: Vec<String>) -> Self {
-        Self { verdict: Verdict::Allowed, warnings, patch: Some(patch), etcd_init: None }
+        Self {
+            verdict: Verdict::Allowed,
+            warnings,
+            patch: Some(patch),
+            etcd_init: None,
+            rules: Vec::new(),
+            audit_annotations: Default::default(),
+        }
     }
 
     /// Records what the etcd-init mutation did.
@@ -148,7 +179,14 @@ impl Decision {
                 causes: errors.iter().map(Cause::of).collect(),
             }),
         };
-        Self { verdict: Verdict::Denied(denial), warnings, patch: None, etcd_init: None }
+        Self {
+            verdict: Verdict::Denied(denial),
+            warnings,
+            patch: None,
+            etcd_init: None,
+            rules: Vec::new(),
+            audit_annotations: Default::default(),
+        }
     }
 
     /// A 403 denial in `errors.NewForbidden`'s shape:
@@ -165,7 +203,14 @@ impl Decision {
                 causes: Vec::new(),
             }),
         };
-        Self { verdict: Verdict::Denied(denial), warnings, patch: None, etcd_init: None }
+        Self {
+            verdict: Verdict::Denied(denial),
+            warnings,
+            patch: None,
+            etcd_init: None,
+            rules: Vec::new(),
+            audit_annotations: Default::default(),
+        }
     }
 
     /// A 400 denial for a request that cannot be judged.
@@ -180,7 +225,14 @@ impl Decision {
 
     fn failure(reason: DenialReason, message: String) -> Self {
         let denial = Denial { reason, message, details: None };
-        Self { verdict: Verdict::Denied(denial), warnings: Vec::new(), patch: None, etcd_init: None }
+        Self {
+            verdict: Verdict::Denied(denial),
+            warnings: Vec::new(),
+            patch: None,
+            etcd_init: None,
+            rules: Vec::new(),
+            audit_annotations: Default::default(),
+        }
     }
 
     pub fn allowed(&self) -> bool {

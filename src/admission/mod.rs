@@ -8,6 +8,7 @@
 //! policy all call [`review`]; none of them decides anything itself.
 
 mod decision;
+pub mod enforce;
 pub mod lookup;
 mod mutating;
 mod validate;
@@ -15,7 +16,9 @@ mod wire;
 
 pub use decision::{denial_message, Cause, Decision, Denial, DenialReason, Details, Verdict};
 pub use validate::{warm_up, WarmUpError};
-pub use wire::{parse_request, AdmissionRequest, AdmissionResponse, GroupVersionKind, GroupVersionResource, Operation};
+pub use wire::{
+    parse_request, AdmissionRequest, AdmissionResponse, GroupVersionKind, GroupVersionResource, Operation, UserInfo,
+};
 
 use serde_json::Value;
 
@@ -156,8 +159,14 @@ pub fn review(input: &Value, decision: &DecisionInput<'_>) -> Result<Value, Revi
     review_typed(input, decision).map(|r| r.review)
 }
 
-/// Decides one parsed request.
+/// Decides one parsed request, with the `enforcement` settings applied.
 pub fn decide(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> Decision {
+    let (raw, mutating) = decide_raw(req, decision);
+    enforce::apply(raw, req, &decision.settings.enforcement, mutating)
+}
+
+/// The decision before enforcement, and whether the etcd mutation made it.
+fn decide_raw(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> (Decision, bool) {
     let target = Target::of(&req.resource);
     if decision.expect == Some(Target::EtcdStatefulSets) && target != Some(Target::EtcdStatefulSets) {
         // A mutating endpoint never blocks a request it was not meant to see.
@@ -165,10 +174,10 @@ pub fn decide(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> Decision 
             "hcp-etcd-admission: the etcd StatefulSet mutation was called for {}; nothing changed (check the MutatingWebhookConfiguration rules)",
             target.map_or("an unknown resource", Target::resource)
         );
-        return Decision::allow(vec![warning]);
+        return (Decision::allow(vec![warning]), true);
     }
     if target == Some(Target::EtcdStatefulSets) && decision.expect.is_none_or(|e| e == Target::EtcdStatefulSets) {
-        return mutating::decide(req, decision);
+        return (mutating::decide(req, decision), true);
     }
-    validate::decide(req, decision)
+    (validate::decide(req, decision), false)
 }

@@ -77,6 +77,18 @@ pub struct AdmissionRequest {
     pub old_object: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<bool>,
+    /// Who sent the request (exemptions, the review log line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_info: Option<UserInfo>,
+}
+
+/// `authenticationv1.UserInfo`: the parts the decision uses.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct UserInfo {
+    #[serde(default)]
+    pub username: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 }
 
 /// `metav1.StatusCause`.
@@ -124,6 +136,10 @@ pub struct AdmissionResponse {
     pub patch_type: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Recorded in the apiserver's audit log as `<webhook name>/<key>`
+    /// (audit-mode and exempt findings).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub audit_annotations: std::collections::BTreeMap<String, String>,
 }
 
 impl AdmissionResponse {
@@ -167,6 +183,7 @@ impl AdmissionResponse {
             patch_type: patch.as_ref().map(|_| "JSONPatch".to_string()),
             patch,
             warnings: decision.warnings.clone(),
+            audit_annotations: decision.audit_annotations.clone(),
         })
     }
 

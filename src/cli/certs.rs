@@ -1,7 +1,13 @@
 //! `certs`: a CA and a serving certificate for the webhook Service, and the
 //! caBundle for the webhook configurations.
+//!
+//! Nothing is written until every target has been checked: an existing CA is
+//! never replaced without `--force` (its bundle is what the apiserver trusts),
+//! and an `--inject` or `--patch-out` target that cannot take the bundle fails
+//! before a new CA exists. `--patch-out` writes a kustomize Component instead
+//! of editing the tracked manifests (one per cluster, GitOps-friendly).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use base64::Engine as _;
@@ -9,7 +15,7 @@ use hcp_etcd_admission::server::certs;
 
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Example:\n  hcp-etcd-admission certs --service hcp-etcd-admission --namespace hcp-etcd-admission --out certs --inject webhooks/base"
+    after_help = "Example:\n  hcp-etcd-admission certs --out certs --patch-out my-cluster/ca-bundle\n  hcp-etcd-admission certs --out certs --ca-cert certs/ca.crt --ca-key certs/ca.key   # renew, same caBundle"
 )]
 pub struct CertsArgs {
     /// Service name.
@@ -18,12 +24,16 @@ pub struct CertsArgs {
     /// Service namespace.
     #[arg(long, default_value = "hcp-etcd-admission")]
     pub namespace: String,
-    /// Output directory (ca.crt, tls.crt, tls.key).
+    /// Output directory (ca.crt, tls.crt, tls.key, and ca.key for a new CA).
     #[arg(long, value_name = "DIR", default_value = "certs")]
     pub out: PathBuf,
     /// Serving certificate lifetime in days.
     #[arg(long, default_value_t = 365)]
     pub days: i64,
+    /// Lifetime of a new CA in days (at least --days). Renewing the serving
+    /// pair with --ca-cert/--ca-key keeps the caBundle until the CA expires.
+    #[arg(long, default_value_t = 3650)]
+    pub ca_days: i64,
     /// Sign with this existing CA certificate (PEM) instead of making a new CA:
     /// the caBundle stays the same across renewals. Needs --ca-key.
     #[arg(long, value_name = "FILE", requires = "ca_key")]
@@ -31,12 +41,124 @@ pub struct CertsArgs {
     /// The existing CA's private key (PEM).
     #[arg(long, value_name = "FILE", requires = "ca_cert")]
     pub ca_key: Option<PathBuf>,
-    /// Write the caBundle into every webhook configuration YAML in this directory.
+    /// Replace a CA already in --out (the webhooks then trust only the new one).
+    #[arg(long)]
+    pub force: bool,
+    /// Write the caBundle into every webhook configuration YAML in this
+    /// directory (edits those files in place).
     #[arg(long, value_name = "DIR")]
     pub inject: Option<PathBuf>,
+    /// Instead of editing manifests: write a kustomize Component that sets the
+    /// caBundle (DIR/kustomization.yaml); list it under `components:` of your
+    /// registration kustomization.
+    #[arg(long, value_name = "DIR", conflicts_with = "inject")]
+    pub patch_out: Option<PathBuf>,
+    /// With --patch-out: the webhook configurations the patch is for.
+    #[arg(long, value_name = "DIR", default_value = "webhooks/registration")]
+    pub registration: PathBuf,
+}
+
+/// A webhook configuration found in a manifest file: its kind, name and
+/// number of webhooks.
+struct WebhookConfig {
+    path: PathBuf,
+    kind: String,
+    name: String,
+    webhooks: usize,
+}
+
+fn webhook_configs(dir: &Path) -> anyhow::Result<Vec<WebhookConfig>> {
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for path in paths.into_iter().filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml")) {
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let Ok(v) = <serde_json::Value as serde::Deserialize>::deserialize(doc) else { continue };
+            let kind = v.get("kind").and_then(serde_json::Value::as_str).unwrap_or_default();
+            if kind != "ValidatingWebhookConfiguration" && kind != "MutatingWebhookConfiguration" {
+                continue;
+            }
+            let name = v.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or_default();
+            let webhooks = v.get("webhooks").and_then(serde_json::Value::as_array).map_or(0, Vec::len);
+            out.push(WebhookConfig { path: path.clone(), kind: kind.to_string(), name: name.to_string(), webhooks });
+        }
+    }
+    anyhow::ensure!(
+        out.iter().any(|c| c.webhooks > 0),
+        "no webhook configuration with webhooks in {} (nothing written)",
+        dir.display()
+    );
+    Ok(out)
+}
+
+/// The Component `--patch-out` writes.
+fn patch_component(configs: &[WebhookConfig], bundle: &str) -> String {
+    let mut s = String::from(
+        "# Written by `hcp-etcd-admission certs --patch-out`: the caBundle of this\n\
+         # cluster's webhook CA. List this directory under `components:` of the\n\
+         # registration kustomization.\n\
+         apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\npatches:\n",
+    );
+    for c in configs.iter().filter(|c| c.webhooks > 0) {
+        s.push_str(&format!(
+            "  - target: {{group: admissionregistration.k8s.io, kind: {}, name: {}}}\n    patch: |-\n",
+            c.kind, c.name
+        ));
+        for i in 0..c.webhooks {
+            s.push_str(&format!(
+                "      - {{op: add, path: /webhooks/{i}/clientConfig/caBundle, value: \"{bundle}\"}}\n"
+            ));
+        }
+    }
+    s
 }
 
 pub fn run(args: &CertsArgs) -> anyhow::Result<i32> {
+    // Check every target before anything is written.
+    anyhow::ensure!(args.days > 0, "--days must be positive");
+    anyhow::ensure!(args.ca_days >= args.days, "--ca-days ({}) must be at least --days ({})", args.ca_days, args.days);
+    anyhow::ensure!(!args.out.is_file(), "--out {} is a file, not a directory", args.out.display());
+    let paths = certs::CertPaths::in_dir(&args.out);
+    let new_ca = args.ca_cert.is_none();
+    if new_ca && !args.force {
+        if let Some(existing) = [&paths.ca_key, &paths.ca].into_iter().find(|p| p.exists()) {
+            anyhow::bail!(
+                "{} exists: a new CA would replace the one the webhooks trust. Renew the serving pair with \
+                 --ca-cert {} --ca-key {} (same caBundle), choose another --out, or pass --force to replace the CA",
+                existing.display(),
+                paths.ca.display(),
+                paths.ca_key.display()
+            );
+        }
+    }
+    let inject = match &args.inject {
+        Some(dir) => {
+            let configs = webhook_configs(dir)?;
+            let files: Vec<PathBuf> = configs.iter().filter(|c| c.webhooks > 0).map(|c| c.path.clone()).collect();
+            for f in &files {
+                let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+                anyhow::ensure!(
+                    text.contains("caBundle:"),
+                    "{} has no caBundle field to fill (nothing written)",
+                    f.display()
+                );
+                let meta = std::fs::metadata(f).with_context(|| format!("reading {}", f.display()))?;
+                anyhow::ensure!(!meta.permissions().readonly(), "{} is read-only (nothing written)", f.display());
+            }
+            Some(files)
+        }
+        None => None,
+    };
+    let patch = match &args.patch_out {
+        Some(dir) => {
+            anyhow::ensure!(!dir.is_file(), "--patch-out {} is a file, not a directory", dir.display());
+            Some((dir.clone(), webhook_configs(&args.registration)?))
+        }
+        None => None,
+    };
+
     let names = certs::service_names(&args.service, &args.namespace);
     let generated = match (&args.ca_cert, &args.ca_key) {
         (Some(c), Some(k)) => {
@@ -45,7 +167,7 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<i32> {
             certs::generate_with_ca(&ca, &key, &names, args.days)
                 .with_context(|| format!("signing with the CA in {} / {}", c.display(), k.display()))?
         }
-        _ => certs::generate(&format!("{} CA", args.service), &names, args.days)?,
+        _ => certs::generate_with_ca_days(&format!("{} CA", args.service), &names, args.days, args.ca_days)?,
     };
     let paths = certs::write(&args.out, &generated)?;
     let bundle = base64::engine::general_purpose::STANDARD.encode(generated.ca_pem.as_bytes());
@@ -58,29 +180,23 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<i32> {
             paths.ca_key.display()
         );
     }
-    if let Some(dir) = &args.inject {
-        let mut n = 0;
-        for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-            let path = entry?.path();
-            if path.extension().is_none_or(|e| e != "yaml") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path)?;
-            if !text.contains("WebhookConfiguration") || !text.contains("caBundle:") {
-                continue;
-            }
-            let replaced: Vec<String> = text
-                .lines()
-                .map(|l| match l.find("caBundle:") {
-                    Some(i) => format!("{}caBundle: {bundle}", &l[..i]),
-                    None => l.to_string(),
-                })
-                .collect();
-            std::fs::write(&path, replaced.join("\n") + "\n")?;
-            eprintln!("injected caBundle into {}", path.display());
-            n += 1;
-        }
-        anyhow::ensure!(n > 0, "no webhook configuration with a caBundle field in {}", dir.display());
+    for path in inject.unwrap_or_default() {
+        let text = std::fs::read_to_string(&path)?;
+        let replaced: Vec<String> = text
+            .lines()
+            .map(|l| match l.find("caBundle:") {
+                Some(i) => format!("{}caBundle: {bundle}", l.get(..i).unwrap_or_default()),
+                None => l.to_string(),
+            })
+            .collect();
+        certs::write_file(&path, &(replaced.join("\n") + "\n"), false)?;
+        eprintln!("injected caBundle into {}", path.display());
+    }
+    if let Some((dir, configs)) = patch {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let file = dir.join("kustomization.yaml");
+        certs::write_file(&file, &patch_component(&configs, &bundle), false)?;
+        eprintln!("wrote {} (a kustomize Component setting the caBundle)", file.display());
     }
     println!("{bundle}");
     Ok(0)

@@ -387,6 +387,7 @@ impl Judge<'_> {
             object: Some(o.value),
             old_object,
             dry_run: Some(true),
+            user_info: None,
         };
         let decided = admission::decide(&req, &decision);
         report.operation = Some(operation.as_str());

@@ -1,5 +1,9 @@
 //! `serve`: the HTTPS webhook. Without TLS files it makes a development CA
-//! and serving certificate under `certs/dev/` so it works out of the box.
+//! and serving certificate so it works out of the box; they are written to
+//! `certs/dev/` only once the port is bound (a second `serve` on a busy port
+//! leaves the first one's files alone). That development mode watches no
+//! cluster unless asked (`--watch-hostedcontrolplanes always`); whenever the
+//! server watches one it logs which (server URL and kubeconfig context).
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
@@ -129,11 +133,17 @@ pub struct ServeArgs {
     /// Then: seconds in-flight requests get after accepting stops.
     #[arg(long, default_value_t = 20)]
     pub shutdown_grace_seconds: u64,
-    /// Watch HostedControlPlanes in the cluster (kubeconfig or in-cluster
-    /// config) for the mutating path. `auto`: when `--context` is not given
-    /// and a cluster configuration is found.
+    /// Watch HostedControlPlanes (and, with the backup preflight,
+    /// HCPEtcdBackups and etcd StatefulSets) in the cluster of the kubeconfig
+    /// or the in-cluster config. `auto`: only with --tls-cert/--tls-key, no
+    /// `--context`, and a cluster configuration found; the development mode
+    /// (no TLS files) never watches unless this is `always`.
     #[arg(long, value_enum, default_value_t = Watch::Auto)]
     pub watch_hostedcontrolplanes: Watch,
+    /// The HyperShift Operator namespace (overrides the `operatorNamespace`
+    /// setting; the manifests set it from their one operatorNamespace).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub operator_namespace: Option<String>,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
@@ -183,21 +193,23 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
              user's. Pass --allow-any-client-of-ca to accept that deliberately."
         );
     }
-    let settings = args.decision.settings()?;
+    let mut settings = args.decision.settings()?;
+    if let Some(ns) = &args.operator_namespace {
+        settings.operator_namespace = ns.clone();
+        settings.validate().map_err(|p| anyhow::anyhow!("--operator-namespace: {}", p.join("; ")))?;
+    }
+    tracing::info!(
+        version = hcp_etcd_admission::build_info::VERSION,
+        commit = hcp_etcd_admission::build_info::COMMIT,
+        "hcp-etcd-admission starting"
+    );
+    let dev = DevCerts::new(args)?;
     let (cert, key) = match (&args.tls_cert, &args.tls_key) {
         (Some(c), Some(k)) => (c.clone(), k.clone()),
-        _ => {
-            let names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
-            let generated = certs::generate("hcp-etcd-admission dev CA", &names, 30)?;
-            let paths = certs::write(&args.dev_cert_dir, &generated)?;
-            eprintln!(
-                "no --tls-cert/--tls-key given: made a development certificate for localhost/127.0.0.1\n  CA: {}\n  try: curl --cacert {} https://{}/healthz",
-                paths.ca.display(),
-                paths.ca.display(),
-                args.listen
-            );
-            (paths.cert, paths.key)
-        }
+        _ => match &dev {
+            Some(d) => (d.staged.cert.clone(), d.staged.key.clone()),
+            None => anyhow::bail!("internal error: no TLS files and no development certificate"),
+        },
     };
     let opts = ServeOptions {
         listen: args.listen,
@@ -243,21 +255,33 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
     let cluster_configured = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
         || std::env::var_os("KUBECONFIG").is_some()
         || std::env::var_os("HOME").is_some_and(|h| std::path::Path::new(&h).join(".kube/config").exists());
+    let dev_mode = dev.is_some();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     runtime.block_on(async move {
         let mut opts = opts;
-        opts.lookups = if watch == Watch::Always || (watch == Watch::Auto && !context_given && cluster_configured) {
-            let client =
-                kube::Client::try_default().await.context("connecting to the cluster to watch HostedControlPlanes")?;
-            tracing::info!("watching HostedControlPlanes for the etcd-init mutation");
+        let auto = watch == Watch::Auto && !dev_mode && !context_given && cluster_configured;
+        opts.lookups = if watch == Watch::Always || auto {
+            let (client, cluster, kube_context) = connect().await?;
+            tracing::info!(
+                cluster = %cluster,
+                context = %kube_context,
+                "watching HostedControlPlanes (and the backup preflight's objects) in this cluster, cluster-wide, with these credentials"
+            );
+            eprintln!("watching cluster {cluster} (context {kube_context})");
             LookupSource::Cluster(client)
         } else if context_given {
             LookupSource::Static(context)
         } else {
+            if dev_mode && watch == Watch::Auto && cluster_configured {
+                tracing::info!("development mode: not watching the kubeconfig's cluster (pass --watch-hostedcontrolplanes always to)");
+            }
             tracing::warn!("no cluster and no --context: /mutate/etcd-statefulsets denies etcd StatefulSets (no HostedControlPlane to decide the restore from)");
             LookupSource::None
         };
         let server = Server::bind(opts).await?;
+        if let Some(d) = &dev {
+            d.publish(server.local_addr().unwrap_or(args.listen))?;
+        }
         let addr = server.local_addr().map(|a| a.to_string()).unwrap_or_default();
         tracing::info!(listen = %addr, "serving admission webhooks over HTTPS");
         eprintln!("listening on https://{addr}");
@@ -278,4 +302,77 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
         tracing::info!("stopped");
         anyhow::Ok(0)
     })
+}
+
+/// The cluster client of the kubeconfig (or the in-cluster config), with the
+/// server URL (no query) and the kubeconfig context it came from.
+async fn connect() -> anyhow::Result<(kube::Client, String, String)> {
+    let config =
+        kube::Config::infer().await.context("reading the cluster configuration to watch HostedControlPlanes")?;
+    let uri = &config.cluster_url;
+    let cluster = format!(
+        "{}://{}{}",
+        uri.scheme_str().unwrap_or("https"),
+        uri.authority().map(|a| a.as_str()).unwrap_or_default(),
+        uri.path().trim_end_matches('/')
+    );
+    let kube_context = match kube::config::Kubeconfig::read() {
+        Ok(k) => k.current_context.unwrap_or_else(|| "(none)".to_string()),
+        Err(_) => "in-cluster service account".to_string(),
+    };
+    let client = kube::Client::try_from(config).context("connecting to the cluster to watch HostedControlPlanes")?;
+    Ok((client, cluster, kube_context))
+}
+
+/// The development certificate: made in a private directory the server
+/// loads from, and copied to `--dev-cert-dir` only once the port is bound.
+struct DevCerts {
+    generated: certs::GeneratedCerts,
+    staged: certs::CertPaths,
+    _stage: TempDir,
+    target: PathBuf,
+}
+
+/// A directory removed when dropped (the staged development key lives there).
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl DevCerts {
+    /// `None` when TLS files are given.
+    fn new(args: &ServeArgs) -> anyhow::Result<Option<Self>> {
+        if args.tls_cert.is_some() {
+            return Ok(None);
+        }
+        let names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+        let generated = certs::generate("hcp-etcd-admission dev CA", &names, 30)?;
+        let dir = std::env::temp_dir().join(format!("hcp-etcd-admission-dev-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            builder.mode(0o700);
+        }
+        builder.create(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let stage = TempDir(dir);
+        let staged = certs::write(&stage.0, &generated)?;
+        Ok(Some(Self { generated, staged, _stage: stage, target: args.dev_cert_dir.clone() }))
+    }
+
+    /// Writes the certificate set to `--dev-cert-dir` and says how to use it.
+    fn publish(&self, listen: SocketAddr) -> anyhow::Result<()> {
+        let paths = certs::write(&self.target, &self.generated)?;
+        eprintln!(
+            "no --tls-cert/--tls-key given: made a development certificate for localhost/127.0.0.1\n  CA: {}\n  try: curl --cacert {} https://{}/healthz",
+            paths.ca.display(),
+            paths.ca.display(),
+            listen
+        );
+        Ok(())
+    }
 }

@@ -38,6 +38,9 @@ pub struct ValidationResponse {
     pub mutated_object: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warnings: Option<Vec<String>>,
+    /// Audit-mode and exempt findings (the policy server passes them on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_annotations: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// Kubewarden's `SettingsValidationResponse`.
@@ -112,6 +115,7 @@ pub fn validate(payload: &[u8], lookup: Option<&dyn Lookup>, now: crate::time::N
         code: denial.map(|d| d.reason.code()),
         mutated_object,
         warnings: (!decision.warnings.is_empty()).then(|| decision.warnings.clone()),
+        audit_annotations: (!decision.audit_annotations.is_empty()).then(|| decision.audit_annotations.clone()),
     }
 }
 

@@ -46,19 +46,31 @@ impl CertPaths {
 
 /// A CA (`<ca_name>`) and a serving certificate for `names` (DNS names or IPs).
 pub fn generate(ca_name: &str, names: &[String], days: i64) -> Result<GeneratedCerts, CertError> {
-    generate_for(ca_name, names, days, ExtendedKeyUsagePurpose::ServerAuth)
+    generate_for(ca_name, names, days, days + 365, ExtendedKeyUsagePurpose::ServerAuth)
+}
+
+/// [`generate`] with the CA's own lifetime (`ca_days`, at least the serving
+/// certificate's `days`).
+pub fn generate_with_ca_days(
+    ca_name: &str,
+    names: &[String],
+    days: i64,
+    ca_days: i64,
+) -> Result<GeneratedCerts, CertError> {
+    generate_for(ca_name, names, days, ca_days.max(days), ExtendedKeyUsagePurpose::ServerAuth)
 }
 
 /// A CA and a client certificate with common name `names[0]` (as kube-apiserver
 /// presents to webhooks that require client certificates).
 pub fn generate_client(ca_name: &str, names: &[String], days: i64) -> Result<GeneratedCerts, CertError> {
-    generate_for(ca_name, names, days, ExtendedKeyUsagePurpose::ClientAuth)
+    generate_for(ca_name, names, days, days + 365, ExtendedKeyUsagePurpose::ClientAuth)
 }
 
 fn generate_for(
     ca_name: &str,
     names: &[String],
     days: i64,
+    ca_days: i64,
     usage: ExtendedKeyUsagePurpose,
 ) -> Result<GeneratedCerts, CertError> {
     // Backdated a day so a skewed clock does not reject a fresh certificate.
@@ -68,7 +80,7 @@ fn generate_for(
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     ca.not_before = start;
-    ca.not_after = start + days_duration(days + 365);
+    ca.not_after = start + days_duration(ca_days);
     let ca_key = KeyPair::generate()?;
     let ca_cert = ca.self_signed(&ca_key)?;
     let issuer = Issuer::new(ca, ca_key);
@@ -125,24 +137,43 @@ fn days_duration(days: i64) -> time::Duration {
 /// here, `ca.key` (keys mode 0600).
 pub fn write(dir: &Path, certs: &GeneratedCerts) -> Result<CertPaths, CertError> {
     let paths = CertPaths::in_dir(dir);
-    let w = |path: &Path, data: &str| {
-        std::fs::write(path, data).map_err(|source| CertError::Write { path: path.to_path_buf(), source })
-    };
     std::fs::create_dir_all(dir).map_err(|source| CertError::Write { path: dir.to_path_buf(), source })?;
-    w(&paths.ca, &certs.ca_pem)?;
-    w(&paths.cert, &certs.cert_pem)?;
-    w(&paths.key, &certs.key_pem)?;
+    write_file(&paths.ca, &certs.ca_pem, false)?;
+    write_file(&paths.cert, &certs.cert_pem, false)?;
+    write_file(&paths.key, &certs.key_pem, true)?;
     if let Some(ca_key) = &certs.ca_key_pem {
-        w(&paths.ca_key, ca_key)?;
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        for k in [&paths.key, &paths.ca_key] {
-            let _ = std::fs::set_permissions(k, std::fs::Permissions::from_mode(0o600));
-        }
+        write_file(&paths.ca_key, ca_key, true)?;
     }
     Ok(paths)
+}
+
+/// Writes `data` to a new file next to `path` (a key: created with mode 0600,
+/// never readable by others even for an instant), then renames it over
+/// `path`: a reader sees the old file or the new one, never a part.
+pub fn write_file(path: &Path, data: &str, secret: bool) -> Result<(), CertError> {
+    use std::io::Write as _;
+    let err = |source| CertError::Write { path: path.to_path_buf(), source };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        open.mode(if secret { 0o600 } else { 0o644 });
+    }
+    #[cfg(not(unix))]
+    let _ = secret;
+    let _ = std::fs::remove_file(&tmp);
+    let result = open.open(&tmp).and_then(|mut f| {
+        f.write_all(data.as_bytes())?;
+        f.sync_all()
+    });
+    if let Err(e) = result.and_then(|()| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err(e));
+    }
+    Ok(())
 }
 
 /// The DNS names a Service answers to.

@@ -214,6 +214,24 @@ pub struct Metrics {
     etcd_init: Family<EtcdInitLabels, Counter>,
     credentials: Family<SecretLabels, Gauge<i64, AtomicI64>>,
     credential_series: std::sync::Mutex<std::collections::BTreeSet<SecretLabels>>,
+    rule_results: Family<RuleLabels, Counter>,
+}
+
+/// Rule findings: `rule` from the closed set of
+/// [`crate::enforcement::known_rule`], `result` from
+/// [`crate::enforcement::Outcome`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    pub webhook: Webhook,
+    pub rule: &'static str,
+    pub result: &'static str,
+}
+
+/// `build_info`: one series, compile-time values.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildInfoLabels {
+    pub version: &'static str,
+    pub commit: &'static str,
 }
 
 /// Latency buckets from 100 µs to 10 s (seconds); 4 s is the request deadline.
@@ -304,7 +322,19 @@ impl Metrics {
             "1 when an etcd-backup credentials Secret fits the controller's detection, 0 when it is missing or does not fit",
             credentials.clone(),
         );
+        let rule_results = Family::<RuleLabels, Counter>::default();
+        registry.register(
+            "rule_results",
+            "Rule findings by webhook, rule id and what enforcement did (denied, warned, audited, off, exempt)",
+            rule_results.clone(),
+        );
+        let build_info = Family::<BuildInfoLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register("build_info", "Always 1: the version and git commit of this binary", build_info.clone());
+        build_info
+            .get_or_create(&BuildInfoLabels { version: crate::build_info::VERSION, commit: crate::build_info::COMMIT })
+            .set(1);
         Self {
+            rule_results,
             registry,
             requests,
             latency,
@@ -329,6 +359,14 @@ impl Metrics {
     /// Counts one etcd-init decision (labels from [`crate::mutate::Outcome::labels`]).
     pub fn etcd_init(&self, outcome: &'static str, reason: &'static str) {
         self.etcd_init.get_or_create(&EtcdInitLabels { outcome, reason }).inc();
+    }
+
+    /// Counts every finding of one decision.
+    pub fn rule_results(&self, webhook: Webhook, results: &[crate::enforcement::RuleResult]) {
+        for r in results {
+            let labels = RuleLabels { webhook, rule: r.rule, result: r.outcome.as_str() };
+            self.rule_results.get_or_create(&labels).inc();
+        }
     }
 
     pub fn rejected(&self, reason: RejectReason) {

@@ -405,6 +405,7 @@ fn answer(
         Some(_) => Decision::Denied,
     };
     app.metrics.observe(webhook, operation, decision, elapsed.as_secs_f64());
+    app.metrics.rule_results(webhook, &reviewed.decision.rules);
     let dry_run = req.and_then(|r| r.dry_run).unwrap_or(false);
     if decision == Decision::Allowed && !dry_run {
         let operator_ns = app.settings.operator_namespace.as_str();
@@ -432,11 +433,27 @@ fn answer(
         operation = req.map_or("", |r| r.operation.as_str()),
         dry_run,
         decision = decision.as_str(),
+        user = field(req.and_then(|r| r.user_info.as_ref()).map(|u| u.username.as_str())),
+        rules = rule_list(&reviewed.decision.rules),
         latency_us = elapsed.as_micros() as u64,
         "admission review"
     );
     Json(reviewed.review).into_response()
 }
+
+/// The findings of a decision for the log line: `rule=result` pairs from
+/// closed sets, at most [`MAX_LOGGED_RULES`] (then `+N more`).
+fn rule_list(results: &[crate::enforcement::RuleResult]) -> String {
+    let mut out: Vec<String> =
+        results.iter().take(MAX_LOGGED_RULES).map(|r| format!("{}={}", r.rule, r.outcome.as_str())).collect();
+    if results.len() > MAX_LOGGED_RULES {
+        out.push(format!("+{} more", results.len() - MAX_LOGGED_RULES));
+    }
+    out.join(",")
+}
+
+/// Most findings named in one review log line.
+const MAX_LOGGED_RULES: usize = 16;
 
 /// Reads and drops what is left of a body of at most twice `max` bytes, until
 /// `deadline`; hands back what could not be read (the answer goes first).

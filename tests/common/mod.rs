@@ -56,6 +56,8 @@ pub struct Case {
     pub etcd_init: Option<Value>,
     /// For a removal: no etcd-init may remain after the patch.
     pub no_etcd_init: bool,
+    /// The complete `response.auditAnnotations` (empty: none may be sent).
+    pub audit_annotations: serde_json::Map<String, Value>,
 }
 
 pub fn root() -> PathBuf {
@@ -189,6 +191,8 @@ const CASE_KEYS: &[&str] = &[
     "image",
     "etcdInit",
     "noEtcdInit",
+    "userInfo",
+    "auditAnnotations",
 ];
 
 fn causes_of(file: &str, name: &str, v: Option<&Value>) -> Vec<Cause> {
@@ -268,10 +272,14 @@ fn load_file(path: &Path) -> Vec<Case> {
             };
             let (o, ol) = (retag(&obj), retag(&old));
             let uid = format!("{file}-{i}-{res}");
+            let mut review = admission_review(&uid, res, sub, op, o.as_ref(), ol.as_ref());
+            if let Some(user) = c.get("userInfo") {
+                review["request"]["userInfo"] = user.clone();
+            }
             out.push(Case {
                 file: file.clone(),
                 name: format!("{name} [{res}]"),
-                review: admission_review(&uid, res, sub, op, o.as_ref(), ol.as_ref()),
+                review,
                 settings: {
                     let mut s = file_settings.clone();
                     if let Some(own) = c.get("settings") {
@@ -301,6 +309,10 @@ fn load_file(path: &Path) -> Vec<Case> {
                 image: c.get("image").and_then(Value::as_str).map(str::to_string),
                 etcd_init: c.get("etcdInit").cloned(),
                 no_etcd_init: c.get("noEtcdInit").and_then(Value::as_bool).unwrap_or(false),
+                audit_annotations: c
+                    .get("auditAnnotations")
+                    .map(|a| a.as_object().cloned().expect("auditAnnotations is a mapping"))
+                    .unwrap_or_default(),
             });
         }
     }
@@ -350,6 +362,12 @@ pub fn as_case_yaml(resp: &Value) -> String {
             out += &format!("      - {}\n", yaml_quote(w.as_str().unwrap_or_default()));
         }
     }
+    if let Some(a) = resp.get("auditAnnotations").and_then(Value::as_object) {
+        out += "    auditAnnotations:\n";
+        for (k, v) in a {
+            out += &format!("      {k}: {}\n", yaml_quote(v.as_str().unwrap_or_default()));
+        }
+    }
     out
 }
 
@@ -384,6 +402,10 @@ pub fn check_response(case: &Case, review: &Value) -> Vec<String> {
     }
     if resp.get("warnings").is_some_and(|w| w.as_array().is_some_and(Vec::is_empty)) {
         problems.push("an empty warnings list is sent (it must be omitted)".to_string());
+    }
+    let audit = resp.get("auditAnnotations").and_then(Value::as_object).cloned().unwrap_or_default();
+    if audit != case.audit_annotations {
+        problems.push(format!("auditAnnotations {audit:?}\n      expected {:?}", case.audit_annotations));
     }
     let whole = review.to_string();
     for a in &case.absent {

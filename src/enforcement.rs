@@ -1,0 +1,266 @@
+//! Enforcement you can dial: what happens to a rule's finding (deny, warn,
+//! audit, off) and who is exempt. The settings block and the one function
+//! that resolves a finding's action; `admission` applies it to every
+//! decision, so the server, the CLI and the Kubewarden policy agree.
+//!
+//! Two kinds of finding:
+//!
+//! * **rule findings** — a project rule (stable id) or the upstream schema
+//!   (`upstream-schema`) says the object is wrong. The default `mode` and
+//!   the exemptions apply to them, and a per-rule override beats the mode.
+//! * **fail-closed denials** — the webhook cannot decide (the etcd
+//!   StatefulSet without its HostedControlPlane, a template it cannot
+//!   understand, a request it cannot judge, an internal error). Letting one
+//!   through can start etcd empty and lose a restore, so neither the mode nor
+//!   an exemption ever relaxes one: only naming its id under `rules` does.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Every upstream schema or CEL error (the CRD's own rules).
+pub const UPSTREAM_SCHEMA: &str = "upstream-schema";
+/// The etcd StatefulSet's restore decision cannot be established (403).
+pub const ETCD_INIT_UNDECIDABLE: &str = "etcd-init-undecidable";
+/// The etcd StatefulSet's template cannot be understood (422).
+pub const ETCD_INIT_TEMPLATE: &str = "etcd-init-template";
+/// The request cannot be judged (400: wrong endpoint, no object).
+pub const BAD_REQUEST: &str = "bad-request";
+/// The webhook failed (500).
+pub const INTERNAL_ERROR: &str = "internal-error";
+
+/// The fail-closed ids: never relaxed by `mode` or an exemption.
+pub const FAIL_CLOSED: &[&str] = &[ETCD_INIT_UNDECIDABLE, ETCD_INIT_TEMPLATE, BAD_REQUEST, INTERNAL_ERROR];
+
+/// The ids a finding can carry besides the project rules'.
+pub const PSEUDO_RULES: &[&str] =
+    &[UPSTREAM_SCHEMA, ETCD_INIT_UNDECIDABLE, ETCD_INIT_TEMPLATE, BAD_REQUEST, INTERNAL_ERROR];
+
+/// Every id a finding can carry: a closed set (metric labels, override keys).
+pub fn known_rule(id: &str) -> Option<&'static str> {
+    crate::rules::BEYOND_RULES.iter().map(|r| r.id).chain(PSEUDO_RULES.iter().copied()).find(|k| *k == id)
+}
+
+/// The default for every rule finding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Findings deny (the default).
+    #[default]
+    Deny,
+    /// Findings become warnings with the same text; the request is allowed.
+    Warn,
+    /// Findings are recorded (audit annotation, metric, log) without a warning.
+    Audit,
+}
+
+/// A per-rule override.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleAction {
+    Deny,
+    Warn,
+    Audit,
+    Off,
+}
+
+/// Requests whose rule findings never deny.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Exemptions {
+    /// Namespaces (exact names) of the object.
+    pub namespaces: Vec<String>,
+    /// `userInfo.username` values (exact).
+    pub users: Vec<String>,
+    /// `userInfo.groups` entries (exact).
+    pub groups: Vec<String>,
+}
+
+/// The `enforcement` settings block.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Enforcement {
+    pub mode: Mode,
+    /// Rule id → action; beats `mode`. The only way to relax a fail-closed id.
+    pub rules: BTreeMap<String, RuleAction>,
+    pub exemptions: Exemptions,
+}
+
+/// What happened to one finding (a closed set: metric label values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Denied,
+    Warned,
+    Audited,
+    Off,
+    Exempt,
+}
+
+impl Outcome {
+    pub const ALL: &'static [Outcome] =
+        &[Outcome::Denied, Outcome::Warned, Outcome::Audited, Outcome::Off, Outcome::Exempt];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Denied => "denied",
+            Outcome::Warned => "warned",
+            Outcome::Audited => "audited",
+            Outcome::Off => "off",
+            Outcome::Exempt => "exempt",
+        }
+    }
+}
+
+/// One finding and what enforcement did with it (carried by the decision).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleResult {
+    /// From the closed set of [`known_rule`].
+    pub rule: &'static str,
+    pub outcome: Outcome,
+}
+
+/// Who sent the request and where the object lives.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Requester<'a> {
+    pub namespace: &'a str,
+    pub username: &'a str,
+    pub groups: &'a [String],
+}
+
+impl Enforcement {
+    /// Why `who` is exempt, if they are (`namespace "x"`, `user "y"`, `group "z"`).
+    pub fn exemption(&self, who: &Requester<'_>) -> Option<String> {
+        let e = &self.exemptions;
+        if !who.namespace.is_empty() && e.namespaces.iter().any(|n| n == who.namespace) {
+            return Some(format!("namespace {:?}", who.namespace));
+        }
+        if !who.username.is_empty() && e.users.iter().any(|u| u == who.username) {
+            return Some(format!("user {:?}", who.username));
+        }
+        who.groups.iter().find(|g| e.groups.contains(g)).map(|g| format!("group {g:?}"))
+    }
+
+    /// What to do with a finding of `rule` for a request (`exempt`: the
+    /// requester is exempt). Fail-closed ids deny unless named under `rules`.
+    pub fn outcome(&self, rule: &str, exempt: bool) -> Outcome {
+        let named = self.rules.get(rule).copied();
+        let named = named.map(|a| match a {
+            RuleAction::Deny => Outcome::Denied,
+            RuleAction::Warn => Outcome::Warned,
+            RuleAction::Audit => Outcome::Audited,
+            RuleAction::Off => Outcome::Off,
+        });
+        if FAIL_CLOSED.contains(&rule) {
+            return named.unwrap_or(Outcome::Denied);
+        }
+        if exempt {
+            return Outcome::Exempt;
+        }
+        named.unwrap_or(match self.mode {
+            Mode::Deny => Outcome::Denied,
+            Mode::Warn => Outcome::Warned,
+            Mode::Audit => Outcome::Audited,
+        })
+    }
+
+    /// Whether this block changes nothing (every finding denies, nobody is exempt).
+    pub fn is_default(&self) -> bool {
+        self == &Self::default()
+    }
+
+    /// Checks the block; every problem names its key.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for id in self.rules.keys() {
+            if known_rule(id).is_none() {
+                out.push(format!(
+                    "enforcement.rules: unknown rule id {id:?} (see `hcp-etcd-admission rules`, or one of {})",
+                    PSEUDO_RULES.join(", ")
+                ));
+            }
+        }
+        for ns in &self.exemptions.namespaces {
+            if !is_dns_label(ns) {
+                out.push(format!("enforcement.exemptions.namespaces: {ns:?} is not a namespace name (a DNS label)"));
+            }
+        }
+        for (key, list) in [("users", &self.exemptions.users), ("groups", &self.exemptions.groups)] {
+            if list.iter().any(|v| v.trim().is_empty()) {
+                out.push(format!("enforcement.exemptions.{key}: entries must not be empty"));
+            }
+        }
+        out
+    }
+}
+
+/// A namespace name: a DNS label (RFC 1123).
+fn is_dns_label(ns: &str) -> bool {
+    !ns.is_empty()
+        && ns.len() <= 63
+        && ns.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !ns.starts_with('-')
+        && !ns.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(mode: Mode, rules: &[(&str, RuleAction)]) -> Enforcement {
+        Enforcement {
+            mode,
+            rules: rules.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            exemptions: Exemptions::default(),
+        }
+    }
+
+    #[test]
+    fn mode_sets_the_default_and_overrides_beat_it() {
+        let e = with(Mode::Warn, &[("restore-url-expired", RuleAction::Deny), ("restore-url-format", RuleAction::Off)]);
+        assert_eq!(e.outcome("restore-url-s3-scheme", false), Outcome::Warned);
+        assert_eq!(e.outcome("restore-url-expired", false), Outcome::Denied);
+        assert_eq!(e.outcome("restore-url-format", false), Outcome::Off);
+        assert_eq!(with(Mode::Audit, &[]).outcome(UPSTREAM_SCHEMA, false), Outcome::Audited);
+        assert_eq!(with(Mode::Deny, &[]).outcome(UPSTREAM_SCHEMA, false), Outcome::Denied);
+    }
+
+    #[test]
+    fn fail_closed_ids_deny_in_every_mode_and_for_the_exempt_unless_named() {
+        for mode in [Mode::Deny, Mode::Warn, Mode::Audit] {
+            for id in FAIL_CLOSED {
+                assert_eq!(with(mode, &[]).outcome(id, true), Outcome::Denied, "{id} in {mode:?}");
+            }
+        }
+        let named = with(Mode::Deny, &[(ETCD_INIT_UNDECIDABLE, RuleAction::Warn)]);
+        assert_eq!(named.outcome(ETCD_INIT_UNDECIDABLE, false), Outcome::Warned);
+        assert_eq!(named.outcome(ETCD_INIT_TEMPLATE, true), Outcome::Denied);
+    }
+
+    #[test]
+    fn exemptions_match_namespace_user_or_group_exactly() {
+        let mut e = Enforcement::default();
+        e.exemptions.namespaces = vec!["clusters-dev".into()];
+        e.exemptions.users = vec!["alice".into()];
+        e.exemptions.groups = vec!["sre".into()];
+        let groups = vec!["system:authenticated".to_string(), "sre".to_string()];
+        let who = |namespace, username, groups| Requester { namespace, username, groups };
+        assert_eq!(e.exemption(&who("clusters-dev", "", &[])).as_deref(), Some("namespace \"clusters-dev\""));
+        assert_eq!(e.exemption(&who("clusters-prod", "alice", &[])).as_deref(), Some("user \"alice\""));
+        assert_eq!(e.exemption(&who("clusters-prod", "bob", &groups)).as_deref(), Some("group \"sre\""));
+        assert_eq!(e.exemption(&who("clusters-devx", "alic", &groups[..1])), None);
+        assert_eq!(e.outcome("restore-url-expired", true), Outcome::Exempt);
+    }
+
+    #[test]
+    fn unknown_ids_and_bad_exemptions_are_refused_by_key() {
+        let mut e = with(Mode::Deny, &[("restore-url-expird", RuleAction::Off)]);
+        e.exemptions.namespaces = vec!["Bad_NS".into()];
+        e.exemptions.groups = vec![" ".into()];
+        let p = e.problems();
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(p[0].starts_with("enforcement.rules: unknown rule id \"restore-url-expird\""), "{p:?}");
+        assert!(p[1].starts_with("enforcement.exemptions.namespaces"), "{p:?}");
+        assert!(p[2].starts_with("enforcement.exemptions.groups"), "{p:?}");
+        assert!(with(Mode::Warn, &[(ETCD_INIT_TEMPLATE, RuleAction::Deny)]).problems().is_empty());
+    }
+}

@@ -131,18 +131,37 @@ pub fn write(dir: &Path, certs: &GeneratedCerts) -> Result<CertPaths, CertError>
     std::fs::create_dir_all(dir).map_err(|source| CertError::Write { path: dir.to_path_buf(), source })?;
     w(&paths.ca, &certs.ca_pem)?;
     w(&paths.cert, &certs.cert_pem)?;
-    w(&paths.key, &certs.key_pem)?;
+    let private = |path: &Path, data: &str| {
+        write_private(path, data).map_err(|source| CertError::Write { path: path.to_path_buf(), source })
+    };
+    private(&paths.key, &certs.key_pem)?;
     if let Some(ca_key) = &certs.ca_key_pem {
-        w(&paths.ca_key, ca_key)?;
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        for k in [&paths.key, &paths.ca_key] {
-            let _ = std::fs::set_permissions(k, std::fs::Permissions::from_mode(0o600));
-        }
+        private(&paths.ca_key, ca_key)?;
     }
     Ok(paths)
+}
+
+/// Writes a private key readable by its owner only from the first byte: the
+/// file is created 0600 (not with the umask and narrowed afterwards), and an
+/// existing one is narrowed before it is truncated and written.
+fn write_private(path: &Path, data: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true).create(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        open.mode(0o600);
+    }
+    let mut file = open.open(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    file.set_len(0)?;
+    file.write_all(data.as_bytes())?;
+    file.sync_all()
 }
 
 /// The DNS names a Service answers to.
@@ -153,4 +172,28 @@ pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
         format!("{service}.{namespace}.svc"),
         format!("{service}.{namespace}.svc.cluster.local"),
     ]
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn private_keys_are_owner_only_fresh_or_overwritten() {
+        let dir = std::env::temp_dir().join(format!("hcp-certs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let stale = dir.join("tls.key");
+        std::fs::write(&stale, "x".repeat(10_000)).expect("stale key");
+        std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let fresh = dir.join("ca.key");
+        let _ = std::fs::remove_file(&fresh);
+        for (path, data) in [(&stale, "new key"), (&fresh, "ca key")] {
+            write_private(path, data).expect("write");
+            let mode = std::fs::metadata(path).expect("stat").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", path.display());
+            assert_eq!(std::fs::read_to_string(path).expect("read"), data, "truncated and rewritten");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

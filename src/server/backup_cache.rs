@@ -200,7 +200,10 @@ impl Lookup for ClusterLookup {
 ///   read live, so a lagging watch never denies a backup or lets a
 ///   StatefulSet through);
 /// * the namespace's HCPEtcdBackups, read live only when the cache shows one
-///   in progress, so the serial-guard denial is never made on a stale status;
+///   in progress, so the serial-guard denial is not made on a stale status;
+///   when that read fails (no live-read place, the deadline) the cache's view
+///   stands: a failed confirmation must not skip the whole preflight (every
+///   denial of it a warning) for a caller that can exhaust the read budget;
 /// * the credentials Secret (never cached).
 ///
 /// Whatever was not read live comes from `inner`.
@@ -229,8 +232,9 @@ impl Lookup for RequestReads<'_> {
     }
     fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, String> {
         match (&self.backups, self.inner) {
-            (Some((ns, live)), _) if ns == namespace => live.clone(),
+            (Some((ns, Ok(live))), _) if ns == namespace => Ok(live.clone()),
             (_, Some(inner)) => inner.hcp_etcd_backups(namespace),
+            (Some((ns, Err(e))), None) if ns == namespace => Err(e.clone()),
             _ => Err(NOT_PROVIDED.to_string()),
         }
     }
@@ -246,5 +250,69 @@ impl Lookup for RequestReads<'_> {
             Some(inner) => inner.etcd_stateful_set(namespace),
             None => Err(NOT_PROVIDED.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A stand-in for the watch caches (the real ones need an apiserver):
+    /// one HostedControlPlane and one HCPEtcdBackup in progress in `ns`.
+    struct Cached;
+
+    const NS: &str = "clusters-a";
+
+    impl Lookup for Cached {
+        fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
+            Ok((namespace == NS)
+                .then(|| json!({"kind": "HostedControlPlane", "metadata": {"name": "a", "namespace": NS}}))
+                .into_iter()
+                .collect())
+        }
+        fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, String> {
+            Ok((namespace == NS)
+                .then(|| {
+                    json!({"kind": "HCPEtcdBackup", "metadata": {"name": "running", "namespace": NS},
+                       "status": {"conditions": [{"type": "BackupCompleted", "status": "False",
+                                                   "reason": crate::api::REASON_BACKUP_IN_PROGRESS}]}})
+                })
+                .into_iter()
+                .collect())
+        }
+        fn secret(&self, _: &str, _: &str) -> Result<Option<Value>, String> {
+            Ok(None)
+        }
+        fn etcd_stateful_set(&self, _: &str) -> Result<Option<Value>, String> {
+            Ok(None)
+        }
+    }
+
+    fn backup() -> Value {
+        json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
+               "metadata": {"name": "next", "namespace": NS},
+               "spec": {"storage": {"storageType": "S3", "s3": {"bucket": "b", "region": "us-east-1",
+                        "keyPrefix": "p", "credentials": {"name": "creds"}}}}})
+    }
+
+    #[test]
+    fn a_failed_live_confirmation_keeps_the_caches_in_progress_view() {
+        let settings = crate::settings::Settings::default();
+        let busy = "the server's live-read budget is taken (too many reads at once); not read".to_string();
+        let reads = RequestReads { inner: Some(&Cached), backups: Some((NS.into(), Err(busy))), ..Default::default() };
+        assert_eq!(reads.hcp_etcd_backups(NS).map(|b| b.len()), Ok(1), "the cache's view, not the failed read");
+        let f = crate::rules::preflight::check(&backup(), NS, Some(&reads), &settings);
+        assert!(
+            f.errors.iter().any(|e| e.detail.contains(crate::rules::preflight::IN_PROGRESS.id)),
+            "the serial guard still denies: errors {:?}, warnings {:?}",
+            f.errors,
+            f.warnings
+        );
+        // A live read that succeeded wins over the cache (it saw the backup finish).
+        let reads =
+            RequestReads { inner: Some(&Cached), backups: Some((NS.into(), Ok(Vec::new()))), ..Default::default() };
+        let f = crate::rules::preflight::check(&backup(), NS, Some(&reads), &settings);
+        assert!(!f.errors.iter().any(|e| e.detail.contains(crate::rules::preflight::IN_PROGRESS.id)), "{:?}", f.errors);
     }
 }

@@ -185,3 +185,28 @@ pub fn service_names(service: &str, namespace: &str) -> Vec<String> {
         format!("{service}.{namespace}.svc.cluster.local"),
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::write_file;
+
+    #[test]
+    fn private_keys_are_owner_only_fresh_or_overwritten() {
+        let dir = std::env::temp_dir().join(format!("hcp-certs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let stale = dir.join("tls.key");
+        std::fs::write(&stale, "x".repeat(10_000)).expect("stale key");
+        std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let fresh = dir.join("ca.key");
+        let _ = std::fs::remove_file(&fresh);
+        for (path, data) in [(&stale, "new key"), (&fresh, "ca key")] {
+            write_file(path, data, true).expect("write");
+            let mode = std::fs::metadata(path).expect("stat").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", path.display());
+            assert_eq!(std::fs::read_to_string(path).expect("read"), data, "replaced whole");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

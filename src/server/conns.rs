@@ -109,7 +109,9 @@ impl Activity {
     pub fn begin(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.served.fetch_add(1, Ordering::AcqRel);
-        self.changed.notify_one();
+        // Every waiter (the idle timer and, while draining, the quiet
+        // watch wait at once): notify_one would wake only one of them.
+        self.changed.notify_waiters();
         InFlight(self.clone())
     }
 
@@ -162,7 +164,7 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.last_done_ms.store(self.0.now_ms(), Ordering::Release);
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.changed.notify_one();
+        self.0.changed.notify_waiters();
     }
 }
 
@@ -390,6 +392,26 @@ mod tests {
         // Among equally large sources, the costliest connection goes.
         let open = [(0, A, busy(1, 1)), (1, C, Cost::Unproven { age_ms: 5 }), (2, B, busy(9, 9))];
         assert_eq!(choose_victim(&open, B, 3, 3), Some((1, Evicted::Fullest)));
+    }
+
+    /// The idle timer and the drain's quiet watch wait on the same
+    /// connection at once: the end of a request must reach both, or a
+    /// draining connection stays open until its idle timeout.
+    #[tokio::test]
+    async fn the_end_of_a_request_reaches_every_waiter() {
+        let table = ConnTable::new(4, 4);
+        let (place, _) = table.admit(A);
+        let a = place.activity.clone();
+        let request = a.begin();
+        let hour = Duration::from_secs(3600);
+        let idle = a.idle(hour, hour);
+        let quiet = a.quiet();
+        tokio::pin!(idle, quiet);
+        assert!(futures::poll!(idle.as_mut()).is_pending());
+        assert!(futures::poll!(quiet.as_mut()).is_pending());
+        drop(request);
+        assert!(futures::poll!(quiet.as_mut()).is_ready(), "the drain sees the connection quiet");
+        assert!(futures::poll!(idle.as_mut()).is_pending(), "the idle timer starts over");
     }
 
     #[tokio::test]

@@ -203,13 +203,9 @@ pub fn client_identity(der: &[u8], sans: bool) -> super::PeerIdentity {
     let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
         return super::PeerIdentity { verified: true, names: Vec::new(), not_after: None };
     };
-    let mut names: Vec<String> = cert
-        .subject()
-        .iter_common_name()
-        .filter_map(|cn| cn.as_str().ok().map(str::to_string))
-        .last()
-        .into_iter()
-        .collect();
+    // The last CN attribute, whatever its string type: skipping one this
+    // parser cannot read would pick an earlier CN that Kubernetes ignores.
+    let mut names: Vec<String> = cert.subject().iter_common_name().last().and_then(cn_string).into_iter().collect();
     if sans {
         if let Ok(Some(san)) = cert.subject_alternative_name() {
             for n in &san.value.general_names {
@@ -221,6 +217,27 @@ pub fn client_identity(der: &[u8], sans: bool) -> super::PeerIdentity {
         }
     }
     super::PeerIdentity { verified: true, names, not_after: Some(cert.validity().not_after.timestamp()) }
+}
+
+/// A CN attribute's value as Go's crypto/x509 reads it (UTF8String,
+/// PrintableString, IA5String, NumericString, T61String as its bytes,
+/// BMPString as UTF-16BE); `None` for anything else, so an unreadable CN is
+/// no identity rather than a different one.
+fn cn_string(cn: &x509_parser::x509::AttributeTypeAndValue<'_>) -> Option<String> {
+    use x509_parser::asn1_rs::Tag;
+    let value = cn.attr_value();
+    match value.tag() {
+        Tag::BmpString => {
+            let data = value.data;
+            if data.len() % 2 != 0 {
+                return None;
+            }
+            let units = data.chunks_exact(2).filter_map(|c| <[u8; 2]>::try_from(c).ok()).map(u16::from_be_bytes);
+            char::decode_utf16(units).collect::<Result<String, _>>().ok()
+        }
+        Tag::T61String => std::str::from_utf8(value.data).ok().map(str::to_string),
+        _ => cn.as_str().ok().map(str::to_string),
+    }
 }
 
 /// A client-certificate verifier that can be swapped when the CA file changes.
@@ -435,4 +452,37 @@ pub async fn reload_loop(t: ReloadTargets, mut last: Vec<u8>, interval: Duration
 
 pub fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A certificate whose subject has two CN attributes: `kube-apiserver`
+    /// (UTF8String) first, then `second` in the given string type.
+    fn two_cns(second: rcgen::DnValue) -> Vec<u8> {
+        let mut params = rcgen::CertificateParams::default();
+        let mut dn = rcgen::DistinguishedName::new();
+        dn.push(rcgen::DnType::CommonName, "kube-apiserver");
+        // The CN's OID as a custom type: rcgen keeps one value per type.
+        dn.push(rcgen::DnType::CustomDnType(vec![2, 5, 4, 3]), second);
+        params.distinguished_name = dn;
+        let key = rcgen::KeyPair::generate().expect("key");
+        params.self_signed(&key).expect("cert").der().to_vec()
+    }
+
+    #[test]
+    fn the_identity_is_the_last_cn_whatever_its_string_type() {
+        let bmp = rcgen::DnValue::BmpString(rcgen::string::BmpString::try_from("alice").expect("bmp"));
+        let id = client_identity(&two_cns(bmp), false);
+        assert_eq!(id.names, vec!["alice".to_string()], "Go reads the BMPString CN, the last one");
+        let utf8 = client_identity(&two_cns("bob".into()), false);
+        assert_eq!(utf8.names, vec!["bob".to_string()]);
+        // A last CN of a type Go does not read as a string is no identity,
+        // never the earlier `kube-apiserver`.
+        let uni =
+            rcgen::DnValue::UniversalString(rcgen::string::UniversalString::try_from("carol").expect("universal"));
+        let id = client_identity(&two_cns(uni), false);
+        assert!(id.names.is_empty(), "{:?}", id.names);
+    }
 }

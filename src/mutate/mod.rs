@@ -12,15 +12,22 @@
 //! The decision fails closed: the StatefulSet is admitted without etcd-init
 //! only when it is established that no restore is pending (exactly one
 //! HostedControlPlane read, and it has no restore URL, unmanaged etcd or
-//! `EtcdSnapshotRestored=True`). Every other case is denied with what is
-//! missing; the control-plane-operator retries.
+//! `EtcdSnapshotRestored=True`; or the stored StatefulSet reports a quorum
+//! of ready members, so etcd runs and the restore is over). Every other case
+//! is denied with what is missing; the control-plane-operator retries.
+//!
+//! Every restore gets its own generation, a digest of the HostedControlPlane
+//! UID, the namespace and the URL: the same on every member of one restore,
+//! different for any other. etcd-init derives the cluster token from it, so a
+//! member of an earlier restore meeting this one fails loudly with a cluster
+//! ID mismatch instead of merging raft logs.
 
 mod container;
 pub mod identity;
 
 use serde_json::Value;
 
-pub use container::{build_init_container, STAGE_DIR_NAME};
+pub use container::{build_init_container, injected_script, STAGE_DIR_NAME};
 
 use crate::{
     admission::lookup::{self, HcpLookup, Lookup},
@@ -162,7 +169,7 @@ pub fn etcd_init(
     lookup: Option<&dyn Lookup>,
     settings: &Settings,
 ) -> Mutation {
-    let m = decide(sts, namespace, lookup, settings);
+    let m = decide(sts, old, namespace, lookup, settings);
     let spec_unchanged = old.is_some_and(|o| o.is_object() && o.get("spec") == sts.get("spec"));
     if !spec_unchanged {
         return m;
@@ -180,7 +187,36 @@ pub fn etcd_init(
     allowed
 }
 
-fn decide(sts: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings: &Settings) -> Mutation {
+/// The restore generation: 16 hex digits of SHA-256 over the
+/// HostedControlPlane UID, the namespace and the URL.
+pub fn restore_generation(hcp: &Value, namespace: &str, url: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let uid = hcp.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+    let mut h = Sha256::new();
+    for part in ["hcp-etcd-admission restore generation", uid, namespace, url] {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    }
+    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Ready members out of the replicas of the stored StatefulSet, when they
+/// are a quorum: etcd runs, so the restore is over (every pod of this
+/// StatefulSet ran etcd-init, and no member is ready without a quorum).
+fn quorum_ready(old: Option<&Value>) -> Option<(u64, u64)> {
+    let old = old?;
+    let replicas = old.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1);
+    let ready = old.pointer("/status/readyReplicas").and_then(Value::as_u64)?;
+    (replicas > 0 && ready >= replicas / 2 + 1).then_some((ready, replicas))
+}
+
+fn decide(
+    sts: &Value,
+    old: Option<&Value>,
+    namespace: &str,
+    lookup: Option<&dyn Lookup>,
+    settings: &Settings,
+) -> Mutation {
     if sts.pointer("/metadata/name").and_then(Value::as_str) != Some(ETCD_STATEFULSET) {
         return Mutation::default();
     }
@@ -230,18 +266,22 @@ fn decide(sts: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings: &
         }
     };
     let url = restore_snapshot_url(&hcp);
-    let no_restore_pending = unmanaged_etcd(&hcp) || url.is_none() || snapshot_restored(&hcp);
+    let running = quorum_ready(old);
+    let no_restore_pending = unmanaged_etcd(&hcp) || url.is_none() || snapshot_restored(&hcp) || running.is_some();
     let Some(url) = url.filter(|_| !no_restore_pending) else {
         // Established: no restore pending. A stale etcd-init goes, so a later
         // empty volume can never restore an old snapshot into a live cluster.
         return match remove_patch(sts) {
             Some(patch) => {
                 let why = if snapshot_restored(&hcp) {
-                    "EtcdSnapshotRestored is True"
+                    "EtcdSnapshotRestored is True".to_string()
                 } else if unmanaged_etcd(&hcp) {
-                    "etcd is unmanaged"
+                    "etcd is unmanaged".to_string()
+                } else if url.is_none() {
+                    "the HostedControlPlane has no restoreSnapshotURL".to_string()
                 } else {
-                    "the HostedControlPlane has no restoreSnapshotURL"
+                    let (ready, replicas) = running.unwrap_or_default();
+                    format!("{ready} of {replicas} etcd members are ready (a quorum runs, so the restore is complete)")
                 };
                 let mut m = Mutation::outcome(Outcome::Removed, Some(patch));
                 m.warnings.push(format!(
@@ -252,7 +292,8 @@ fn decide(sts: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings: &
             None => Mutation::outcome(Outcome::NotNeeded, None),
         };
     };
-    let container = match build_init_container(sts, namespace, url, settings) {
+    let generation = restore_generation(&hcp, namespace, url);
+    let container = match build_init_container(sts, &generation, url, settings) {
         Ok(c) => c,
         Err(errors) => return Mutation::denied(DenyReason::Template, Denial::Template(errors)),
     };

@@ -288,7 +288,7 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, 
     let prefetched = match prefetched {
         Some(cache) => {
             let ns = request_namespace(&parsed);
-            match tokio::time::timeout_at(deadline, cache.lookup_for(&ns)).await {
+            match tokio::time::timeout_at(deadline, cache.lookup_for_request(&ns, &parsed["request"])).await {
                 Ok(p) => Some(p),
                 Err(_) => {
                     reject(RejectReason::Deadline);

@@ -275,11 +275,12 @@ beacon_stop() {
 	rm -rf -- "$STAGE/beacon"
 }
 beacon_start() {
+	B_STATE=$1
 	beacon_stop
 	ETCD_BIN=$(command -v etcd || true)
 	[ -n "$ETCD_BIN" ] || fail "etcd is not in PATH of the etcd-init image: with $MEMBERS members etcd-init answers for itself on the peer port with it (use the etcd image, or an etcdInitImage that has etcd)"
 	mkdir -p -- "$STAGE/beacon"
-	BNAME="etcd-init.$1.$GEN.$NAME"
+	BNAME="etcd-init.$B_STATE.$GEN.$NAME"
 	BURL="${LISTEN_PEER%%://*}://127.0.0.1:${LISTEN_PEER##*:}"
 	set -- --name "$BNAME" --data-dir "$STAGE/beacon/data" --listen-peer-urls "$LISTEN_PEER" \
 		--initial-advertise-peer-urls "$BURL" --initial-cluster "$BNAME=$BURL" \
@@ -294,7 +295,7 @@ beacon_start() {
 	T=0
 	while :; do
 		probe "$NAME" "$PEER_URL"
-		[ "$P_STATE" != "$1" ] || break
+		[ "$P_STATE" != "$B_STATE" ] || break
 		if ! kill -0 "$BEACON" 2>/dev/null; then
 			tail -n 5 "$STAGE/beacon.log" >&2 || true
 			fail "the etcd-init beacon on $LISTEN_PEER did not start (is the peer port in use?)"
@@ -314,14 +315,17 @@ cleanup() {
 		wait "$CHILD" 2>/dev/null || true
 	fi
 	beacon_stop
-	rm -rf -- "$STAGE/data" "$STAGE/beacon.log"
+	rm -rf -- "$STAGE/data" "$STAGE/beacon.log" "$STAGE/http-code" "$STAGE/curl.err" "$STAGE/sha256" "$STAGE/restore.log"
 	[ "$WAL_STAGE" = "$STAGE" ] || rm -rf -- "$WAL_STAGE"
+	# Only a complete download of this generation stays, for the retry.
 	[ "$(cat "$STAGE/download-complete" 2>/dev/null || true)" = "$GEN" ] || rm -rf -- "$STAGE"
 }
 trap cleanup EXIT
 trap 'log "terminated: removing the staging dir"; exit 143' TERM
 trap 'exit 130' INT
 trap 'exit 129' HUP
+# A closed log pipe must not kill the shell past its cleanup (the beacon).
+trap 'exit 141' PIPE
 # Runs "$@" in the background and waits for it; its exit code is in RC.
 run() {
 	"$@" &

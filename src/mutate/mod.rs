@@ -575,6 +575,58 @@ mod tests {
     }
 
     #[test]
+    fn a_generation_per_restore() {
+        let hcp = |uid: &str| json!({"metadata": {"uid": uid}});
+        let g = restore_generation(&hcp("u1"), "ns", "https://h/k.db");
+        assert_eq!(g.len(), 16);
+        assert!(g.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()), "{g}");
+        // The same restore: the same generation on every member (every admission).
+        assert_eq!(g, restore_generation(&hcp("u1"), "ns", "https://h/k.db"));
+        // Another incarnation, namespace or URL: another generation.
+        assert_ne!(g, restore_generation(&hcp("u2"), "ns", "https://h/k.db"));
+        assert_ne!(g, restore_generation(&hcp("u1"), "ns2", "https://h/k.db"));
+        assert_ne!(g, restore_generation(&hcp("u1"), "ns", "https://h/k2.db"));
+        // Parts cannot run into each other.
+        assert_ne!(
+            restore_generation(&hcp("ab"), "c", "https://h/k.db"),
+            restore_generation(&hcp("a"), "bc", "https://h/k.db")
+        );
+    }
+
+    #[test]
+    fn a_quorum_of_ready_members_ends_the_restore() {
+        let s = Settings::default();
+        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
+            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]));
+        let mut three = sts();
+        three["spec"]["replicas"] = json!(3);
+        let patched = {
+            let m = etcd_init(&three, None, "ns", Some(&inject), &s);
+            let mut p = three.clone();
+            json_patch::patch(&mut p, &m.patch.expect("patch")).expect("applies");
+            p
+        };
+        let with_ready = |ready: Value| {
+            let mut old = patched.clone();
+            old["status"] = json!({"replicas": 3, "readyReplicas": ready});
+            old
+        };
+        let mut update = patched.clone();
+        update["metadata"]["labels"] = json!({"rev": "2"});
+        for (ready, removed) in
+            [(json!(2), true), (json!(3), true), (json!(1), false), (json!(0), false), (json!("2"), false)]
+        {
+            let m = etcd_init(&update, Some(&with_ready(ready.clone())), "ns", Some(&inject), &s);
+            let want = if removed { Outcome::Removed } else { Outcome::Unchanged };
+            assert_eq!(m.outcome, want, "readyReplicas {ready}");
+        }
+        // No stored object (a CREATE): a status in the request is no fact.
+        let mut created = three.clone();
+        created["status"] = json!({"replicas": 3, "readyReplicas": 3});
+        assert_eq!(etcd_init(&created, None, "ns", Some(&inject), &s).outcome, Outcome::Injected);
+    }
+
+    #[test]
     fn replicas_are_bounded() {
         let s = Settings::default();
         let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",

@@ -111,7 +111,11 @@ impl HcpCache {
                 LIVE_READ_TIMEOUT.as_secs()
             ))),
         };
-        tracing::debug!(namespace, ok = answer.is_ok(), "HostedControlPlane live read for an etcd StatefulSet decision");
+        tracing::debug!(
+            namespace,
+            ok = answer.is_ok(),
+            "HostedControlPlane live read for an etcd StatefulSet decision"
+        );
         Prefetched(answer)
     }
 

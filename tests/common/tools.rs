@@ -29,5 +29,8 @@ pub fn go_bin(name: &str, bin: &str) -> PathBuf {
 
 /// The need for one Go-built binary, with how to build it.
 pub fn go_tool(name: &'static str, bin: &'static str) -> Need {
-    Need::File(go_bin(name, bin), "scripts/go-tools.sh (builds kube-apiserver and etcd 3.6/3.7 from the Go module proxy)")
+    Need::File(
+        go_bin(name, bin),
+        "scripts/go-tools.sh (builds kube-apiserver and etcd 3.6/3.7 from the Go module proxy)",
+    )
 }

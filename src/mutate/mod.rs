@@ -207,7 +207,7 @@ fn quorum_ready(old: Option<&Value>) -> Option<(u64, u64)> {
     let old = old?;
     let replicas = old.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1);
     let ready = old.pointer("/status/readyReplicas").and_then(Value::as_u64)?;
-    (replicas > 0 && ready >= replicas / 2 + 1).then_some((ready, replicas))
+    (replicas > 0 && ready > replicas / 2).then_some((ready, replicas))
 }
 
 fn decide(

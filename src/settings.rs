@@ -35,11 +35,20 @@ pub struct Settings {
     /// the default `10Gi` covers etcd's 8 GiB quota.
     pub restore_memory_limit: String,
     /// Restore even when the image's etcdutl/etcdctl lacks `snapshot restore
-    /// --bump-revision/--mark-compacted` (etcd < 3.5.10 / 3.4.26). Risk:
+    /// --bump-revision/--mark-compacted` (etcd < 3.5.10 / 3.4.27). Risk:
     /// revisions go back to the snapshot's, so guest-cluster watches and
     /// informers that saw later revisions keep stale caches until they relist.
     /// Default: false (etcd-init fails with a clear message instead).
     pub allow_restore_without_revision_bump: bool,
+    /// How far a restore moves revisions past the snapshot's
+    /// (`--bump-revision`): more than the writes made between the snapshot and
+    /// the last revision any client saw. Default 10^10 (about 10 weeks at 1500
+    /// writes per second); revisions are int64, a larger bump costs nothing.
+    pub restore_revision_bump: u64,
+    /// How long one etcd-init run waits for the other members to answer as
+    /// this restore's etcd-init (and, after restoring, to restore too),
+    /// seconds. Default 600; the kubelet then retries.
+    pub restore_wait_seconds: u64,
     /// HCPEtcdBackup preflight: on CREATE, look up what the HyperShift
     /// Operator's controller will check (the HostedControlPlane, other
     /// backups, the credentials Secret, the etcd StatefulSet). `false` turns
@@ -89,6 +98,8 @@ impl Default for Settings {
             restore_memory_request: "512Mi".to_string(),
             restore_memory_limit: "10Gi".to_string(),
             allow_restore_without_revision_bump: false,
+            restore_revision_bump: DEFAULT_REVISION_BUMP,
+            restore_wait_seconds: 600,
             backup_preflight: true,
             operator_namespace: "hypershift".to_string(),
             kubernetes_version: KubernetesVersion::default(),
@@ -104,6 +115,14 @@ fn is_quantity(s: &str) -> bool {
         && digits.chars().all(|c| c.is_ascii_digit() || c == '.')
         && ["", "m", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti"].contains(&suffix)
 }
+
+/// The default revision bump of a restore.
+pub const DEFAULT_REVISION_BUMP: u64 = 10_000_000_000;
+/// Bounds of the revision bump: below 10^6 covers minutes of writes on a busy
+/// cluster; above 10^15 leaves int64 revisions too little room.
+pub const REVISION_BUMP_RANGE: std::ops::RangeInclusive<u64> = 1_000_000..=1_000_000_000_000_000;
+/// Bounds of the etcd-init wait, seconds.
+pub const RESTORE_WAIT_RANGE: std::ops::RangeInclusive<u64> = 10..=3600;
 
 /// Upper bound for the expiry warning window: a week (longer is a typo).
 pub const MAX_EXPIRY_WARNING_SECONDS: u64 = 7 * 24 * 3600;
@@ -140,6 +159,22 @@ impl Settings {
         }
         if self.restore_max_bytes == 0 {
             problems.push("restoreMaxBytes: must be positive".to_string());
+        }
+        if !REVISION_BUMP_RANGE.contains(&self.restore_revision_bump) {
+            problems.push(format!(
+                "restoreRevisionBump: {} is outside {}..={}",
+                self.restore_revision_bump,
+                REVISION_BUMP_RANGE.start(),
+                REVISION_BUMP_RANGE.end()
+            ));
+        }
+        if !RESTORE_WAIT_RANGE.contains(&self.restore_wait_seconds) {
+            problems.push(format!(
+                "restoreWaitSeconds: {} is outside {}..={}",
+                self.restore_wait_seconds,
+                RESTORE_WAIT_RANGE.start(),
+                RESTORE_WAIT_RANGE.end()
+            ));
         }
         if self.restore_max_time_seconds == 0 {
             problems.push("restoreMaxTimeSeconds: must be positive".to_string());

@@ -44,6 +44,9 @@ const OWN_ENV: &[&str] = &[
     "ETCD_INIT_STAGE_DIR",
     "ETCD_INIT_WAL_STAGE_DIR",
     "ETCD_INIT_PROBE_TIMEOUT",
+    "ETCD_INIT_RESTORE_GENERATION",
+    "ETCD_INIT_WAIT_SECONDS",
+    "RESTORE_REVISION_BUMP",
 ];
 
 /// The largest etcd cluster a restore is built for.
@@ -69,7 +72,7 @@ fn etcd_container(sts: &Value) -> Option<(usize, &Value)> {
 /// why the template's identity or layout cannot be established.
 pub fn build_init_container(
     sts: &Value,
-    _namespace: &str,
+    generation: &str,
     url: &str,
     settings: &Settings,
 ) -> Result<Value, Vec<FieldError>> {
@@ -206,7 +209,7 @@ pub fn build_init_container(
     let wal_stage =
         wal.as_ref().filter(|(_, i)| *i != data_mount).map(|(_, i)| format!("{}/{STAGE_DIR_NAME}-wal", mount_path(*i)));
 
-    let env = init_env(etcd, &id, &own_mounts, &base, url, settings, &stage, wal_stage.as_deref())?;
+    let env = init_env(etcd, &id, &own_mounts, &base, (url, generation), settings, &stage, wal_stage.as_deref())?;
 
     let mut c = Map::new();
     c.insert("name".into(), json!(INIT_CONTAINER));
@@ -224,8 +227,9 @@ pub fn build_init_container(
     c.insert("volumeMounts".into(), Value::Array(own_mounts));
     c.insert("securityContext".into(), security_context(etcd.get("securityContext")));
     c.insert("terminationMessagePath".into(), json!("/dev/termination-log"));
-    // The last lines of the log become the termination message, so
-    // `kubectl describe pod` shows why a restore failed.
+    // etcd-init writes its one-line result (RESTORED / SKIPPED / HANDED OFF /
+    // FAILED) there; should it not get to, the last lines of the log become
+    // the termination message, so `kubectl describe pod` shows what happened.
     c.insert("terminationMessagePolicy".into(), json!("FallbackToLogsOnError"));
     Ok(Value::Object(c))
 }
@@ -254,7 +258,7 @@ fn init_env(
     id: &Identity,
     mounts: &[Value],
     base: &str,
-    url: &str,
+    (url, generation): (&str, &str),
     settings: &Settings,
     stage: &str,
     wal_stage: Option<&str>,
@@ -307,11 +311,14 @@ fn init_env(
         env.push(json!({"name": "ETCD_INIT_WAL_STAGE_DIR", "value": escape_env(w)}));
     }
     env.push(json!({"name": "RESTORE_URL_ETCD", "value": escape_env(url)}));
+    env.push(json!({"name": "ETCD_INIT_RESTORE_GENERATION", "value": generation}));
     env.push(json!({"name": "RESTORE_MAX_BYTES", "value": settings.restore_max_bytes.to_string()}));
     env.push(json!({"name": "RESTORE_MAX_TIME_SECONDS", "value": settings.restore_max_time_seconds.to_string()}));
     env.push(json!({
         "name": "RESTORE_ALLOW_WITHOUT_REVISION_BUMP",
         "value": settings.allow_restore_without_revision_bump.to_string(),
     }));
+    env.push(json!({"name": "RESTORE_REVISION_BUMP", "value": settings.restore_revision_bump.to_string()}));
+    env.push(json!({"name": "ETCD_INIT_WAIT_SECONDS", "value": settings.restore_wait_seconds.to_string()}));
     Ok(env)
 }

@@ -18,6 +18,7 @@ pub enum Key {
     InitialCluster,
     InitialClusterToken,
     InitialAdvertisePeerUrls,
+    ListenPeerUrls,
     AdvertiseClientUrls,
     CertFile,
     KeyFile,
@@ -27,13 +28,14 @@ pub enum Key {
     PeerTrustedCaFile,
 }
 
-pub const KEYS: [Key; 13] = [
+pub const KEYS: [Key; 14] = [
     Key::Name,
     Key::DataDir,
     Key::WalDir,
     Key::InitialCluster,
     Key::InitialClusterToken,
     Key::InitialAdvertisePeerUrls,
+    Key::ListenPeerUrls,
     Key::AdvertiseClientUrls,
     Key::CertFile,
     Key::KeyFile,
@@ -52,6 +54,7 @@ impl Key {
             Key::InitialCluster => "ETCD_INITIAL_CLUSTER",
             Key::InitialClusterToken => "ETCD_INITIAL_CLUSTER_TOKEN",
             Key::InitialAdvertisePeerUrls => "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+            Key::ListenPeerUrls => "ETCD_LISTEN_PEER_URLS",
             Key::AdvertiseClientUrls => "ETCD_ADVERTISE_CLIENT_URLS",
             Key::CertFile => "ETCD_CERT_FILE",
             Key::KeyFile => "ETCD_KEY_FILE",
@@ -70,6 +73,7 @@ impl Key {
             Key::InitialCluster => "initial-cluster",
             Key::InitialClusterToken => "initial-cluster-token",
             Key::InitialAdvertisePeerUrls => "initial-advertise-peer-urls",
+            Key::ListenPeerUrls => "listen-peer-urls",
             Key::AdvertiseClientUrls => "advertise-client-urls",
             Key::CertFile => "cert-file",
             Key::KeyFile => "key-file",

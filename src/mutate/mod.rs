@@ -12,15 +12,22 @@
 //! The decision fails closed: the StatefulSet is admitted without etcd-init
 //! only when it is established that no restore is pending (exactly one
 //! HostedControlPlane read, and it has no restore URL, unmanaged etcd or
-//! `EtcdSnapshotRestored=True`). Every other case is denied with what is
-//! missing; the control-plane-operator retries.
+//! `EtcdSnapshotRestored=True`; or the stored StatefulSet reports a quorum
+//! of ready members, so etcd runs and the restore is over). Every other case
+//! is denied with what is missing; the control-plane-operator retries.
+//!
+//! Every restore gets its own generation, a digest of the HostedControlPlane
+//! UID, the namespace and the URL: the same on every member of one restore,
+//! different for any other. etcd-init derives the cluster token from it, so a
+//! member of an earlier restore meeting this one fails loudly with a cluster
+//! ID mismatch instead of merging raft logs.
 
 mod container;
 pub mod identity;
 
 use serde_json::Value;
 
-pub use container::{build_init_container, STAGE_DIR_NAME};
+pub use container::{build_init_container, injected_script, STAGE_DIR_NAME};
 
 use crate::{
     admission::lookup::{self, HcpLookup, Lookup},
@@ -176,7 +183,7 @@ pub fn etcd_init_at(
     settings: &Settings,
     now: Option<&crate::time::Now>,
 ) -> Mutation {
-    let m = decide(sts, namespace, lookup, settings, now);
+    let m = decide(sts, old, namespace, lookup, settings, now);
     let spec_unchanged = old.is_some_and(|o| o.is_object() && o.get("spec") == sts.get("spec"));
     if !spec_unchanged {
         return m;
@@ -194,8 +201,32 @@ pub fn etcd_init_at(
     allowed
 }
 
+/// The restore generation: 16 hex digits of SHA-256 over the
+/// HostedControlPlane UID, the namespace and the URL.
+pub fn restore_generation(hcp: &Value, namespace: &str, url: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let uid = hcp.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+    let mut h = Sha256::new();
+    for part in ["hcp-etcd-admission restore generation", uid, namespace, url] {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    }
+    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Ready members out of the replicas of the stored StatefulSet, when they
+/// are a quorum: etcd runs, so the restore is over (every pod of this
+/// StatefulSet ran etcd-init, and no member is ready without a quorum).
+fn quorum_ready(old: Option<&Value>) -> Option<(u64, u64)> {
+    let old = old?;
+    let replicas = old.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1);
+    let ready = old.pointer("/status/readyReplicas").and_then(Value::as_u64)?;
+    (replicas > 0 && ready > replicas / 2).then_some((ready, replicas))
+}
+
 fn decide(
     sts: &Value,
+    old: Option<&Value>,
     namespace: &str,
     lookup: Option<&dyn Lookup>,
     settings: &Settings,
@@ -250,18 +281,22 @@ fn decide(
         }
     };
     let url = restore_snapshot_url(&hcp);
-    let no_restore_pending = unmanaged_etcd(&hcp) || url.is_none() || snapshot_restored(&hcp);
+    let running = quorum_ready(old);
+    let no_restore_pending = unmanaged_etcd(&hcp) || url.is_none() || snapshot_restored(&hcp) || running.is_some();
     let Some(url) = url.filter(|_| !no_restore_pending) else {
         // Established: no restore pending. A stale etcd-init goes, so a later
         // empty volume can never restore an old snapshot into a live cluster.
         return match remove_patch(sts) {
             Some(patch) => {
                 let why = if snapshot_restored(&hcp) {
-                    "EtcdSnapshotRestored is True"
+                    "EtcdSnapshotRestored is True".to_string()
                 } else if unmanaged_etcd(&hcp) {
-                    "etcd is unmanaged"
+                    "etcd is unmanaged".to_string()
+                } else if url.is_none() {
+                    "the HostedControlPlane has no restoreSnapshotURL".to_string()
                 } else {
-                    "the HostedControlPlane has no restoreSnapshotURL"
+                    let (ready, replicas) = running.unwrap_or_default();
+                    format!("{ready} of {replicas} etcd members are ready (a quorum runs, so the restore is complete)")
                 };
                 let mut m = Mutation::outcome(Outcome::Removed, Some(patch));
                 m.warnings.push(format!(
@@ -272,7 +307,8 @@ fn decide(
             None => Mutation::outcome(Outcome::NotNeeded, None),
         };
     };
-    let container = match build_init_container(sts, namespace, url, settings) {
+    let generation = restore_generation(&hcp, namespace, url);
+    let container = match build_init_container(sts, &generation, url, settings) {
         Ok(c) => c,
         Err(errors) => return Mutation::denied(DenyReason::Template, Denial::Template(errors)),
     };
@@ -553,6 +589,58 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_generation_per_restore() {
+        let hcp = |uid: &str| json!({"metadata": {"uid": uid}});
+        let g = restore_generation(&hcp("u1"), "ns", "https://h/k.db");
+        assert_eq!(g.len(), 16);
+        assert!(g.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()), "{g}");
+        // The same restore: the same generation on every member (every admission).
+        assert_eq!(g, restore_generation(&hcp("u1"), "ns", "https://h/k.db"));
+        // Another incarnation, namespace or URL: another generation.
+        assert_ne!(g, restore_generation(&hcp("u2"), "ns", "https://h/k.db"));
+        assert_ne!(g, restore_generation(&hcp("u1"), "ns2", "https://h/k.db"));
+        assert_ne!(g, restore_generation(&hcp("u1"), "ns", "https://h/k2.db"));
+        // Parts cannot run into each other.
+        assert_ne!(
+            restore_generation(&hcp("ab"), "c", "https://h/k.db"),
+            restore_generation(&hcp("a"), "bc", "https://h/k.db")
+        );
+    }
+
+    #[test]
+    fn a_quorum_of_ready_members_ends_the_restore() {
+        let s = Settings::default();
+        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
+            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]));
+        let mut three = sts();
+        three["spec"]["replicas"] = json!(3);
+        let patched = {
+            let m = etcd_init(&three, None, "ns", Some(&inject), &s);
+            let mut p = three.clone();
+            json_patch::patch(&mut p, &m.patch.expect("patch")).expect("applies");
+            p
+        };
+        let with_ready = |ready: Value| {
+            let mut old = patched.clone();
+            old["status"] = json!({"replicas": 3, "readyReplicas": ready});
+            old
+        };
+        let mut update = patched.clone();
+        update["metadata"]["labels"] = json!({"rev": "2"});
+        for (ready, removed) in
+            [(json!(2), true), (json!(3), true), (json!(1), false), (json!(0), false), (json!("2"), false)]
+        {
+            let m = etcd_init(&update, Some(&with_ready(ready.clone())), "ns", Some(&inject), &s);
+            let want = if removed { Outcome::Removed } else { Outcome::Unchanged };
+            assert_eq!(m.outcome, want, "readyReplicas {ready}");
+        }
+        // No stored object (a CREATE): a status in the request is no fact.
+        let mut created = three.clone();
+        created["status"] = json!({"replicas": 3, "readyReplicas": 3});
+        assert_eq!(etcd_init(&created, None, "ns", Some(&inject), &s).outcome, Outcome::Injected);
     }
 
     #[test]

@@ -3,7 +3,12 @@
 //! synced yet, or no HostedControlPlane cached for the namespace) the server
 //! reads the namespace live before deciding: a watch that lags behind a new
 //! HostedControlPlane must not turn into a denial, and a cache that never
-//! synced must not turn into a guess. Objects are kept as raw JSON
+//! synced must not turn into a guess. The etcd StatefulSet's decision can
+//! lose data when it trusts a stale entry (an earlier HostedControlPlane of
+//! the same namespace name left in the reflector lets etcd start without its
+//! restore), so every CREATE of it, and every request whose owner reference
+//! names another HostedControlPlane UID than the cached one, is decided from a
+//! live read. Objects are kept as raw JSON
 //! ([`DynamicObject`]): an HCP field this project does not model must never
 //! break the cache.
 
@@ -86,6 +91,44 @@ impl HcpCache {
         in_namespace(self.store.state().iter().map(AsRef::as_ref), namespace)
     }
 
+    /// The answer for the decision on `request` (an AdmissionReview
+    /// request): a live read for a CREATE of a StatefulSet and for one whose
+    /// HostedControlPlane owner reference disagrees with the cache (see
+    /// [`needs_live_read`]), else [`HcpCache::lookup_for`].
+    pub async fn lookup_for_request(&self, namespace: &str, request: &Value) -> Prefetched {
+        let cached = if self.synced() && is_dns1123_label(namespace) { self.cached(namespace) } else { Vec::new() };
+        if !is_dns1123_label(namespace) || !needs_live_read(request, &cached) {
+            return self.lookup_for(namespace).await;
+        }
+        self.read_live(namespace).await
+    }
+
+    /// A live read of the namespace's HostedControlPlanes, whatever the cache
+    /// holds: for the decisions [`needs_live_read`] names. A failed read is a
+    /// failure (the decision denies), never the cache's view.
+    pub async fn read_live(&self, namespace: &str) -> Prefetched {
+        if !is_dns1123_label(namespace) {
+            return self.lookup_for(namespace).await;
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &self.resource);
+        let answer = match tokio::time::timeout(LIVE_READ_TIMEOUT, api.list(&ListParams::default())).await {
+            Ok(Ok(list)) => Ok(in_namespace(&list.items, namespace)),
+            Ok(Err(e)) => Err(LookupError::Failed(format!(
+                "the live read this etcd StatefulSet decision requires (a CREATE, or an owner reference to another HostedControlPlane than the cached one) failed: {e}"
+            ))),
+            Err(_) => Err(LookupError::Failed(format!(
+                "the live read this etcd StatefulSet decision requires (a CREATE, or an owner reference to another HostedControlPlane than the cached one) timed out after {}s",
+                LIVE_READ_TIMEOUT.as_secs()
+            ))),
+        };
+        tracing::debug!(
+            namespace,
+            ok = answer.is_ok(),
+            "HostedControlPlane live read for an etcd StatefulSet decision"
+        );
+        Prefetched(answer)
+    }
+
     /// The answer for one decision: the cache when it is synced and holds
     /// the namespace's HostedControlPlane(s), else a live read of the
     /// namespace (bounded by [`LIVE_READ_TIMEOUT`]; the server calls this
@@ -135,6 +178,26 @@ impl Lookup for HcpCache {
     }
 }
 
+/// Whether the decision on `request` must read the HostedControlPlanes live:
+/// a StatefulSet CREATE (where a stale "no restore pending" starts etcd empty
+/// for good), or a StatefulSet whose `ownerReferences` name a
+/// HostedControlPlane UID that no cached HostedControlPlane has.
+pub fn needs_live_read(request: &Value, cached: &[Value]) -> bool {
+    if request.pointer("/kind/kind").and_then(Value::as_str) != Some("StatefulSet") {
+        return false;
+    }
+    if request.get("operation").and_then(Value::as_str) == Some("CREATE") {
+        return true;
+    }
+    let owners = request.pointer("/object/metadata/ownerReferences").and_then(Value::as_array);
+    owners.into_iter().flatten().filter(|o| o.get("kind").and_then(Value::as_str) == Some("HostedControlPlane")).any(
+        |o| {
+            let uid = o.get("uid").and_then(Value::as_str);
+            !cached.iter().any(|h| h.pointer("/metadata/uid").and_then(Value::as_str) == uid)
+        },
+    )
+}
+
 /// The objects of `namespace`, as JSON: a cache holds every namespace, and a
 /// live namespaced LIST is filtered too rather than trusted blindly.
 pub(crate) fn in_namespace<O: std::borrow::Borrow<DynamicObject>>(
@@ -150,7 +213,38 @@ pub(crate) fn in_namespace<O: std::borrow::Borrow<DynamicObject>>(
 
 #[cfg(test)]
 mod tests {
-    use super::is_dns1123_label;
+    use serde_json::json;
+
+    use super::{is_dns1123_label, needs_live_read};
+
+    #[test]
+    fn creates_and_foreign_owners_are_read_live() {
+        let hcp = |uid: &str| json!({"metadata": {"name": "hcp", "namespace": "ns", "uid": uid}});
+        let req = |op: &str, kind: &str, owner: Option<&str>| {
+            let mut r = json!({"operation": op, "kind": {"group": "apps", "version": "v1", "kind": kind},
+                "object": {"metadata": {"name": "etcd", "namespace": "ns"}}});
+            if let Some(uid) = owner {
+                r["object"]["metadata"]["ownerReferences"] = json!([
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "other"},
+                    {"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedControlPlane", "name": "hcp", "uid": uid}
+                ]);
+            }
+            r
+        };
+        let cached = [hcp("u1")];
+        // Every StatefulSet CREATE, whatever the cache holds.
+        assert!(needs_live_read(&req("CREATE", "StatefulSet", None), &cached));
+        assert!(needs_live_read(&req("CREATE", "StatefulSet", Some("u1")), &cached));
+        assert!(needs_live_read(&req("CREATE", "StatefulSet", None), &[]));
+        // An UPDATE whose owner is another HostedControlPlane than the cached one.
+        assert!(needs_live_read(&req("UPDATE", "StatefulSet", Some("u2")), &cached));
+        assert!(needs_live_read(&req("UPDATE", "StatefulSet", Some("u2")), &[]));
+        // The cached owner, or no owner reference: the cache decides.
+        assert!(!needs_live_read(&req("UPDATE", "StatefulSet", Some("u1")), &cached));
+        assert!(!needs_live_read(&req("UPDATE", "StatefulSet", None), &cached));
+        // Not a StatefulSet (an HCPEtcdBackup preflight): the cache as before.
+        assert!(!needs_live_read(&req("CREATE", "HCPEtcdBackup", None), &cached));
+    }
 
     #[test]
     fn namespace_names_are_dns1123_labels() {

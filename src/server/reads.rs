@@ -68,8 +68,14 @@ pub type SecretRead = (String, String, Result<Option<Value>, String>);
 /// What one review needs read live before its decision.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ReadPlan {
-    /// The HostedControlPlanes of this namespace (the cache missed).
+    /// The HostedControlPlanes of this namespace (the cache missed, or the
+    /// decision must not rest on the cache: see `hcps_live`).
     pub hcps: Option<String>,
+    /// Read them live even when the cache holds them: an etcd StatefulSet
+    /// CREATE, or an owner reference to a HostedControlPlane UID the cache
+    /// does not hold (`hcp_cache::needs_live_read`): a stale cache must never
+    /// skip a restore.
+    pub hcps_live: bool,
     /// The credentials Secret (operator namespace) an HCPEtcdBackup CREATE names.
     pub secret: Option<(Storage, String)>,
     /// The namespace's HCPEtcdBackups, to confirm a cached "in progress".
@@ -124,12 +130,17 @@ pub fn plan(app: &App, parsed: &Value, target: Target) -> ReadPlan {
         && parsed.pointer("/request/object/metadata/name").and_then(Value::as_str)
             == Some(crate::mutate::ETCD_STATEFULSET);
     if let Some(cache) = &app.hcp_cache {
-        // A cache hit needs no read: the decision finds it in the cache.
-        let hit = cache.synced()
-            && crate::admission::lookup::Lookup::hosted_control_planes(cache.as_ref(), &ns)
-                .is_ok_and(|h| !h.is_empty());
-        if (etcd || create) && !hit {
+        // A cache hit needs no read (the decision finds it in the cache),
+        // unless the etcd decision must rest on a live read.
+        let cached = if cache.synced() {
+            crate::admission::lookup::Lookup::hosted_control_planes(cache.as_ref(), &ns).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let live = etcd && super::hcp_cache::needs_live_read(&parsed["request"], &cached);
+        if (etcd || create) && (cached.is_empty() || live) {
             plan.hcps = Some(ns.clone());
+            plan.hcps_live = live;
         }
     }
     if !create {
@@ -278,7 +289,14 @@ impl LiveReads {
             let Some(_place) = self.place(source, deadline).await else {
                 return Some(Prefetched(Err(LookupError::Failed(busy()))));
             };
-            let read = match tokio::time::timeout_at(deadline, cache.lookup_for(ns)).await {
+            let read = async {
+                if plan.hcps_live {
+                    cache.read_live(ns).await
+                } else {
+                    cache.lookup_for(ns).await
+                }
+            };
+            let read = match tokio::time::timeout_at(deadline, read).await {
                 Ok(p) => p,
                 Err(_) => Prefetched(Err(LookupError::Failed(late()))),
             };

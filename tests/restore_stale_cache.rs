@@ -1,0 +1,90 @@
+//! A stale cache never decides the etcd StatefulSet's CREATE. The reflector
+//! holds an earlier HostedControlPlane of the namespace (no restore URL);
+//! the cluster now has a new one, with a restore pending, that the watch has
+//! not delivered. Every CREATE, and every UPDATE whose owner reference names
+//! a HostedControlPlane UID the cache does not hold, is decided from a live
+//! read: etcd-init is injected. (The apiserver is the project's minimal fake,
+//! a stand-in: the watch it serves stays silent, which is the lag under test.)
+
+mod common;
+
+use std::time::Duration;
+
+use hcp_etcd_admission::{
+    admission::lookup::Lookup,
+    mutate::{etcd_init, Outcome},
+    server::hcp_cache::HcpCache,
+    settings::Settings,
+};
+use serde_json::{json, Value};
+
+const NS: &str = "clusters-prod";
+
+fn hcp(uid: &str, url: Option<&str>) -> Value {
+    let storage = match url {
+        Some(u) => json!({"type": "PersistentVolume", "restoreSnapshotURL": [u]}),
+        None => json!({"type": "PersistentVolume"}),
+    };
+    json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedControlPlane",
+        "metadata": {"name": "prod", "namespace": NS, "uid": uid, "resourceVersion": "7"},
+        "spec": {"etcd": {"managementType": "Managed", "managed": {"storage": storage}}}})
+}
+
+fn sts(owner: Option<&str>) -> Value {
+    let mut s = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "etcd", "namespace": NS},
+        "spec": {"replicas": 1, "serviceName": "etcd-discovery", "template": {"spec": {"containers": [{
+            "name": "etcd", "image": "etcd",
+            "env": [{"name": "ETCD_DATA_DIR", "value": "/var/lib/data"}, {"name": "ETCD_NAME", "value": "etcd-0"}],
+            "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}]}]}}}});
+    if let Some(uid) = owner {
+        s["metadata"]["ownerReferences"] = json!([{"apiVersion": "hypershift.openshift.io/v1beta1",
+            "kind": "HostedControlPlane", "name": "prod", "uid": uid, "controller": true}]);
+    }
+    s
+}
+
+fn request(op: &str, object: &Value) -> Value {
+    json!({"uid": "r", "operation": op, "kind": {"group": "apps", "version": "v1", "kind": "StatefulSet"},
+        "namespace": NS, "object": object})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_cache_never_skips_a_restore() {
+    let api = common::fake_apiserver::start(vec![hcp("old-uid", None)], Duration::ZERO).await;
+    let cache = HcpCache::start(api.client());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !cache.synced() {
+        assert!(tokio::time::Instant::now() < deadline, "the cache never synced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The HostedControlPlane is replaced in the cluster; the watch does not say so.
+    api.set_objects(vec![hcp("new-uid", Some("https://b.s3.us-east-1.amazonaws.com/k/1.db"))]);
+    let cached = cache.hosted_control_planes(NS).expect("cached");
+    assert_eq!(cached[0]["metadata"]["uid"], "old-uid", "the cache must be stale for this test");
+    let s = Settings::default();
+    let decide = |p: &hcp_etcd_admission::admission::lookup::Prefetched, object: &Value, old: Option<&Value>| {
+        etcd_init(object, old, NS, Some(p as &dyn Lookup), &s).outcome
+    };
+
+    // CREATE, with or without an owner reference: live, and a restore is pending.
+    for owner in [None, Some("new-uid"), Some("old-uid")] {
+        let object = sts(owner);
+        let p = cache.lookup_for_request(NS, &request("CREATE", &object)).await;
+        assert_eq!(decide(&p, &object, None), Outcome::Injected, "CREATE with owner {owner:?}");
+    }
+    // An UPDATE owned by a HostedControlPlane the cache does not know: live.
+    let object = sts(Some("new-uid"));
+    let p = cache.lookup_for_request(NS, &request("UPDATE", &object)).await;
+    assert_eq!(decide(&p, &object, Some(&object)), Outcome::Injected);
+    // An UPDATE owned by the cached one: the cache answers (no live read).
+    let lists = |api: &common::fake_apiserver::FakeApi| {
+        api.requests().iter().filter(|r| r.contains("/namespaces/clusters-prod/hostedcontrolplanes")).count()
+    };
+    let before = lists(&api);
+    let object = sts(Some("old-uid"));
+    let p = cache.lookup_for_request(NS, &request("UPDATE", &object)).await;
+    assert_eq!(decide(&p, &object, Some(&object)), Outcome::NotNeeded);
+    assert_eq!(lists(&api), before, "an UPDATE owned by the cached HostedControlPlane read live");
+    assert!(before >= 4, "every CREATE and the foreign-owner UPDATE read live: {:?}", api.requests());
+}

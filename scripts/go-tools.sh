@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real components the test suites run: kube-apiserver (1.34, 1.35)
+# Builds the real components the test suites run: kube-apiserver (1.34, 1.35;
+# 1.35 also kubectl, whose kustomize renders the manifests in tests/manifests.rs)
 # and etcd (3.6, 3.7: etcd, etcdctl, etcdutl), each as a Go tool of its own
 # small module under tests/tools/<name>/ (pinned in its go.mod/go.sum), into
 #   $HOME/.cache/hcp-etcd-admission/tools/<name>/
@@ -51,8 +52,9 @@ build_one() {
       local pkg=k8s.io/component-base/version
       (cd "$mod" && go build -trimpath -tags providerless \
         -ldflags "-s -w -X $pkg.gitVersion=v$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean" \
-        -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
-      "$tmp/kube-apiserver" --version ;;
+        -o "$tmp/" k8s.io/kubernetes/cmd/kube-apiserver $(grep -q 'cmd/kubectl' "$mod/go.mod" && echo k8s.io/kubernetes/cmd/kubectl))
+      "$tmp/kube-apiserver" --version
+      if [ -x "$tmp/kubectl" ]; then "$tmp/kubectl" version --client | head -2; fi ;;
     *) echo "unknown tool $n" >&2; return 2 ;;
   esac
   echo "$stamp" > "$tmp/.stamp"

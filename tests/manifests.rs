@@ -706,9 +706,20 @@ fn one_version_everywhere() {
     assert!(text("README.md").contains(&format!("| {version} |")), "README compatibility matrix names {version}");
 }
 
+/// The kubectl that renders: the one scripts/go-tools.sh builds (v1.35.4,
+/// kustomize v5), else one on PATH.
+fn kubectl() -> std::path::PathBuf {
+    let built = common::tools::go_bin("kube-1.35", "kubectl");
+    if built.is_file() {
+        built
+    } else {
+        "kubectl".into()
+    }
+}
+
 /// `kubectl kustomize` of a directory, as objects.
 fn render(dir: &Path) -> Vec<Value> {
-    let out = Command::new("kubectl").arg("kustomize").arg(dir).output().expect("kubectl");
+    let out = Command::new(kubectl()).arg("kustomize").arg(dir).output().expect("kubectl");
     assert!(out.status.success(), "kubectl kustomize {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
     serde_yaml_ng::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout))
         .map(|d| serde::Deserialize::deserialize(d).expect("rendered YAML"))
@@ -718,7 +729,11 @@ fn render(dir: &Path) -> Vec<Value> {
 
 fn render_tools() -> Vec<common::env::Need> {
     vec![
-        common::env::Need::Program("kubectl", "kubectl >= 1.27 (kustomize v5 with Components)"),
+        if common::tools::go_bin("kube-1.35", "kubectl").is_file() {
+            common::tools::go_tool("kube-1.35", "kubectl")
+        } else {
+            common::env::Need::Program("kubectl", "scripts/go-tools.sh builds kubectl 1.35 (kustomize v5 with Components)")
+        },
         common::env::Need::Program("kubernetes-validate", "pip install kubernetes-validate==1.37.0"),
     ]
 }
@@ -829,7 +844,7 @@ fn every_documented_combination_renders_and_validates_strictly() {
         }
         // Into the temporary directory (never beside the shipped kustomizations).
         let file = dir.join(format!("rendered-{}.yaml", files.len()));
-        let out = Command::new("kubectl").arg("kustomize").arg(d).output().expect("kubectl");
+        let out = Command::new(kubectl()).arg("kustomize").arg(d).output().expect("kubectl");
         std::fs::write(&file, &out.stdout).expect("rendered");
         files.push(file);
     }

@@ -22,7 +22,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::{json, Value};
+#[path = "support/mix.rs"]
+mod mix;
+use mix::{decision_cost, fixture, recorded};
 
 struct Proc(Child);
 impl Drop for Proc {
@@ -44,121 +46,6 @@ struct Run {
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(18443)
-}
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn fixture(file: &str, name: &str) -> Value {
-    let text = std::fs::read_to_string(root().join("tests/conformance").join(file)).expect("fixtures");
-    let doc: Value = serde_yaml_ng::from_str(&text).expect("yaml");
-    doc["fixtures"][name].clone()
-}
-
-#[allow(clippy::too_many_arguments)]
-fn review(
-    uid: &str,
-    group: &str,
-    version: &str,
-    kind: &str,
-    resource: &str,
-    op: &str,
-    obj: &Value,
-    old: Option<&Value>,
-) -> Value {
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": uid, "kind": {"group": group, "version": version, "kind": kind},
-        "resource": {"group": group, "version": version, "resource": resource},
-        "name": obj["metadata"]["name"], "namespace": obj["metadata"]["namespace"], "operation": op,
-        "userInfo": {"username": "system:serviceaccount:hypershift:operator"},
-        "object": obj, "oldObject": old.cloned().unwrap_or(Value::Null), "dryRun": false}})
-}
-
-/// The HostedCluster with its presigned URL signed now (the server reads the real clock).
-fn signed_now(mut hc: Value) -> Value {
-    let now =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
-    let date = hcp_etcd_admission::time::format_rfc3339(now).replace(['-', ':'], "");
-    let url = &mut hc["spec"]["etcd"]["managed"]["storage"]["restoreSnapshotURL"][0];
-    let signed = url.as_str().unwrap_or_default().replace("X-Amz-Date=20261129T150000Z", &format!("X-Amz-Date={date}"));
-    *url = Value::String(signed);
-    hc
-}
-
-/// (path, body) of the four recorded reviews.
-fn recorded() -> Vec<(String, String)> {
-    let s3kms = fixture("hcpetcdbackup.yaml", "s3kms");
-    let mut changed = s3kms.clone();
-    changed["spec"]["storage"]["s3"]["bucket"] = json!("other-bucket");
-    let h = "hypershift.openshift.io";
-    vec![
-        (
-            "/validate/hcpetcdbackups".into(),
-            review("b1", h, "v1beta1", "HCPEtcdBackup", "hcpetcdbackups", "CREATE", &s3kms, None).to_string(),
-        ),
-        (
-            "/validate/hcpetcdbackups".into(),
-            review("b2", h, "v1beta1", "HCPEtcdBackup", "hcpetcdbackups", "UPDATE", &changed, Some(&s3kms)).to_string(),
-        ),
-        (
-            "/validate/hostedclusters".into(),
-            review(
-                "h1",
-                h,
-                "v1beta1",
-                "HostedCluster",
-                "hostedclusters",
-                "CREATE",
-                &signed_now(fixture("hostedcluster.yaml", "hcurl")),
-                None,
-            )
-            .to_string(),
-        ),
-        (
-            "/mutate/etcd-statefulsets".into(),
-            review(
-                "s1",
-                "apps",
-                "v1",
-                "StatefulSet",
-                "statefulsets",
-                "CREATE",
-                &fixture("statefulset.yaml", "sts3"),
-                None,
-            )
-            .to_string(),
-        ),
-    ]
-}
-
-/// Mean time of what `serve` does per request beyond the floor's TLS and HTTP:
-/// parse the body, decide (`admission::review`, the HostedControlPlane from the
-/// same `--context` object), serialise the answer. The four reviews in
-/// rotation, on one thread, in this process.
-fn decision_cost(reqs: &[(String, String)], hcp: &Value) -> Duration {
-    use hcp_etcd_admission::{admission, admission::lookup::ContextObjects, settings::Settings};
-    let settings = Settings::default();
-    let ctx = ContextObjects::from_values(vec![hcp.clone()]);
-    let now =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
-    let input = admission::DecisionInput { settings: &settings, lookup: Some(&ctx), now: Ok(now), expect: None };
-    let once = || {
-        for (_, body) in reqs {
-            let parsed: Value = serde_json::from_slice(body.as_bytes()).unwrap_or_default();
-            let answer = admission::review(&parsed, &input).unwrap_or_default();
-            std::hint::black_box(serde_json::to_vec(&answer).unwrap_or_default());
-        }
-    };
-    for _ in 0..200 {
-        once();
-    }
-    let rounds = 2000u32;
-    let start = Instant::now();
-    for _ in 0..rounds {
-        once();
-    }
-    start.elapsed() / (rounds * reqs.len().max(1) as u32)
 }
 
 fn tls_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
@@ -405,7 +292,7 @@ fn main() {
             r.errors
         );
     }
-    let decision = decision_cost(&reqs, &fixture("statefulset.yaml", "hcp"));
+    let decision = decision_cost(&reqs, &fixture("statefulset.yaml", "hcp"), 200, 2000);
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
     // The floor's machine time per request plus the decision's CPU spread over the cores.
     let limit = 1.0 / (1.0 / floor_cap.rps + decision.as_secs_f64() / cores);

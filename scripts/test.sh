@@ -22,6 +22,14 @@ cargo clippy --locked --all-targets -- -D warnings
 step "cargo clippy (the Wasm policy shell)"
 cargo clippy --locked --lib --target wasm32-wasip1 --no-default-features --features wasm -- -D warnings
 
+# Default features (all targets) and wasm on wasm32-wasip1 are checked by the clippy steps above.
+step "every other feature combination Cargo.toml offers builds (cargo check)"
+cargo check --locked --lib --no-default-features
+cargo check --locked --lib --bins --no-default-features --features cli
+cargo check --locked --lib --bins --no-default-features --features cli,mimalloc
+cargo check --locked --lib --bins --no-default-features --features server
+cargo check --locked --lib --no-default-features --features wasm
+
 step "CRD drift check (crds/ must match src/api)"
 cargo run --locked --quiet -- crd --check
 

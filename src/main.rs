@@ -38,8 +38,10 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve the admission webhooks over HTTPS.
+    #[cfg(feature = "server")]
     Serve(Box<cli::serve::ServeArgs>),
     /// Generate a CA and serving certificate for the webhook Service.
+    #[cfg(feature = "server")]
     Certs(cli::certs::CertsArgs),
     /// Answer one AdmissionReview (JSON or YAML) exactly as the webhook would.
     Review(cli::review::ReviewArgs),
@@ -64,7 +66,9 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
+        #[cfg(feature = "server")]
         Command::Serve(a) => cli::serve::run(a),
+        #[cfg(feature = "server")]
         Command::Certs(a) => cli::certs::run(a),
         Command::Review(a) => cli::review::run(a),
         Command::Check(a) => cli::check::run(a),

@@ -1,6 +1,7 @@
 //! The command-line shell: reads files, calls the decision core, writes
 //! output. Nothing here decides anything.
 
+#[cfg(feature = "server")]
 pub mod certs;
 pub mod check;
 pub mod crd;
@@ -8,6 +9,7 @@ pub mod input;
 pub mod redact;
 pub mod review;
 pub mod rules;
+#[cfg(feature = "server")]
 pub mod serve;
 
 use anyhow::Context as _;

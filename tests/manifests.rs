@@ -732,7 +732,10 @@ fn render_tools() -> Vec<common::env::Need> {
         if common::tools::go_bin("kube-1.35", "kubectl").is_file() {
             common::tools::go_tool("kube-1.35", "kubectl")
         } else {
-            common::env::Need::Program("kubectl", "scripts/go-tools.sh builds kubectl 1.35 (kustomize v5 with Components)")
+            common::env::Need::Program(
+                "kubectl",
+                "scripts/go-tools.sh builds kubectl 1.35 (kustomize v5 with Components)",
+            )
         },
         common::env::Need::Program("kubernetes-validate", "pip install kubernetes-validate==1.37.0"),
     ]

@@ -25,7 +25,10 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{
-    differential::{crd_decides, for_apiserver, install, library_review, test_crds, unknown_field_warnings, verdict_of_status, Verdict, RESOURCES},
+    differential::{
+        crd_decides, for_apiserver, install, library_review, test_crds, unknown_field_warnings, verdict_of_status,
+        Verdict, RESOURCES,
+    },
     kube_apiserver::{self, Auth, Kube},
 };
 use serde_json::Value;

@@ -43,7 +43,11 @@ pub fn validate_name(object: &Value) -> Vec<FieldError> {
             let mut out = Vec::new();
             let value = super::go_quote(s);
             if s.len() > MAX_LEN {
-                out.push(FieldError::invalid("metadata.name", value.clone(), format!("must be no more than {MAX_LEN} characters")));
+                out.push(FieldError::invalid(
+                    "metadata.name",
+                    value.clone(),
+                    format!("must be no more than {MAX_LEN} characters"),
+                ));
             }
             if !is_subdomain(s) {
                 out.push(FieldError::invalid("metadata.name", value, SUBDOMAIN_MSG));
@@ -82,7 +86,10 @@ mod tests {
             vec![format!("metadata.name: Invalid value: \"{long}\": must be no more than 253 characters")]
         );
         assert_eq!(msgs(json!(format!("{}_", "a".repeat(253)))).len(), 2);
-        assert_eq!(msgs(json!("")), vec!["metadata.name: Required value: name or generateName is required".to_string()]);
+        assert_eq!(
+            msgs(json!("")),
+            vec!["metadata.name: Required value: name or generateName is required".to_string()]
+        );
         assert!(validate_name(&json!({"metadata": {"generateName": "x-"}})).is_empty());
         assert!(msgs(json!(12)).is_empty());
     }

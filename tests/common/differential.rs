@@ -36,13 +36,24 @@ pub fn library_review(case: &super::Case, v: Kube) -> Value {
         .expect("a response")
 }
 
-pub fn schema_of(resource: &str) -> CompiledCrdSchema {
-    let schema = match resource {
-        "hcpetcdbackups" => crd::hcpetcdbackup_schema(),
-        "hostedclusters" => crd::hostedcluster_schema(),
-        _ => crd::hostedcontrolplane_schema(),
-    };
-    CompiledCrdSchema::compile(schema.expect("schema"))
+pub fn schema_of(resource: &str) -> std::rc::Rc<CompiledCrdSchema> {
+    thread_local! {
+        static COMPILED: std::cell::RefCell<std::collections::BTreeMap<String, std::rc::Rc<CompiledCrdSchema>>> =
+            Default::default();
+    }
+    COMPILED.with(|c| {
+        c.borrow_mut()
+            .entry(resource.to_string())
+            .or_insert_with(|| {
+                let schema = match resource {
+                    "hcpetcdbackups" => crd::hcpetcdbackup_schema(),
+                    "hostedclusters" => crd::hostedcluster_schema(),
+                    _ => crd::hostedcontrolplane_schema(),
+                };
+                std::rc::Rc::new(CompiledCrdSchema::compile(schema.expect("schema")))
+            })
+            .clone()
+    })
 }
 
 /// The object the apiserver validates (status dropped on CREATE, taken from
@@ -203,4 +214,3 @@ pub async fn install(api: &KubeApiserver, crds: &[Value], permissive_schema: boo
         );
     }
 }
-

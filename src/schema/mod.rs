@@ -11,6 +11,7 @@
 mod cel_eval;
 mod convert;
 mod field_error;
+mod object_meta;
 mod regex_cache;
 mod rule_tree;
 mod structural;
@@ -142,6 +143,11 @@ impl CompiledCrdSchema {
         scope: Scope,
     ) -> SchemaOutcome {
         let mut out = SchemaOutcome::default();
+        // A CREATE's name is checked first, as by the apiserver's
+        // custom-resource validator (an UPDATE cannot rename).
+        if old.is_none() && scope == Scope::Object {
+            out.errors.extend(object_meta::validate_name(object));
+        }
         let pruned = structural::prune_nulls(&self.schema, object);
         let pruned_old = old.map(|o| structural::prune_nulls(&self.schema, o));
         structural::validate(&self.schema, &pruned, pruned_old.as_deref(), &mut out);

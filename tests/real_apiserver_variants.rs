@@ -340,6 +340,7 @@ fn make_case(name: String, resource: &str, sub: Option<&str>, op: &str, obj: &Va
         image: None,
         etcd_init: None,
         no_etcd_init: false,
+        audit_annotations: serde_json::Map::new(),
     }
 }
 

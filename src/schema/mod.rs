@@ -166,7 +166,16 @@ impl CompiledCrdSchema {
             return out;
         }
         if let Some(rules) = &self.rules {
-            cel_eval::validate(rules, &pruned, pruned_old.as_deref(), version, &mut out.errors);
+            // The rules see the object without its unknown fields, as it will
+            // be stored; the old object too (the apiserver's is stored, so
+            // pruned already; `check --audit` gives the file's object as both).
+            if out.unknown_fields.is_empty() {
+                cel_eval::validate(rules, &pruned, pruned_old.as_deref(), version, &mut out.errors);
+            } else {
+                let known = structural::prune_unknown(&self.schema, &pruned);
+                let old_known = pruned_old.as_deref().map(|o| structural::prune_unknown(&self.schema, o));
+                cel_eval::validate(rules, &known, old_known.as_ref(), version, &mut out.errors);
+            }
         }
         out
     }

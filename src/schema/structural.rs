@@ -55,6 +55,43 @@ fn prune(schema: &Value, value: &Value) -> Value {
     }
 }
 
+/// Removes the fields the walk reports as unknown (`SchemaOutcome::unknown_fields`),
+/// as the apiserver prunes them while decoding, before any rule runs: CEL
+/// rules (immutability among them) see the object as it will be stored.
+pub fn prune_unknown(schema: &Value, value: &Value) -> Value {
+    prune_unknown_at(schema, value, true)
+}
+
+fn prune_unknown_at(schema: &Value, value: &Value, root: bool) -> Value {
+    match value {
+        Value::Object(obj) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            let keep_all = schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true)
+                || schema.get("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true)
+                || schema.get("additionalProperties") == Some(&Value::Bool(true));
+            let mut out = Map::with_capacity(obj.len());
+            for (k, v) in obj {
+                match props.and_then(|p| p.get(k)).or(additional) {
+                    Some(child) => {
+                        out.insert(k.clone(), prune_unknown_at(child, v, false));
+                    }
+                    None if keep_all || (root && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")) => {
+                        out.insert(k.clone(), v.clone());
+                    }
+                    None => {}
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => {
+            let item_schema = schema.get("items").unwrap_or(&Value::Null);
+            Value::Array(items.iter().map(|i| prune_unknown_at(item_schema, i, false)).collect())
+        }
+        other => other.clone(),
+    }
+}
+
 /// Validates `value` against `schema` (root level), appending to `out`.
 pub fn validate(schema: &Value, value: &Value, old: Option<&Value>, out: &mut SchemaOutcome) {
     walk(schema, value, old, "", out);
@@ -473,6 +510,25 @@ mod tests {
         assert_eq!(
             run(s, json!({"a":"toolong","b":"changed"}), Some(old)),
             vec!["b: Too long: may not be more than 2 bytes"]
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_pruned_as_the_walk_reports_them() {
+        let schema = json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {"a": {"type": "string"}}},
+            "open": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "map": {"type": "object", "additionalProperties": {"type": "string"}}}});
+        let v = json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "n"},
+            "spec": {"a": "x", "b": 1}, "open": {"z": 1}, "map": {"k": "v"}, "extra": true});
+        let mut out = SchemaOutcome::default();
+        validate(&schema, &v, None, &mut out);
+        out.unknown_fields.sort();
+        assert_eq!(out.unknown_fields, vec!["extra".to_string(), "spec.b".to_string()]);
+        assert_eq!(
+            prune_unknown(&schema, &v),
+            json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "n"},
+                "spec": {"a": "x"}, "open": {"z": 1}, "map": {"k": "v"}})
         );
     }
 

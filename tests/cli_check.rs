@@ -533,8 +533,8 @@ fn settings_errors_name_their_key_and_config_takes_the_shipped_files() {
     let typo = t.file("typo.yaml", "allowS3RestoreUrl: true\n");
     let e = err(&run(&["check", "--config", s(&typo), "examples/backups.yaml"]));
     assert!(e.contains("unknown field `allowS3RestoreUrl`"), "{e}");
-    // The shipped ConfigMap and Kubewarden policies as they are.
-    for shipped in ["webhooks/base/configmap.yaml", "webhooks/kubewarden/validate.yaml"] {
+    // The shipped settings file (the ConfigMap is generated from it) and Kubewarden policies as they are.
+    for shipped in ["webhooks/base/settings.yaml", "webhooks/kubewarden/validate.yaml"] {
         let o = run(&["check", "--config", shipped, "examples/backups.yaml"]);
         assert_eq!(o.status.code(), Some(0), "{shipped}: {}", err(&o));
     }

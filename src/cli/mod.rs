@@ -93,7 +93,7 @@ fn settings_document(doc: serde_json::Value) -> Result<serde_json::Value, String
             };
             let Some(text) = text.and_then(Value::as_str) else {
                 return Err(
-                    "ConfigMap has no data key \"settings.yaml\" (the shipped webhooks/base/configmap.yaml has it)"
+                    "ConfigMap has no data key \"settings.yaml\" (the ConfigMap kustomize generates from webhooks/base/settings.yaml has it)"
                         .to_string(),
                 );
             };

@@ -66,12 +66,15 @@ grep -q "hcp-etcd-admission $version" <<<"$out"
 # groups, a read-only root, TLS files mounted group-0-readable. The image's
 # own binary serves and answers a review.
 uid=1000730000
+# The image's binary is copied out of the mount (buildah's storage
+# directories are root-only; the image's own file mode is checked above).
 tls=$(mktemp -d)
 chmod 0755 "$tls"
 "$mnt/hcp-etcd-admission" certs --out "$tls" --service localhost --namespace x >/dev/null 2>&1
 chgrp 0 "$tls"/*; chmod 0640 "$tls"/*
+cp "$mnt/hcp-etcd-admission" "$tls/bin"; chmod 0755 "$tls/bin"
 port=$((20000 + RANDOM % 20000))
-(cd / && exec setpriv --reuid="$uid" --regid=0 --clear-groups "$mnt/hcp-etcd-admission" serve \
+(cd / && exec setpriv --reuid="$uid" --regid=0 --clear-groups "$tls/bin" serve \
    --listen "127.0.0.1:$port" --tls-cert "$tls/tls.crt" --tls-key "$tls/tls.key" \
    --watch-hostedcontrolplanes never --drain-seconds 0) 2>"$tls/serve.log" &
 srv=$!

@@ -67,7 +67,8 @@ grep -q "hcp-etcd-admission $version" <<<"$out"
 # own binary serves and answers a review.
 uid=1000730000
 # The image's binary is copied out of the mount (buildah's storage
-# directories are root-only; the image's own file mode is checked above).
+# directories are root-only; in the image it is 0755 root:0, from the
+# Containerfile's COPY --chown=0:0 --chmod=0755).
 tls=$(mktemp -d)
 chmod 0755 "$tls"
 "$mnt/hcp-etcd-admission" certs --out "$tls" --service localhost --namespace x >/dev/null 2>&1

@@ -8,7 +8,8 @@ use serde_json::Value;
 
 #[test]
 fn etcd_init_alerts_exist_and_point_at_runbooks() {
-    let text = std::fs::read_to_string(common::root().join("webhooks/monitoring/prometheusrule.yaml")).expect("rule");
+    let text = std::fs::read_to_string(common::root().join("webhooks/components/monitoring/prometheusrule.yaml"))
+        .expect("rule");
     let rule: Value = serde_yaml_ng::from_str(&text).expect("yaml");
     let groups = rule["spec"]["groups"].as_array().expect("groups");
     let group = groups.iter().find(|g| g["name"] == "hcp-etcd-init").expect("the hcp-etcd-init group");

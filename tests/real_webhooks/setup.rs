@@ -87,11 +87,23 @@ pub fn documents(text: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Every object of the manifests in `webhooks/base`.
+/// Every object of the shipped install: the workload (`webhooks/base`) and
+/// the webhook registrations (`webhooks/registration`), rendered by kubectl's
+/// kustomize as a user applies them (the settings ConfigMap is generated).
 pub fn manifests() -> Vec<Value> {
-    kustomize_files(&base_dir())
+    let built = common::tools::go_bin("kube-1.35", "kubectl");
+    let kubectl: PathBuf = if built.is_file() { built } else { "kubectl".into() };
+    ["webhooks/base", "webhooks/registration"]
         .iter()
-        .flat_map(|p| documents(&std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))))
+        .flat_map(|dir| {
+            let out = std::process::Command::new(&kubectl)
+                .arg("kustomize")
+                .arg(common::root().join(dir))
+                .output()
+                .unwrap_or_else(|e| panic!("{}: {e}", kubectl.display()));
+            assert!(out.status.success(), "kubectl kustomize {dir}: {}", String::from_utf8_lossy(&out.stderr));
+            documents(&String::from_utf8_lossy(&out.stdout))
+        })
         .collect()
 }
 

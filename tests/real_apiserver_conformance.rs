@@ -26,8 +26,8 @@ use std::collections::BTreeMap;
 
 use common::{
     differential::{
-        crd_decides, for_apiserver, install, library_review, test_crds, unknown_field_warnings, verdict_of_status,
-        Verdict, RESOURCES,
+        apiserver_warnings, crd_decides, crd_warnings, for_apiserver, install, library_review, test_crds,
+        verdict_of_status, Verdict, RESOURCES,
     },
     kube_apiserver::{self, Auth, Kube},
 };
@@ -106,20 +106,9 @@ async fn differential(v: Kube) {
             Some(ns) => api.update(&for_apiserver(&req["object"], &ns), sub, true, &Auth::Admin).await,
         }
         .unwrap_or_else(|e| panic!("{}: {e}", case.name));
-        let got = verdict_of_status(
-            reply.ok(),
-            &reply.body,
-            unknown_field_warnings(reply.warnings.iter().map(String::as_str)),
-        );
-        let review_warnings = resp["warnings"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>())
-            .unwrap_or_default();
-        let want = verdict_of_status(
-            resp["allowed"] == true,
-            &resp["status"],
-            unknown_field_warnings(review_warnings.into_iter()),
-        );
+        let got =
+            verdict_of_status(reply.ok(), &reply.body, apiserver_warnings(reply.warnings.iter().map(String::as_str)));
+        let want = verdict_of_status(resp["allowed"] == true, &resp["status"], crd_warnings(case, v, resp));
         sent.push(Sent { name: format!("{}: {}", case.file, case.name), got, want });
     }
 

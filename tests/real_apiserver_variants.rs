@@ -22,7 +22,9 @@ mod common;
 use std::sync::Arc;
 
 use common::{
-    differential::{crd_decides, install, library_review, test_crds, unknown_field_warnings, verdict_of_status},
+    differential::{
+        apiserver_warnings, crd_decides, crd_warnings, install, library_review, test_crds, verdict_of_status,
+    },
     kube_apiserver::{self, Auth, Kube, KubeApiserver},
     Case,
 };
@@ -529,13 +531,9 @@ async fn differential(v: Kube) {
 
     let mut disagreements = Vec::new();
     for ((var, resp), reply) in chosen.iter().zip(replies) {
-        let got = verdict_of_status(
-            reply.ok(),
-            &reply.body,
-            unknown_field_warnings(reply.warnings.iter().map(String::as_str)),
-        );
-        let ws: Vec<&str> = resp["warnings"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-        let want = verdict_of_status(resp["allowed"] == true, &resp["status"], unknown_field_warnings(ws.into_iter()));
+        let got =
+            verdict_of_status(reply.ok(), &reply.body, apiserver_warnings(reply.warnings.iter().map(String::as_str)));
+        let want = verdict_of_status(resp["allowed"] == true, &resp["status"], crd_warnings(&var.case, v, resp));
         if got != want {
             disagreements.push(format!("{}\n    apiserver {got:?}\n    review    {want:?}", var.case.name));
         }

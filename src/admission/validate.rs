@@ -141,6 +141,7 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
     let mut errors = outcome.errors;
     errors.extend(findings.errors);
     let mut warnings: Vec<String> = outcome.unknown_fields.iter().map(|f| format!("unknown field {f:?}")).collect();
+    warnings.extend(outcome.ratcheted.iter().map(ToString::to_string));
     warnings.extend(findings.warnings);
     finish(req, object, target, GROUP, errors, warnings)
 }

@@ -9,16 +9,16 @@
 use std::sync::Arc;
 
 use kube_cel::{
-    cel::{extractors::This, Context, ExecutionError, FunctionContext, Value as Cel},
+    cel::{extractors::This, objects::Key, Context, ExecutionError, FunctionContext, Value as Cel},
     KubeCelExt,
 };
 use serde_json::Value;
 
 use super::{
-    convert::{child_by_index, child_by_key, to_cel},
+    convert::{child_by_index, child_by_key, invalid_data, to_cel_typed},
     field_error::{render_value, ErrorType, FieldError},
     regex_cache,
-    rule_tree::{LazyRule, RuleNode},
+    rule_tree::{LazyRule, Read, RuleNode},
     structural::join,
     version::KubernetesVersion,
 };
@@ -47,159 +47,238 @@ thread_local! {
     static BASE: Context<'static> = base_context();
 }
 
-/// Runs every compiled rule in `compiled` against `value` (and `old`).
+/// Runs every compiled rule in `compiled` against `value` (and `old`), with
+/// `schema` the schema `compiled` was built from. A rule that is false on a
+/// value equal to its correlated old value is ratcheted: it goes to
+/// `warnings` (the apiserver's `Warning` header), not `errors`.
 pub fn validate(
     compiled: &RuleNode,
+    schema: &Value,
     value: &Value,
     old: Option<&Value>,
     version: KubernetesVersion,
     errors: &mut Vec<FieldError>,
+    warnings: &mut Vec<FieldError>,
 ) {
     BASE.with(|base| {
-        let node = Node { json: value, old_json: old, cel: None, old_cel: None };
-        let walker = Walker { base, version };
-        walker.walk(compiled, node, "", errors);
+        let node = Node { json: value, schema, old, parent_unchanged: false, cel: None };
+        let mut walker = Walker { base, version, errors, warnings };
+        walker.walk(compiled, node, "");
     });
 }
 
-/// What stays the same through one walk.
-struct Walker<'b> {
+/// What stays the same through one walk, and where its findings go.
+struct Walker<'b, 'o> {
     base: &'b Context<'static>,
     version: KubernetesVersion,
+    errors: &'o mut Vec<FieldError>,
+    warnings: &'o mut Vec<FieldError>,
 }
 
-/// A node under evaluation. CEL values are made only where a rule needs
-/// them (and then shared with the children): metadata, managedFields and
-/// other subtrees without rules are never converted.
+/// A node under evaluation, as apiextensions' CEL validator walks it:
+///
+/// * every node is evaluated, changed or not (an unchanged one only has its
+///   false rules turned into warnings, and a rule that cannot be evaluated
+///   is an error either way);
+/// * `old` is the correlated old value (`oldSelf`): a property of the old
+///   object, or the item of a list-type map with the same keys; items of
+///   other lists have none;
+/// * an uncorrelated node is ratcheted when its nearest correlated ancestor
+///   is unchanged (`ratchetingOptions.shouldRatchetError`).
+///
+/// CEL values are made only where a rule needs them (and then shared with
+/// the children): metadata, managedFields and other subtrees without rules
+/// are never converted.
 struct Node<'a> {
     json: &'a Value,
-    old_json: Option<&'a Value>,
+    schema: &'a Value,
+    old: Option<&'a Value>,
+    parent_unchanged: bool,
     cel: Option<Cel>,
-    old_cel: Option<Cel>,
 }
 
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_f64() => "number",
-        Value::Number(_) => "integer",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
+impl Node<'_> {
+    fn unchanged(&self) -> bool {
+        match self.old {
+            Some(old) => old == self.json,
+            None => self.parent_unchanged,
+        }
     }
 }
 
-impl Walker<'_> {
-    fn walk(&self, compiled: &RuleNode, mut node: Node<'_>, path: &str, errors: &mut Vec<FieldError>) {
-        if node.old_json == Some(node.json) {
-            return; // ratcheting: an unchanged value is not re-validated
+impl Walker<'_, '_> {
+    fn walk(&mut self, compiled: &RuleNode, mut node: Node<'_>, path: &str) {
+        if node.json.is_null() {
+            return; // rules validate only non-null values
         }
         if !compiled.rules.is_empty() {
             if node.cel.is_none() {
-                node.cel = Some(to_cel(node.json));
+                node.cel = Some(to_cel_typed(node.json, node.schema));
             }
-            if node.old_cel.is_none() {
-                node.old_cel = node.old_json.map(to_cel);
-            }
-            self.evaluate_rules(&compiled.rules, &node, path, errors);
+            self.evaluate_rules(&compiled.rules, &node, path);
         }
+        let unchanged = node.unchanged();
         match node.json {
             Value::Object(obj) => {
-                let mut visit = |key: &str, child_json: &Value, child_schema: &RuleNode| {
+                let props = node.schema.get("properties");
+                let additional = node.schema.get("additionalProperties").filter(|a| a.is_object());
+                let mut visit = |key: &str, child_json: &Value, child_rules: &RuleNode, child_schema: &Value| {
                     let child = Node {
                         json: child_json,
-                        old_json: node.old_json.and_then(|o| o.get(key)),
+                        schema: child_schema,
+                        old: node.old.and_then(|o| o.get(key)),
+                        parent_unchanged: unchanged,
                         cel: node.cel.as_ref().and_then(|c| child_by_key(c, key)),
-                        old_cel: node.old_cel.as_ref().and_then(|c| child_by_key(c, key)),
                     };
-                    self.walk(child_schema, child, &join(path, key), errors);
+                    self.walk(child_rules, child, &join(path, key));
                 };
-                for (key, child_schema) in &compiled.properties {
-                    if let Some(child_json) = obj.get(key) {
-                        visit(key, child_json, child_schema);
+                for (key, child_rules) in &compiled.properties {
+                    if let (Some(child_json), Some(child_schema)) = (obj.get(key), props.and_then(|p| p.get(key))) {
+                        visit(key, child_json, child_rules, child_schema);
                     }
                 }
-                if let Some(additional) = compiled.additional.as_deref() {
+                if let (Some(rules), Some(schema)) = (compiled.additional.as_deref(), additional) {
                     for (key, child_json) in obj.iter().filter(|(k, _)| !compiled.properties.contains_key(*k)) {
-                        visit(key, child_json, additional);
+                        visit(key, child_json, rules, schema);
                     }
                 }
             }
             Value::Array(items) => {
-                let Some(item_schema) = compiled.items.as_deref() else {
+                let (Some(item_rules), Some(item_schema)) = (compiled.items.as_deref(), node.schema.get("items"))
+                else {
                     return;
                 };
+                let keys = list_map_keys(node.schema);
                 for (i, item_json) in items.iter().enumerate() {
-                    // Items correlate with the old list only by equal value (sets);
-                    // our schemas have no transition rules on list items.
-                    let old_pos =
-                        node.old_json.and_then(Value::as_array).and_then(|o| o.iter().position(|x| x == item_json));
+                    // Only list-type map items correlate (by their keys).
+                    let old = keys.as_ref().and_then(|k| {
+                        node.old.and_then(Value::as_array).and_then(|o| o.iter().find(|x| same_keys(x, item_json, k)))
+                    });
                     let child = Node {
                         json: item_json,
-                        old_json: old_pos.and_then(|p| node.old_json.and_then(|o| o.get(p))),
+                        schema: item_schema,
+                        old,
+                        parent_unchanged: unchanged,
                         cel: node.cel.as_ref().and_then(|c| child_by_index(c, i)),
-                        old_cel: old_pos.and_then(|p| node.old_cel.as_ref().and_then(|o| child_by_index(o, p))),
                     };
-                    self.walk(item_schema, child, &format!("{path}[{i}]"), errors);
+                    self.walk(item_rules, child, &format!("{path}[{i}]"));
                 }
             }
             _ => {}
         }
     }
 
-    fn evaluate_rules(&self, rules: &[LazyRule], node: &Node<'_>, path: &str, errors: &mut Vec<FieldError>) {
+    fn evaluate_rules(&mut self, rules: &[LazyRule], node: &Node<'_>, path: &str) {
         let shown = if path.is_empty() { "<nil>" } else { path };
         let mut ctx = self.base.new_inner_scope();
-        ctx.add_variable_from_value("self", node.cel.clone().unwrap_or(Cel::Null));
-        if let Some(old) = &node.old_cel {
+        let this = node.cel.clone().unwrap_or(Cel::Null);
+        ctx.add_variable_from_value("self", this.clone());
+        let old_cel = node.old.map(|o| to_cel_typed(o, node.schema));
+        if let Some(old) = &old_cel {
             ctx.add_variable_from_value("oldSelf", old.clone());
         }
-        // Errors of the rules themselves (compile, evaluation) always show the
-        // schema type; a rule that is false shows what the version shows.
-        let type_value = format!("\"{}\"", type_name(node.json));
+        let unchanged = node.unchanged();
+        // Errors of the rules themselves (compile, evaluation) show the
+        // schema type at the node; a rule that is false shows what the
+        // version shows.
+        let schema_type = node.schema.get("type").and_then(Value::as_str).unwrap_or_default();
+        let type_value = format!("\"{schema_type}\"");
         let failed_value = if !self.version.cel_rule_shows_value() {
             type_value.clone()
-        } else if node.json.is_object() || node.json.is_array() {
+        } else if schema_type == "object" || schema_type == "array" {
             String::new() // field.OmitValueType{}
         } else {
             render_value(node.json)
         };
         for rule in rules {
-            if rule.transition && node.old_cel.is_none() {
+            if rule.transition && old_cel.is_none() {
                 continue; // transition rules run only on UPDATE with an old value
             }
-            let field = match rule.field_path.as_deref() {
-                Some(fp) if fp.starts_with('.') => format!("{path}{fp}"),
-                Some(fp) => join(path, fp),
-                None => shown.to_string(),
-            };
+            // `ruleErrorString`: the message when there is one, else the rule.
+            let named = rule.message.as_deref().map(str::trim).unwrap_or(rule.rule.trim());
             let program = match rule.program() {
                 Ok(p) => p,
                 Err(e) => {
-                    errors.push(FieldError::invalid(field, type_value.clone(), format!("{e}: {}", rule.rule)));
+                    self.errors.push(FieldError::invalid(shown, type_value.clone(), format!("{e}: {}", rule.rule)));
                     continue;
                 }
             };
-            match program.execute(&ctx) {
+            let result = program.execute(&ctx);
+            // A rule that reads a value of the wrong type cannot be evaluated,
+            // whatever cel made of it (cel-go fails the whole expression).
+            if let Some(text) = touched_invalid(rule.reads(), &this, old_cel.as_ref()) {
+                self.errors.push(FieldError::invalid(
+                    shown,
+                    type_value.clone(),
+                    format!("{text} evaluating rule: {named}"),
+                ));
+                continue;
+            }
+            match result {
                 Ok(Cel::Bool(true)) => {}
                 Ok(Cel::Bool(false)) => {
+                    let field = match rule.field_path.as_deref() {
+                        Some(fp) if fp.starts_with('.') => format!("{path}{fp}"),
+                        Some(fp) => join(path, fp),
+                        None => shown.to_string(),
+                    };
                     let message = rule.message.clone().unwrap_or_else(|| format!("failed rule: {}", rule.rule));
-                    errors.push(rule_error(&field, &failed_value, rule.reason.as_deref(), message))
+                    let e = rule_error(&field, &failed_value, rule.reason.as_deref(), message);
+                    if !rule.transition && unchanged {
+                        self.warnings.push(e);
+                    } else {
+                        self.errors.push(e);
+                    }
                 }
-                Ok(other) => errors.push(FieldError::invalid(
-                    field,
+                Ok(other) => self.errors.push(FieldError::invalid(
+                    shown,
                     type_value.clone(),
-                    format!("rule did not evaluate to bool: {other:?} evaluating rule: {}", rule.rule),
+                    format!("rule did not evaluate to bool: {other:?} evaluating rule: {named}"),
                 )),
-                Err(e) => errors.push(FieldError::invalid(
-                    field,
+                Err(e) => self.errors.push(FieldError::invalid(
+                    shown,
                     type_value.clone(),
-                    format!("{} evaluating rule: {}", eval_error_text(&e), rule.rule),
+                    format!("{} evaluating rule: {named}", eval_error_text(&e, &this)),
                 )),
             }
         }
     }
+}
+
+/// The conversion error a rule meets on one of the paths it reads, if any:
+/// on the way to the end of a path, at its end, or (a whole-value
+/// comparison) anywhere below it.
+fn touched_invalid(reads: &[Read], this: &Cel, old: Option<&Cel>) -> Option<String> {
+    reads.iter().find_map(|r| {
+        let mut cur = if r.old { old? } else { this };
+        for key in &r.path {
+            if matches!(cur, Cel::Opaque(_)) {
+                return invalid_data::first_in(cur);
+            }
+            cur = match cur {
+                Cel::Map(m) => m.map.get(&Key::from(key.as_str()))?,
+                _ => return None,
+            };
+        }
+        if r.whole || matches!(cur, Cel::Opaque(_)) {
+            invalid_data::first_in(cur)
+        } else {
+            None
+        }
+    })
+}
+
+/// The `x-kubernetes-list-map-keys` of a list-type map schema.
+fn list_map_keys(schema: &Value) -> Option<Vec<&str>> {
+    if schema.get("x-kubernetes-list-type").and_then(Value::as_str) != Some("map") {
+        return None;
+    }
+    let keys = schema.get("x-kubernetes-list-map-keys").and_then(Value::as_array)?;
+    Some(keys.iter().filter_map(Value::as_str).collect())
+}
+
+fn same_keys(a: &Value, b: &Value, keys: &[&str]) -> bool {
+    a.is_object() && b.is_object() && keys.iter().all(|k| a.get(*k) == b.get(*k))
 }
 
 fn rule_error(field: &str, type_value: &str, reason: Option<&str>, message: String) -> FieldError {
@@ -215,9 +294,129 @@ fn rule_error(field: &str, type_value: &str, reason: Option<&str>, message: Stri
     e
 }
 
-fn eval_error_text(e: &ExecutionError) -> String {
+/// The evaluation error as cel-go words it. A rule that touched a value of
+/// the wrong type (an [`InvalidData`]) fails with Kubernetes' conversion
+/// error (`invalid data, expected string, got int64`), whatever operation
+/// found it.
+fn eval_error_text(e: &ExecutionError, this: &Cel) -> String {
+    if let Some(text) = invalid_data::named_in(&format!("{e:?}")) {
+        return text;
+    }
+    let opaque_kind = matches!(
+        e,
+        ExecutionError::NoSuchOverload
+            | ExecutionError::UnexpectedType { .. }
+            | ExecutionError::FunctionError { .. }
+            | ExecutionError::NotSupportedAsMethod { .. }
+            | ExecutionError::UnsupportedTargetType { .. }
+    );
+    if let Some(text) = opaque_kind.then(|| invalid_data::first_in(this)).flatten() {
+        return text;
+    }
     match e {
         ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::{CompiledCrdSchema, KubernetesVersion, SchemaOutcome, Scope};
+    use serde_json::Value;
+
+    fn schema() -> CompiledCrdSchema {
+        CompiledCrdSchema::compile(json!({"type": "object", "properties": {
+            "metadata": {"type": "object"},
+            "spec": {"type": "object", "properties": {
+                "bucket": {"type": "string", "x-kubernetes-validations": [
+                    {"rule": "self.matches('^[a-z]+$')", "message": "bucket must be lower case"}]},
+                "frozen": {"type": "string", "x-kubernetes-validations": [
+                    {"rule": "self == oldSelf", "message": "frozen is immutable"}]},
+                "tags": {"type": "array", "items": {"type": "string", "x-kubernetes-validations": [
+                    {"rule": "self.size() < 4", "message": "tag too long"}]}},
+                "rules": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                    "items": {"type": "object", "properties": {
+                        "name": {"type": "string"},
+                        "value": {"type": "string", "x-kubernetes-validations": [
+                            {"rule": "self != 'bad'", "message": "value is bad"}]}}}}}}}}))
+    }
+
+    fn run(obj: Value, old: Option<Value>) -> SchemaOutcome {
+        let v = KubernetesVersion::parse("1.35").expect("version");
+        schema().validate_as(&obj, old.as_ref(), v, Scope::Object)
+    }
+
+    fn texts(errors: &[super::FieldError]) -> Vec<String> {
+        errors.iter().map(ToString::to_string).collect()
+    }
+
+    fn obj(spec: Value) -> Value {
+        json!({"metadata": {"name": "n"}, "spec": spec})
+    }
+
+    #[test]
+    fn a_false_rule_on_an_unchanged_value_is_a_warning_on_update_and_an_error_on_create() {
+        let bad = obj(json!({"bucket": "Upper"}));
+        let created = run(bad.clone(), None);
+        assert_eq!(texts(&created.errors), vec![r#"spec.bucket: Invalid value: "Upper": bucket must be lower case"#]);
+        assert!(created.ratcheted.is_empty());
+        let mut relabelled = bad.clone();
+        relabelled["metadata"]["labels"] = json!({"a": "b"});
+        let updated = run(relabelled, Some(bad.clone()));
+        assert!(updated.errors.is_empty(), "{:?}", updated.errors);
+        assert_eq!(
+            texts(&updated.ratcheted),
+            vec![r#"spec.bucket: Invalid value: "Upper": bucket must be lower case"#]
+        );
+        // Changed to another bad value: an error again.
+        let changed = run(obj(json!({"bucket": "Other"})), Some(bad));
+        assert_eq!(changed.errors.len(), 1, "{:?}", changed.errors);
+        assert!(changed.ratcheted.is_empty());
+    }
+
+    #[test]
+    fn transition_rules_are_never_ratcheted() {
+        let old = obj(json!({"frozen": "a"}));
+        assert!(run(old.clone(), Some(old.clone())).errors.is_empty());
+        let moved = run(obj(json!({"frozen": "b"})), Some(old));
+        assert_eq!(texts(&moved.errors), vec![r#"spec.frozen: Invalid value: "b": frozen is immutable"#]);
+    }
+
+    #[test]
+    fn a_wrong_typed_stored_value_fails_the_rules_that_read_it_even_unchanged() {
+        // The schema ratchets the unchanged int; the rule still reads it.
+        let stored = obj(json!({"bucket": 12}));
+        let mut relabelled = stored.clone();
+        relabelled["metadata"]["labels"] = json!({"a": "b"});
+        let out = run(relabelled, Some(stored));
+        assert_eq!(
+            texts(&out.errors),
+            vec![
+                r#"spec.bucket: Invalid value: "string": invalid data, expected string, got int64 evaluating rule: bucket must be lower case"#
+            ]
+        );
+        assert!(out.ratcheted.is_empty());
+    }
+
+    #[test]
+    fn items_of_an_atomic_list_ratchet_only_with_the_whole_list() {
+        let old = obj(json!({"tags": ["toolong", "ok"]}));
+        let same = run(old.clone(), Some(old.clone()));
+        assert!(same.errors.is_empty());
+        assert_eq!(same.ratcheted.len(), 1);
+        // The list changed: the unchanged item is judged again.
+        let grown = run(obj(json!({"tags": ["toolong", "ok", "new"]})), Some(old));
+        assert_eq!(texts(&grown.errors), vec![r#"spec.tags[0]: Invalid value: "toolong": tag too long"#]);
+    }
+
+    #[test]
+    fn items_of_a_list_type_map_correlate_by_key() {
+        let old = obj(json!({"rules": [{"name": "a", "value": "bad"}]}));
+        // Another item added before it: item "a" is unchanged, so ratcheted.
+        let out = run(obj(json!({"rules": [{"name": "b", "value": "ok"}, {"name": "a", "value": "bad"}]})), Some(old));
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        assert_eq!(texts(&out.ratcheted), vec![r#"spec.rules[1].value: Invalid value: "bad": value is bad"#]);
     }
 }

@@ -1,11 +1,13 @@
 //! JSON → CEL values with Kubernetes' typing: JSON integers are CEL `int`
 //! (serde's binding would make them `uint`, so `self.replicas == 3` would be
-//! false), other numbers `double`.
+//! false), other numbers `double`; under a schema ([`to_cel_typed`]) as
+//! apiserver's `UnstructuredToVal` converts them, a value of the wrong type
+//! becoming an error any rule that reads it fails with.
 
 use std::{collections::HashMap, sync::Arc};
 
 use kube_cel::cel::{
-    objects::{Key, Map},
+    objects::{Key, Map, Opaque},
     Value as Cel,
 };
 use serde_json::Value;
@@ -46,5 +48,149 @@ pub fn child_by_index(v: &Cel, index: usize) -> Option<Cel> {
     match v {
         Cel::List(l) => l.get(index).cloned(),
         _ => None,
+    }
+}
+
+/// Converts a JSON value to a CEL value typed by its structural `schema`, as
+/// `UnstructuredToVal` does: a number under `type: number` is a `double`, and
+/// a value that does not have the schema's type is an [`invalid_data`] value
+/// (a stored object can hold one: the schema ratchets an unchanged value,
+/// the rules still read it). Without a type, or under
+/// `x-kubernetes-preserve-unknown-fields`, the value converts untyped.
+pub fn to_cel_typed(v: &Value, schema: &Value) -> Cel {
+    if v.is_null() {
+        return if schema.get("nullable").and_then(Value::as_bool) == Some(true) {
+            Cel::Null
+        } else {
+            invalid_data::value("invalid data, got null for schema with nullable=false".to_string())
+        };
+    }
+    if schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true) {
+        return match v {
+            Value::String(_) => to_cel(v),
+            Value::Number(n) if n.is_i64() => to_cel(v),
+            _ => invalid_data::value(
+                "invalid data, expected XIntOrString value to be either a string or integer".to_string(),
+            ),
+        };
+    }
+    let expected = |what: &str| invalid_data::value(format!("invalid data, expected {what}, got {}", go_type(v)));
+    match schema.get("type").and_then(Value::as_str) {
+        Some("object") => {
+            let Value::Object(obj) = v else {
+                return invalid_data::value(
+                    "invalid data, expected a map for the provided schema with type=object".to_string(),
+                );
+            };
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            let map: HashMap<Key, Cel> = obj
+                .iter()
+                .map(|(k, child)| {
+                    let sub = match props {
+                        Some(p) => p.get(k),
+                        None => additional,
+                    };
+                    let c = match sub {
+                        Some(s) => to_cel_typed(child, s),
+                        None => to_cel(child),
+                    };
+                    (Key::from(k.as_str()), c)
+                })
+                .collect();
+            Cel::Map(Map { map: Arc::new(map) })
+        }
+        Some("array") => {
+            let Value::Array(items) = v else {
+                return invalid_data::value(
+                    "invalid data, expected an array for the provided schema with type=array".to_string(),
+                );
+            };
+            match schema.get("items") {
+                Some(item) => Cel::List(Arc::new(items.iter().map(|i| to_cel_typed(i, item)).collect())),
+                None => to_cel(v),
+            }
+        }
+        Some("string") => match v {
+            Value::String(_) => to_cel(v),
+            _ => expected("string"),
+        },
+        Some("number") => match v.as_f64() {
+            Some(f) if v.is_number() => Cel::Float(f),
+            _ => expected("float"),
+        },
+        Some("integer") => match v.as_i64() {
+            Some(i) => Cel::Int(i),
+            None => expected("int"),
+        },
+        Some("boolean") => match v {
+            Value::Bool(b) => Cel::Bool(*b),
+            _ => expected("bool"),
+        },
+        _ => to_cel(v),
+    }
+}
+
+/// Go's `%T` of the value an unstructured object holds.
+fn go_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "<nil>",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_i64() => "int64",
+        Value::Number(_) => "float64",
+        Value::String(_) => "string",
+        Value::Array(_) => "[]interface {}",
+        Value::Object(_) => "map[string]interface {}",
+    }
+}
+
+/// A value of the wrong type where a rule may read it: an opaque CEL value
+/// no function or operator accepts, whose every rendering (its type name,
+/// its debug form, which cel's errors quote) carries the conversion error.
+pub mod invalid_data {
+    use super::*;
+
+    const OPEN: &str = "InvalidData<<";
+    const CLOSE: &str = ">>";
+
+    #[derive(PartialEq, Eq)]
+    struct InvalidData(String);
+
+    impl std::fmt::Debug for InvalidData {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl Opaque for InvalidData {
+        fn runtime_type_name(&self) -> &str {
+            &self.0
+        }
+    }
+
+    /// The CEL value for the conversion error `text`.
+    pub fn value(text: String) -> Cel {
+        Cel::Opaque(Arc::new(InvalidData(format!("{OPEN}{text}{CLOSE}"))))
+    }
+
+    /// The conversion error named in `text` (an error's rendering), if any.
+    pub fn named_in(text: &str) -> Option<String> {
+        let start = text.find(OPEN)? + OPEN.len();
+        let len = text.get(start..)?.find(CLOSE)?;
+        text.get(start..start + len).map(str::to_string)
+    }
+
+    /// The first conversion error in `v` (depth first, map keys in order).
+    pub fn first_in(v: &Cel) -> Option<String> {
+        match v {
+            Cel::Opaque(o) => named_in(o.runtime_type_name()),
+            Cel::List(items) => items.iter().find_map(first_in),
+            Cel::Map(m) => {
+                let mut entries: Vec<(&Key, &Cel)> = m.map.iter().collect();
+                entries.sort_by_key(|(k, _)| k.to_string());
+                entries.into_iter().find_map(|(_, c)| first_in(c))
+            }
+            _ => None,
+        }
     }
 }

@@ -55,6 +55,10 @@ pub struct SchemaOutcome {
     pub errors: Vec<FieldError>,
     /// Fields that are not in the schema (the apiserver prunes them; kubectl warns).
     pub unknown_fields: Vec<String>,
+    /// Rules that are false on a value the UPDATE left unchanged (ratcheting):
+    /// the apiserver lets them pass and sends each as a `Warning` header
+    /// (`<field>: <error body>`), after the unknown-field warnings.
+    pub ratcheted: Vec<FieldError>,
 }
 
 impl CompiledCrdSchema {
@@ -148,9 +152,22 @@ impl CompiledCrdSchema {
         if old.is_none() && scope == Scope::Object {
             out.errors.extend(object_meta::validate_name(object));
         }
+        let names = out.errors.len();
         let pruned = structural::prune_nulls(&self.schema, object);
         let pruned_old = old.map(|o| structural::prune_nulls(&self.schema, o));
         structural::validate(&self.schema, &pruned, pruned_old.as_deref(), &mut out);
+        // The apiserver prunes unknown fields when it decodes the request,
+        // before any validation: the counts (`maxProperties`) and the rules
+        // see the object without them. (Found, they are only warned about.)
+        let known = (!out.unknown_fields.is_empty()).then(|| {
+            let known = structural::prune_unknown(&self.schema, &pruned);
+            let old_known = pruned_old.as_deref().map(|o| structural::prune_unknown(&self.schema, o));
+            let mut again = SchemaOutcome::default();
+            structural::validate(&self.schema, &known, old_known.as_ref(), &mut again);
+            out.errors.truncate(names);
+            out.errors.append(&mut again.errors);
+            (known, old_known)
+        });
         if scope == Scope::StatusSubresource {
             out.errors.iter_mut().for_each(structural::relative_to_status);
         }
@@ -169,12 +186,14 @@ impl CompiledCrdSchema {
             // The rules see the object without its unknown fields, as it will
             // be stored; the old object too (the apiserver's is stored, so
             // pruned already; `check --audit` gives the file's object as both).
-            if out.unknown_fields.is_empty() {
-                cel_eval::validate(rules, &pruned, pruned_old.as_deref(), version, &mut out.errors);
-            } else {
-                let known = structural::prune_unknown(&self.schema, &pruned);
-                let old_known = pruned_old.as_deref().map(|o| structural::prune_unknown(&self.schema, o));
-                cel_eval::validate(rules, &known, old_known.as_ref(), version, &mut out.errors);
+            let (errors, ratcheted) = (&mut out.errors, &mut out.ratcheted);
+            match &known {
+                None => {
+                    cel_eval::validate(rules, &self.schema, &pruned, pruned_old.as_deref(), version, errors, ratcheted)
+                }
+                Some((known, old_known)) => {
+                    cel_eval::validate(rules, &self.schema, known, old_known.as_ref(), version, errors, ratcheted)
+                }
             }
         }
         out

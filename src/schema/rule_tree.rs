@@ -23,6 +23,17 @@ pub struct LazyRule {
     /// Mentions `oldSelf`: runs only on UPDATE with an old value.
     pub transition: bool,
     program: OnceLock<Result<Program, String>>,
+    reads: OnceLock<Vec<Read>>,
+}
+
+/// A path a rule reads from `self` or `oldSelf` (`self.spec.storage` →
+/// `["spec", "storage"]`), and whether the value at its end is compared
+/// whole (an operand of `==` or `!=`, which reads every value below it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    pub old: bool,
+    pub path: Vec<String>,
+    pub whole: bool,
 }
 
 impl LazyRule {
@@ -32,6 +43,68 @@ impl LazyRule {
             .get_or_init(|| Program::compile(&self.rule).map_err(|e| format!("rule does not compile: {e}")))
             .as_ref()
             .map_err(String::as_str)
+    }
+
+    /// What the rule reads from `self` and `oldSelf` (none when it does not compile).
+    pub fn reads(&self) -> &[Read] {
+        self.reads.get_or_init(|| {
+            let mut out = Vec::new();
+            if let Ok(p) = self.program() {
+                reads(p.expression(), false, &mut out);
+            }
+            out
+        })
+    }
+}
+
+/// The `self`/`oldSelf` select chain `expr` is, if it is one.
+fn chain(expr: &IdedExpr) -> Option<(bool, Vec<String>)> {
+    match &expr.expr {
+        Expr::Ident(name) if name == "self" => Some((false, Vec::new())),
+        Expr::Ident(name) if name == "oldSelf" => Some((true, Vec::new())),
+        // `has(self.a)` converts `self.a` as cel-go's field test does.
+        Expr::Select(s) => {
+            let (old, mut path) = chain(&s.operand)?;
+            path.push(s.field.clone());
+            Some((old, path))
+        }
+        _ => None,
+    }
+}
+
+/// Every `self`/`oldSelf` chain read in `expr` (a `has()` test included:
+/// Kubernetes' field test converts the value it finds).
+fn reads(expr: &IdedExpr, whole: bool, out: &mut Vec<Read>) {
+    if let Some((old, path)) = chain(expr) {
+        out.push(Read { old, path, whole });
+        return;
+    }
+    match &expr.expr {
+        Expr::Call(call) => {
+            let compares = call.func_name == "_==_" || call.func_name == "_!=_";
+            call.target.iter().for_each(|t| reads(t, false, out));
+            call.args.iter().for_each(|a| reads(a, compares, out));
+        }
+        Expr::Comprehension(c) => {
+            for e in [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result] {
+                reads(e, false, out);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(|e| reads(e, false, out)),
+        Expr::Map(m) => m.entries.iter().for_each(|e| entry_reads(&e.expr, out)),
+        Expr::Struct(st) => st.entries.iter().for_each(|e| entry_reads(&e.expr, out)),
+        Expr::Select(sel) => reads(&sel.operand, false, out),
+        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
+    }
+}
+
+fn entry_reads(entry: &EntryExpr, out: &mut Vec<Read>) {
+    match entry {
+        EntryExpr::StructField(f) => reads(&f.value, false, out),
+        EntryExpr::MapEntry(m) => {
+            reads(&m.key, false, out);
+            reads(&m.value, false, out);
+        }
     }
 }
 
@@ -62,6 +135,7 @@ impl RuleNode {
                             field_path: s("fieldPath"),
                             rule: text,
                             program: OnceLock::new(),
+                            reads: OnceLock::new(),
                         })
                     })
                     .collect()

@@ -146,6 +146,17 @@ fn list_errors(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldErr
                 .map(|k| k.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
             let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
+            // A list-type map holds objects (or nulls) only; the first other
+            // item is reported and no duplicate is looked for.
+            let not_object =
+                (list_type == Some("map")).then(|| items.iter().position(|i| !i.is_null() && !i.is_object())).flatten();
+            if let Some(i) = not_object {
+                out.push(FieldError::invalid(
+                    format!("{path}[{i}]"),
+                    items.get(i).map(error_value).unwrap_or_default(),
+                    "must be an object for an array of list-type map",
+                ));
+            }
             let identities: Option<Vec<(Value, String)>> = match list_type {
                 Some("set") => Some(items.iter().map(|i| (i.clone(), error_value(i))).collect()),
                 Some("map") => Some(
@@ -160,7 +171,7 @@ fn list_errors(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldErr
                 ),
                 _ => None,
             };
-            if let Some(ids) = identities {
+            if let Some(ids) = identities.filter(|_| not_object.is_none()) {
                 for (i, (id, shown)) in ids.iter().enumerate() {
                     let before = ids.iter().take(i).filter(|(other, _)| other == id).count();
                     if before == 1 {
@@ -183,7 +194,8 @@ fn list_errors(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldErr
 /// keys, no spaces, `<`, `>` and `&` escaped).
 fn error_value(v: &Value) -> String {
     match v {
-        Value::String(s) => super::field_error::go_quote(s),
+        // A presigned URL's query is a credential: never echoed.
+        Value::String(s) => super::field_error::go_quote(&super::field_error::redact_url(s)),
         Value::Bool(_) | Value::Number(_) => v.to_string(),
         other => go_json(other),
     }
@@ -192,9 +204,11 @@ fn error_value(v: &Value) -> String {
 fn go_json(v: &Value) -> String {
     match v {
         Value::Null | Value::Bool(_) | Value::Number(_) => v.to_string(),
-        Value::String(s) => {
-            Value::String(s.clone()).to_string().replace('<', "\\u003c").replace('>', "\\u003e").replace('&', "\\u0026")
-        }
+        Value::String(s) => Value::String(super::field_error::redact_url(s))
+            .to_string()
+            .replace('<', "\\u003c")
+            .replace('>', "\\u003e")
+            .replace('&', "\\u0026"),
         Value::Array(items) => format!("[{}]", items.iter().map(go_json).collect::<Vec<_>>().join(",")),
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
@@ -229,6 +243,15 @@ fn json_type(v: &Value) -> &'static str {
     }
 }
 
+/// The JSON type and the Go format kube-openapi infers from a decoded value.
+fn go_format(v: &Value) -> (&'static str, &'static str) {
+    match v {
+        Value::Number(n) if n.is_i64() || n.is_u64() => ("integer", "int64"),
+        Value::Number(_) => ("number", "float64"),
+        other => (json_type(other), ""),
+    }
+}
+
 fn type_matches(expected: &str, v: &Value) -> bool {
     match expected {
         "object" => v.is_object(),
@@ -256,6 +279,10 @@ fn display_path(path: &str) -> &str {
 fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mut SchemaOutcome) {
     // Ratcheting (KEP-4008, GA in 1.33): an unchanged value is not re-validated.
     if old == Some(value) {
+        // Still pruned, so still warned about: only the errors ratchet.
+        let mut unchanged = SchemaOutcome::default();
+        walk(schema, value, None, path, &mut unchanged);
+        out.unknown_fields.append(&mut unchanged.unknown_fields);
         return;
     }
     let shown = display_path(path);
@@ -274,7 +301,40 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
         check_enum(schema, value, shown, out);
         return;
     }
+    let format = schema.get("format").and_then(Value::as_str).filter(|f| !f.is_empty());
     let type_ok = match schema.get("type").and_then(Value::as_str) {
+        // kube-openapi's typeValidator with a format (the apiserver keeps
+        // only string formats): a list passes the type check, anything else
+        // of the wrong type is named by its Go format (`must be of type
+        // date-time: "int64"`).
+        Some(t) if t == "string" && format.is_some() && !type_matches(t, value) => {
+            let (actual, actual_format) = go_format(value);
+            let float_int = actual == "number" && t == "integer" && value.as_f64().is_some_and(|f| f.fract() == 0.0);
+            let int_float = actual == "integer" && t == "number";
+            let stringish = value.is_string() || value.is_array();
+            let f = format.unwrap_or_default();
+            if !stringish && !(actual_format == f || float_int || int_float) {
+                out.errors.push(FieldError::type_invalid(
+                    shown,
+                    format!("\"{actual_format}\""),
+                    format!("{shown} in body must be of type {f}: \"{actual_format}\""),
+                ));
+                false
+            } else if stringish && t != "number" && t != "integer" {
+                // Passes the type check; no other check applies to it.
+                check_enum(schema, value, shown, out);
+                return;
+            } else if !(float_int || int_float) {
+                out.errors.push(FieldError::type_invalid(
+                    shown,
+                    format!("\"{actual}\""),
+                    format!("{shown} in body must be of type {t}: \"{actual}\""),
+                ));
+                false
+            } else {
+                true
+            }
+        }
         Some(t) if !type_matches(t, value) => {
             let actual = json_type(value);
             out.errors.push(FieldError::type_invalid(
@@ -322,7 +382,9 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
 fn check_enum(schema: &Value, value: &Value, shown: &str, out: &mut SchemaOutcome) {
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
         if !allowed.contains(value) {
-            out.errors.push(FieldError::not_supported(shown, render_value(value), allowed));
+            // `field.Error` prints a list or an object as its JSON (a string
+            // quoted, a number or boolean bare, as everywhere).
+            out.errors.push(FieldError::not_supported(shown, error_value(value), allowed));
         }
     }
 }
@@ -440,6 +502,25 @@ fn map_key(item: &Value, keys: &[&str]) -> Value {
     Value::Object(m)
 }
 
+/// The JSON fields of `metav1.ObjectMeta`.
+const OBJECT_META_FIELDS: [&str; 15] = [
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
 fn check_object(schema: &Value, obj: &Map<String, Value>, old: Option<&Value>, path: &str, out: &mut SchemaOutcome) {
     let shown = display_path(path);
     // go-openapi's TooFewProperties/TooManyProperties carry the actual count;
@@ -470,6 +551,14 @@ fn check_object(schema: &Value, obj: &Map<String, Value>, old: Option<&Value>, p
             None => {
                 // apiVersion/kind/metadata are always known at the root of a resource.
                 let root_meta = path.is_empty() && matches!(k.as_str(), "apiVersion" | "kind" | "metadata");
+                if path.is_empty() && k == "metadata" {
+                    // ObjectMeta's own fields; the apiserver drops any other.
+                    for key in v.as_object().into_iter().flat_map(|m| m.keys()) {
+                        if !OBJECT_META_FIELDS.contains(&key.as_str()) {
+                            out.unknown_fields.push(join(&child_path, key));
+                        }
+                    }
+                }
                 if !preserve
                     && !embedded
                     && !root_meta
@@ -581,5 +670,31 @@ mod tests {
         assert_eq!(error_value(&json!("x")), r#""x""#);
         // Ratcheting: an old object that already had the duplicate is not judged again.
         assert!(run(s, v.clone(), Some(json!({"c":[{"type":"A"},{"type":"A"}]}))).is_empty());
+    }
+
+    #[test]
+    fn list_map_items_that_are_not_objects_are_named_and_no_duplicate_is_looked_for() {
+        let s = json!({"type":"object","properties":{"c":{"type":"array","x-kubernetes-list-type":"map",
+            "x-kubernetes-list-map-keys":["type"],"items":{"type":"object"}}}});
+        let mut out = SchemaOutcome::default();
+        list_errors(&s, &json!({"c":[{"type":"A"},null,12,"x",{"type":"A"}]}), "", &mut out.errors);
+        let texts: Vec<String> = out.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(texts, vec!["c[2]: Invalid value: 12: must be an object for an array of list-type map"]);
+        let mut out = SchemaOutcome::default();
+        list_errors(&s, &json!({"c":[{"type":"A"},{"type":"B"}]}), "", &mut out.errors);
+        assert!(out.errors.is_empty(), "objects only: nothing to say");
+    }
+
+    #[test]
+    fn enum_failures_show_a_list_or_an_object_as_json_and_redact_urls() {
+        let s = json!({"type":"object","properties":{"e":{"type":"string","enum":["S3"]}}});
+        let errors = run(s.clone(), json!({"e":{"a":[1,"b"]}}), None);
+        assert!(
+            errors.contains(&r#"e: Unsupported value: {"a":[1,"b"]}: supported values: "S3""#.to_string()),
+            "{errors:?}"
+        );
+        let errors = run(s, json!({"e":["https://h/p?X-Amz-Signature=secret"]}), None);
+        assert!(errors.iter().any(|e| e.contains(r#"["https://h/p?\u003credacted\u003e"]"#)), "{errors:?}");
+        assert!(!errors.iter().any(|e| e.contains("secret")), "{errors:?}");
     }
 }

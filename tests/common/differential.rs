@@ -87,15 +87,39 @@ pub fn crd_decides(case: &super::Case, resp: &Value, v: Kube) -> bool {
     if !req["object"].is_object() || (op == "UPDATE" && !req["oldObject"].is_object()) {
         return false;
     }
-    let old = req["oldObject"].is_object().then_some(&req["oldObject"]);
-    let version = KubernetesVersion::parse(v.minor()).expect("version");
-    let scope = if sub == "status" { Scope::StatusSubresource } else { Scope::Object };
-    let outcome = schema_of(res).validate_as(&as_validated(&req["object"], old, sub == "status"), old, version, scope);
+    let outcome = schema_outcome(case, v);
     if resp["allowed"] == true {
         return outcome.errors.is_empty();
     }
     let causes = resp["status"]["details"]["causes"].as_array().map(Vec::len).unwrap_or(0);
     resp["status"]["code"] == 422 && causes == outcome.errors.len() && causes > 0
+}
+
+/// What the CRD alone says of the case's request (schema and CEL), with the
+/// messages of version `v`.
+pub fn schema_outcome(case: &super::Case, v: Kube) -> hcp_etcd_admission::schema::SchemaOutcome {
+    let req = &case.review["request"];
+    let res = req["resource"]["resource"].as_str().unwrap_or_default();
+    let sub = req["subResource"].as_str().unwrap_or_default();
+    let old = req["oldObject"].is_object().then_some(&req["oldObject"]);
+    let version = KubernetesVersion::parse(v.minor()).expect("version");
+    let scope = if sub == "status" { Scope::StatusSubresource } else { Scope::Object };
+    schema_of(res).validate_as(&as_validated(&req["object"], old, sub == "status"), old, version, scope)
+}
+
+/// The warnings of a review response that the CRD gives (the apiserver's
+/// own, which the comparison holds against every warning the apiserver
+/// sent): unknown fields, and rules ratcheted on unchanged values.
+pub fn crd_warnings(case: &super::Case, v: Kube, resp: &Value) -> Vec<String> {
+    let ratcheted: Vec<String> = schema_outcome(case, v).ratcheted.iter().map(ToString::to_string).collect();
+    resp["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|w| w.starts_with("unknown field ") || ratcheted.iter().any(|r| r == w))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The object as sent to the apiserver: its name, labels and annotations in
@@ -114,27 +138,31 @@ pub fn for_apiserver(obj: &Value, ns: &str) -> Value {
 }
 
 /// The verdict, code, message and causes of an answer (the apiserver's
-/// Status, or a review response's status), and its unknown-field warnings
-/// (the only warnings the CRD alone gives; the webhook's own are not the
-/// apiserver's to give).
+/// Status, or a review response's status), and the CRD's warnings (unknown
+/// fields, ratcheted rules; the webhook's own are not the apiserver's to give).
 #[derive(Debug, PartialEq)]
 pub struct Verdict {
     pub allowed: bool,
     pub code: u64,
     pub message: String,
     pub causes: Vec<(String, String, String)>,
-    pub unknown_fields: Vec<String>,
+    pub warnings: Vec<String>,
 }
 
-pub fn unknown_field_warnings<'a>(ws: impl Iterator<Item = &'a str>) -> Vec<String> {
-    ws.filter(|w| w.starts_with("unknown field ")).map(str::to_string).collect()
+/// Every warning the apiserver sent (no webhook is registered in the
+/// differential: they are all the CRD's).
+pub fn apiserver_warnings<'a>(ws: impl Iterator<Item = &'a str>) -> Vec<String> {
+    ws.map(str::to_string).collect()
 }
 
-pub fn verdict_of_status(allowed: bool, status: &Value, unknown_fields: Vec<String>) -> Verdict {
+pub fn verdict_of_status(allowed: bool, status: &Value, mut warnings: Vec<String>) -> Verdict {
+    // Ratcheted rules warn in the order the CEL validator meets them, which
+    // is Go's (random) map order.
+    warnings.sort();
     if allowed {
-        return Verdict { allowed, code: 0, message: String::new(), causes: Vec::new(), unknown_fields };
+        return Verdict { allowed, code: 0, message: String::new(), causes: Vec::new(), warnings };
     }
-    let causes = status["details"]["causes"]
+    let causes: Vec<(String, String, String)> = status["details"]["causes"]
         .as_array()
         .map(|a| {
             a.iter()
@@ -145,13 +173,53 @@ pub fn verdict_of_status(allowed: bool, status: &Value, unknown_fields: Vec<Stri
                 .collect()
         })
         .unwrap_or_default();
-    Verdict {
-        allowed,
-        code: status["code"].as_u64().unwrap_or_default(),
-        message: status["message"].as_str().unwrap_or_default().to_string(),
-        causes,
-        unknown_fields,
+    let message = redact_queries(status["message"].as_str().unwrap_or_default());
+    let causes = causes.into_iter().map(|(r, f, m)| (r, f, redact_queries(&m))).collect();
+    let (message, causes) = in_canonical_order(message, causes);
+    Verdict { allowed, code: status["code"].as_u64().unwrap_or_default(), message, causes, warnings }
+}
+
+/// The query of every quoted URL in `text` as `?<redacted>`: the apiserver
+/// echoes a value it reports (a presigned URL's signature included), review
+/// never echoes a query string. The one difference the comparison allows.
+fn redact_queries(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let end = rest[at..].find('"').map_or(rest.len(), |e| at + e);
+        match rest[at..end].find('?') {
+            Some(q) => {
+                out.push_str(&rest[..at + q]);
+                out.push_str("?<redacted>");
+            }
+            None => out.push_str(&rest[..end]),
+        }
+        rest = &rest[end..];
     }
+    out.push_str(rest);
+    out
+}
+
+/// The apiserver reports the errors of sibling properties in Go's map
+/// order, which is random per request (kube-openapi's object validator
+/// ranges over the schema's properties map); `review` reports them in key
+/// order. Both are compared in one order: the causes sorted, and a
+/// multi-error message (`… is invalid: [a, b]`) rebuilt from them — only
+/// when the message is exactly its causes joined, so any other difference
+/// in it still shows.
+fn in_canonical_order(
+    message: String,
+    mut causes: Vec<(String, String, String)>,
+) -> (String, Vec<(String, String, String)>) {
+    let text =
+        |c: &[(String, String, String)]| c.iter().map(|(_, f, m)| format!("{f}: {m}")).collect::<Vec<_>>().join(", ");
+    let Some((head, _)) = message.split_once(" is invalid: [") else { return (message, causes) };
+    if causes.len() < 2 || message != format!("{head} is invalid: [{}]", text(&causes)) {
+        return (message, causes);
+    }
+    causes.sort();
+    let message = format!("{head} is invalid: [{}]", text(&causes));
+    (message, causes)
 }
 
 pub fn test_crds() -> Vec<Value> {

@@ -155,11 +155,33 @@ impl Drop for Guarded {
 }
 
 /// A free loopback port (bound and released; the processes bind it next).
+///
+/// Not the kernel's pick (`bind(0)`): that comes from the ephemeral range,
+/// where the next outgoing connection of any process (the apiserver's own
+/// to etcd, a test's client) may take it before the process that was given
+/// it binds it, and a port released by one test thread can be handed to
+/// the next. Ports are handed out once per process, walking 20000–32767
+/// (below Linux's ephemeral range) from an offset of the process id, and
+/// only if bindable now. [`KubeApiserver::start`] still retries a start
+/// that lost the race to another process.
 fn free_port() -> Result<u16, String> {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("free port: {e}"))
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_768;
+    static NEXT: AtomicUsize = AtomicUsize::new(usize::MAX);
+    let _ = NEXT.compare_exchange(
+        usize::MAX,
+        (std::process::id().wrapping_mul(7919) % SPAN) as usize,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let i = NEXT.fetch_add(1, Ordering::SeqCst) as u32 % SPAN;
+        let port = (LOW + i) as u16;
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err("free port: none bindable in 20000-32767".into())
 }
 
 /// A certificate and its key, PEM.
@@ -310,6 +332,27 @@ impl KubeApiserver {
     /// Starts etcd and kube-apiserver `v` (with `extra_args` appended to the
     /// apiserver's flags) and waits until `/readyz` answers 200.
     pub async fn start(v: Kube, extra_args: &[String]) -> Result<Self, String> {
+        let mut last = String::new();
+        for attempt in 1..=4 {
+            match Self::start_once(v, extra_args).await {
+                Ok(me) => return Ok(me),
+                // Another process bound one of its ports between our check
+                // and its bind: new ports, new start.
+                Err(e) if e.contains("address already in use") => {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "kube-apiserver {} start {attempt}: a port was taken; retrying",
+                        v.minor()
+                    );
+                    last = e;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
+    }
+
+    async fn start_once(v: Kube, extra_args: &[String]) -> Result<Self, String> {
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let t0 = Instant::now();
         let dir = std::env::temp_dir().join(format!(

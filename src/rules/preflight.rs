@@ -58,7 +58,7 @@ pub const SECRET_EXISTS: RuleInfo = RuleInfo {
     objects: "HCPEtcdBackup",
     field: "spec.storage.{s3,azureBlob}.credentials.name",
     severity: Severity::Warn,
-    summary: "warns when the credentials Secret is not (yet) in the HyperShift Operator namespace (setting `operatorNamespace`, default `hypershift`), where the controller reads it: the controller waits up to 2 minutes for it (`BackupWaitingForCredentials`), then fails the backup; a Secret that exists but does not fit is still denied (`hcpetcdbackup-credentials-format`)",
+    summary: "warns when the credentials Secret is not (yet) in the HyperShift Operator namespace (setting `operatorNamespace`, default `hypershift`), where the controller reads it: the controller waits up to 2 minutes for it (`BackupWaitingForCredentials`), then fails the backup; a Secret that exists but does not fit is still denied (`hcpetcdbackup-credentials-format`); not looked at in a namespace without a HostedControlPlane (denied by `hcpetcdbackup-hcp-exists`), so naming a namespace never reads the operator namespace's Secrets",
 };
 
 pub const SECRET_FORMAT: RuleInfo = RuleInfo {
@@ -137,7 +137,13 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
         f.warnings.push(format!("{SKIPPED} (rule {})", UNAVAILABLE.id));
         return f;
     };
-    match lookup.hosted_control_planes(namespace) {
+    let hcps = lookup.hosted_control_planes(namespace);
+    // A namespace without a HostedControlPlane is denied on that alone; its
+    // credentials Secret is not looked at, so that naming any namespace
+    // never makes a shell read (or tell about) the operator namespace's
+    // Secrets. Every shell reads it only for a hosted namespace.
+    let hosted = !hcps.as_ref().is_ok_and(Vec::is_empty);
+    match hcps {
         Ok(hcps) if hcps.is_empty() => f.deny(
             &HCP_EXISTS,
             FieldError::invalid(
@@ -180,7 +186,9 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
             );
         }
     }
-    check_credentials(obj, lookup, settings, &mut f);
+    if hosted {
+        check_credentials(obj, lookup, settings, &mut f);
+    }
     match lookup.etcd_stateful_set(namespace) {
         Ok(None) => f.warn(
             &ETCD_READY,
@@ -337,16 +345,28 @@ mod tests {
         let f = run(Some(&empty));
         let text: Vec<String> = f.errors.iter().map(ToString::to_string).collect();
         assert!(text[0].contains("HostedControlPlane not found in namespace clusters-prod"), "{text:?}");
-        assert_eq!(text.len(), 1, "a missing Secret is waited for, not denied: {text:?}");
-        assert!(f.warnings[0].contains("waiting for credential Secret \"creds\" in namespace \"hypershift\""), "{f:?}");
-        assert!(f.warnings[0].contains("timed out after 2m0s waiting for credential Secret \"creds\""), "{f:?}");
-        assert!(f.warnings[1].contains("etcd StatefulSet not found"));
+        assert_eq!(text.len(), 1, "{text:?}");
+        // No HostedControlPlane: the credentials Secret is not looked at.
+        assert!(!f.warnings.iter().any(|w| w.contains("credential")), "{f:?}");
+        assert!(f.warnings[0].contains("etcd StatefulSet not found"));
         let objs = vec![
             json!({"kind": "StatefulSet", "metadata": {"name": "etcd", "namespace": "clusters-prod"},
                 "spec": {"replicas": 3}, "status": {"readyReplicas": 1}}),
             json!({"kind": "HostedControlPlane", "metadata": {"name": "prod", "namespace": "clusters-prod"}}),
         ];
         let f = run(Some(&ContextObjects::from_values(objs)));
+        assert!(f.errors.is_empty(), "{f:?}");
         assert!(f.warnings.iter().any(|w| w.contains("etcd StatefulSet not fully ready: 1/3 replicas ready")), "{f:?}");
+        // A hosted namespace: a missing Secret is waited for, not denied.
+        assert!(
+            f.warnings
+                .iter()
+                .any(|w| w.contains("waiting for credential Secret \"creds\" in namespace \"hypershift\"")),
+            "{f:?}"
+        );
+        assert!(
+            f.warnings.iter().any(|w| w.contains("timed out after 2m0s waiting for credential Secret \"creds\"")),
+            "{f:?}"
+        );
     }
 }

@@ -348,6 +348,11 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
     };
     if !type_ok {
         check_enum(schema, value, shown, out);
+        // Pruning still walks an object of the wrong type: a schema without
+        // properties knows none of its fields.
+        if let (Value::Object(obj), false) = (value, preserves_unknown(schema)) {
+            out.unknown_fields.extend(obj.keys().map(|k| join(path, k)));
+        }
         return;
     }
     match value {
@@ -500,6 +505,10 @@ fn map_key(item: &Value, keys: &[&str]) -> Value {
         }
     }
     Value::Object(m)
+}
+
+fn preserves_unknown(schema: &Value) -> bool {
+    schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true)
 }
 
 /// The JSON fields of `metav1.ObjectMeta`.

@@ -21,6 +21,7 @@ pub mod crd;
 pub mod enforcement;
 #[cfg(feature = "wasm")]
 pub mod kubewarden;
+pub mod lookup;
 pub mod mutate;
 pub mod rules;
 pub mod schema;

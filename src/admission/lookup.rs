@@ -1,91 +1,12 @@
-//! The lookup port of the admission layer: objects a decision may look up
-//! (today: the HostedControlPlane of the etcd StatefulSet's namespace). The
-//! core only sees this trait; the shells fill
-//! it from `--context` files (CLI), a kube-rs reflector with a live read on a
-//! miss (server) or Kubewarden's context-aware host capability (Wasm).
-//!
-//! Objects are kept as JSON and read by path (the readers are with the API
-//! types, [`crate::api::restore_snapshot_url`] and friends): a
-//! HostedControlPlane carries far more than this project models, and a field
-//! we do not know about must never make the lookup (and with it a restore) fail.
-//!
-//! A lookup that cannot answer says why ([`LookupError`]); the core turns
-//! every answer into a [`HcpLookup`] and fails closed on anything but exactly
-//! one HostedControlPlane.
+//! The lookup sources every shell can use: objects given up front
+//! ([`ContextObjects`]: `--context` files, the Kubewarden policy's
+//! pre-initialised fixtures, tests) and an answer read before the decision
+//! ([`Prefetched`]: the server's live read). The port itself is
+//! [`crate::lookup`], below the rules.
 
 use serde_json::Value;
 
-/// Why a lookup could not answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LookupError {
-    /// The cache has not finished its initial list, and no live read answered.
-    #[error("the HostedControlPlane cache has not synced yet")]
-    NotSynced,
-    /// The read failed (API error, RBAC, host capability missing, timeout).
-    #[error("{0}")]
-    Failed(String),
-}
-
-/// Read-only access to cluster objects. Implementations add methods for
-/// other kinds with default bodies, so existing implementations keep compiling.
-pub trait Lookup {
-    /// The HostedControlPlane objects in `namespace`, or why they cannot be
-    /// looked up (the mutation then denies: it never guesses).
-    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError>;
-
-    // ---- HCPEtcdBackup preflight (issue 13). A source that does not
-    // provide these answers `Err`, and the preflight is skipped with a warning.
-
-    /// The HCPEtcdBackups in `namespace`.
-    fn hcp_etcd_backups(&self, _namespace: &str) -> Result<Vec<Value>, String> {
-        Err(NOT_PROVIDED.to_string())
-    }
-
-    /// The Secret `namespace/name` (`Ok(None)`: it does not exist). Only ever
-    /// asked for the HyperShift Operator namespace.
-    fn secret(&self, _namespace: &str, _name: &str) -> Result<Option<Value>, String> {
-        Err(NOT_PROVIDED.to_string())
-    }
-
-    /// The StatefulSet `etcd` of a hosted control plane namespace (`Ok(None)`: it does not exist).
-    fn etcd_stateful_set(&self, _namespace: &str) -> Result<Option<Value>, String> {
-        Err(NOT_PROVIDED.to_string())
-    }
-}
-
-/// The outcome of looking up the namespace's HostedControlPlane.
-#[derive(Debug, Clone, PartialEq)]
-pub enum HcpLookup {
-    /// Exactly one HostedControlPlane: the only outcome a decision may act on.
-    One(Value),
-    /// The lookup answered: there is none in the namespace.
-    NotFound,
-    /// The lookup answered with more than one.
-    Several(usize),
-    /// This shell has no lookup at all (no cluster, no `--context`).
-    NoSource,
-    /// The lookup source has not synced (and a live read did not answer).
-    NotSynced,
-    /// The lookup failed.
-    Failed(String),
-}
-
-/// Looks up the HostedControlPlane of `namespace` and classifies the answer.
-pub fn hosted_control_plane(lookup: Option<&dyn Lookup>, namespace: &str) -> HcpLookup {
-    let Some(lookup) = lookup else { return HcpLookup::NoSource };
-    match lookup.hosted_control_planes(namespace) {
-        Err(LookupError::NotSynced) => HcpLookup::NotSynced,
-        Err(LookupError::Failed(why)) => HcpLookup::Failed(why),
-        Ok(mut hcps) => match hcps.len() {
-            0 => HcpLookup::NotFound,
-            1 => hcps.pop().map_or(HcpLookup::NotFound, HcpLookup::One),
-            n => HcpLookup::Several(n),
-        },
-    }
-}
-
-/// Why a source has no answer for a preflight lookup.
-pub const NOT_PROVIDED: &str = "this lookup source does not provide it";
+pub use crate::lookup::{hosted_control_plane, HcpLookup, Lookup, LookupError};
 
 /// Objects given up front (from `--context` files or test fixtures).
 #[derive(Debug, Default, Clone)]
@@ -128,17 +49,17 @@ impl Lookup for ContextObjects {
             .collect())
     }
 
-    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, String> {
+    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
         self.preflight_source()?;
         Ok(self.of_kind("HCPEtcdBackup", namespace).cloned().collect())
     }
 
-    fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, String> {
+    fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, LookupError> {
         self.preflight_source()?;
         Ok(self.named("Secret", namespace, name))
     }
 
-    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, String> {
+    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, LookupError> {
         self.preflight_source()?;
         Ok(self.named("StatefulSet", namespace, "etcd"))
     }
@@ -148,9 +69,9 @@ impl ContextObjects {
     /// The context files are a snapshot of the cluster: an object not in
     /// them does not exist. With no context objects at all there is no
     /// snapshot, and the preflight is skipped (offline `check` of one file).
-    fn preflight_source(&self) -> Result<(), String> {
+    fn preflight_source(&self) -> Result<(), LookupError> {
         if self.all.is_empty() {
-            Err("no --context objects were given".to_string())
+            Err(LookupError::NotProvided)
         } else {
             Ok(())
         }

@@ -97,7 +97,7 @@ pub struct DecisionInput<'a> {
     pub settings: &'a Settings,
     /// Where the mutation finds the HostedControlPlane, and the HCPEtcdBackup
     /// preflight its objects; `None`: no lookup.
-    pub lookup: Option<&'a dyn crate::admission::lookup::Lookup>,
+    pub lookup: Option<&'a dyn crate::lookup::Lookup>,
     /// The current time (Unix seconds), read once per request by the shell,
     /// or why it could not be read (time-dependent rules then deny).
     pub now: crate::time::Now,

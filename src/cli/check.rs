@@ -240,15 +240,15 @@ impl Lookup for CheckLookup<'_> {
 
     // The preflight's snapshot of the cluster comes from --context only: the
     // judged files are what is about to be applied, not what exists.
-    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, String> {
+    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
         self.given.hcp_etcd_backups(namespace)
     }
 
-    fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, String> {
+    fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, LookupError> {
         self.given.secret(namespace, name)
     }
 
-    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, String> {
+    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, LookupError> {
         self.given.etcd_stateful_set(namespace)
     }
 }

@@ -7,8 +7,8 @@ use kubewarden_policy_sdk::wapc_guest::{self as guest, CallResult};
 use serde_json::Value;
 
 use crate::{
-    admission::lookup::{Lookup, LookupError},
     kubewarden,
+    lookup::{Lookup, LookupError},
 };
 
 /// HostedControlPlanes through Kubewarden's Kubernetes host capability.
@@ -27,28 +27,31 @@ impl Lookup for HostLookup {
         kubewarden::list_items(&answer).map_err(LookupError::Failed)
     }
 
-    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, String> {
+    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
         let api_version = format!("{}/{}", crate::api::GROUP, crate::api::VERSION);
         let answer = list(&kubewarden::list_request(&api_version, "HCPEtcdBackup", namespace, None))?;
-        kubewarden::list_items(&answer)
+        kubewarden::list_items(&answer).map_err(LookupError::Failed)
     }
 
-    fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, String> {
+    fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, LookupError> {
         let answer = list(&kubewarden::list_request("v1", "Secret", namespace, Some(name)))?;
-        kubewarden::single_item(&answer, name)
+        kubewarden::single_item(&answer, name).map_err(LookupError::Failed)
     }
 
-    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, String> {
+    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, LookupError> {
         let answer = list(&kubewarden::list_request("apps/v1", "StatefulSet", namespace, Some("etcd")))?;
-        kubewarden::single_item(&answer, "etcd")
+        kubewarden::single_item(&answer, "etcd").map_err(LookupError::Failed)
     }
 }
 
 /// One `list_resources_by_namespace` host call.
-fn list(request: &Value) -> Result<Vec<u8>, String> {
-    let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
-    guest::host_call("kubewarden", "kubernetes", "list_resources_by_namespace", &body)
-        .map_err(|e| format!("the Kubernetes host capability is unavailable (is the policy context aware?): {e}"))
+fn list(request: &Value) -> Result<Vec<u8>, LookupError> {
+    let body = serde_json::to_vec(request).map_err(|e| LookupError::Failed(e.to_string()))?;
+    guest::host_call("kubewarden", "kubernetes", "list_resources_by_namespace", &body).map_err(|e| {
+        LookupError::Failed(format!(
+            "the Kubernetes host capability is unavailable (is the policy context aware?): {e}"
+        ))
+    })
 }
 
 /// Pins the clock (Unix seconds) for hosts that cannot set the WASI clock

@@ -30,8 +30,8 @@ use serde_json::Value;
 pub use container::{build_init_container, injected_script, STAGE_DIR_NAME};
 
 use crate::{
-    admission::lookup::{self, HcpLookup, Lookup},
     api::{restore_snapshot_url, snapshot_restored, unmanaged_etcd},
+    lookup::{self, HcpLookup, Lookup},
     schema::FieldError,
     settings::Settings,
 };

@@ -132,7 +132,7 @@ pub fn check_hosted(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>) -> 
 pub fn check_backup_preflight(
     obj: &Value,
     namespace: &str,
-    lookup: Option<&dyn crate::admission::lookup::Lookup>,
+    lookup: Option<&dyn crate::lookup::Lookup>,
     settings: &Settings,
 ) -> Findings {
     preflight::check(obj, namespace, lookup, settings)

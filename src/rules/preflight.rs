@@ -12,11 +12,11 @@ use super::{
     Findings, RuleInfo, Severity,
 };
 use crate::{
-    admission::lookup::Lookup,
     api::{
         CREDENTIALS_WAIT, REASON_BACKUP_FAILED, REASON_BACKUP_IN_PROGRESS, REASON_BACKUP_REJECTED,
         REASON_BACKUP_WAITING_FOR_CREDENTIALS,
     },
+    lookup::Lookup,
     schema::{go_quote, FieldError},
     settings::Settings,
 };

@@ -313,7 +313,7 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
             let int_float = actual == "integer" && t == "number";
             let stringish = value.is_string() || value.is_array();
             let f = format.unwrap_or_default();
-            if !stringish && !(actual_format == f || float_int || int_float) {
+            if !(stringish || actual_format == f || float_int || int_float) {
                 out.errors.push(FieldError::type_invalid(
                     shown,
                     format!("\"{actual_format}\""),

@@ -30,7 +30,7 @@ use kube::{
 };
 use serde_json::Value;
 
-use crate::admission::lookup::{Lookup, LookupError, Prefetched, NOT_PROVIDED};
+use crate::admission::lookup::{Lookup, LookupError, Prefetched};
 
 /// Longest a live Secret read may take before the preflight skips it.
 pub const SECRET_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
@@ -179,17 +179,17 @@ impl Lookup for ClusterLookup {
         self.hcps.hosted_control_planes(namespace)
     }
 
-    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, String> {
+    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
         match &self.backups {
-            Some(b) => b.backups_in(namespace),
-            None => Err(NOT_PROVIDED.to_string()),
+            Some(b) => b.backups_in(namespace).map_err(LookupError::Failed),
+            None => Err(LookupError::NotProvided),
         }
     }
 
-    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, String> {
+    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, LookupError> {
         match &self.backups {
-            Some(b) => b.etcd_in(namespace),
-            None => Err(NOT_PROVIDED.to_string()),
+            Some(b) => b.etcd_in(namespace).map_err(LookupError::Failed),
+            None => Err(LookupError::NotProvided),
         }
     }
 }
@@ -227,28 +227,28 @@ impl Lookup for RequestReads<'_> {
         match (self.hcps, self.inner) {
             (Some(p), _) => p.hosted_control_planes(namespace),
             (None, Some(inner)) => inner.hosted_control_planes(namespace),
-            (None, None) => Err(LookupError::Failed(NOT_PROVIDED.to_string())),
+            (None, None) => Err(LookupError::NotProvided),
         }
     }
-    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, String> {
+    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
         match (&self.backups, self.inner) {
             (Some((ns, Ok(live))), _) if ns == namespace => Ok(live.clone()),
             (_, Some(inner)) => inner.hcp_etcd_backups(namespace),
-            (Some((ns, Err(e))), None) if ns == namespace => Err(e.clone()),
-            _ => Err(NOT_PROVIDED.to_string()),
+            (Some((ns, Err(e))), None) if ns == namespace => Err(LookupError::Failed(e.clone())),
+            _ => Err(LookupError::NotProvided),
         }
     }
-    fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, String> {
+    fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, LookupError> {
         match (&self.secret, self.inner) {
-            (Some((ns, n, read)), _) if ns == namespace && n == name => read.clone(),
+            (Some((ns, n, read)), _) if ns == namespace && n == name => read.clone().map_err(LookupError::Failed),
             (_, Some(inner)) => inner.secret(namespace, name),
-            _ => Err(NOT_PROVIDED.to_string()),
+            _ => Err(LookupError::NotProvided),
         }
     }
-    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, String> {
+    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, LookupError> {
         match self.inner {
             Some(inner) => inner.etcd_stateful_set(namespace),
-            None => Err(NOT_PROVIDED.to_string()),
+            None => Err(LookupError::NotProvided),
         }
     }
 }
@@ -271,7 +271,7 @@ mod tests {
                 .into_iter()
                 .collect())
         }
-        fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, String> {
+        fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
             Ok((namespace == NS)
                 .then(|| {
                     json!({"kind": "HCPEtcdBackup", "metadata": {"name": "running", "namespace": NS},
@@ -281,10 +281,10 @@ mod tests {
                 .into_iter()
                 .collect())
         }
-        fn secret(&self, _: &str, _: &str) -> Result<Option<Value>, String> {
+        fn secret(&self, _: &str, _: &str) -> Result<Option<Value>, LookupError> {
             Ok(None)
         }
-        fn etcd_stateful_set(&self, _: &str) -> Result<Option<Value>, String> {
+        fn etcd_stateful_set(&self, _: &str) -> Result<Option<Value>, LookupError> {
             Ok(None)
         }
     }

@@ -1,0 +1,95 @@
+//! The lookup port: the cluster objects a decision may read (the
+//! HostedControlPlane of a namespace, for the etcd-init mutation and the
+//! backup preflight; the namespace's HCPEtcdBackups, the credentials Secret
+//! and the etcd StatefulSet, for the preflight). It sits below `rules/` and
+//! `mutate/`, which use it, and below `admission/` and the shells, which fill
+//! it: from `--context` files (CLI), watch caches with live reads within the
+//! request deadline (server), Kubewarden's context-aware host calls (Wasm).
+//! `tests/layers.rs` fails when a decision module imports from above.
+//!
+//! Objects are kept as JSON and read by path (the readers are with the API
+//! types, [`crate::api::restore_snapshot_url`] and friends): a
+//! HostedControlPlane carries far more than this project models, and a field
+//! we do not know about must never make the lookup (and with it a restore) fail.
+//!
+//! A lookup that cannot answer says why ([`LookupError`]); the core turns
+//! every answer into a [`HcpLookup`] and fails closed on anything but exactly
+//! one HostedControlPlane.
+
+use serde_json::Value;
+
+/// Why a lookup could not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    /// This source does not serve this kind of object at all (no
+    /// `--context`, a policy that is not context aware, a server without
+    /// the backup watch): the part of the decision that needs it is skipped,
+    /// and says so.
+    #[error("this lookup source does not provide it")]
+    NotProvided,
+    /// The cache has not finished its initial list, and no live read answered.
+    #[error("the HostedControlPlane cache has not synced yet")]
+    NotSynced,
+    /// The read failed (API error, RBAC, host capability missing, timeout).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Read-only access to cluster objects. Implementations add methods for
+/// other kinds with default bodies, so existing implementations keep compiling.
+pub trait Lookup {
+    /// The HostedControlPlane objects in `namespace`, or why they cannot be
+    /// looked up (the mutation then denies: it never guesses).
+    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError>;
+
+    // The HCPEtcdBackup preflight's reads. A source that does not provide
+    // them answers `NotProvided`, and the preflight is skipped with a warning.
+
+    /// The HCPEtcdBackups in `namespace`.
+    fn hcp_etcd_backups(&self, _namespace: &str) -> Result<Vec<Value>, LookupError> {
+        Err(LookupError::NotProvided)
+    }
+
+    /// The Secret `namespace/name` (`Ok(None)`: it does not exist). Only ever
+    /// asked for the HyperShift Operator namespace.
+    fn secret(&self, _namespace: &str, _name: &str) -> Result<Option<Value>, LookupError> {
+        Err(LookupError::NotProvided)
+    }
+
+    /// The StatefulSet `etcd` of a hosted control plane namespace (`Ok(None)`: it does not exist).
+    fn etcd_stateful_set(&self, _namespace: &str) -> Result<Option<Value>, LookupError> {
+        Err(LookupError::NotProvided)
+    }
+}
+
+/// The outcome of looking up the namespace's HostedControlPlane.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HcpLookup {
+    /// Exactly one HostedControlPlane: the only outcome a decision may act on.
+    One(Value),
+    /// The lookup answered: there is none in the namespace.
+    NotFound,
+    /// The lookup answered with more than one.
+    Several(usize),
+    /// This shell has no lookup at all (no cluster, no `--context`).
+    NoSource,
+    /// The lookup source has not synced (and a live read did not answer).
+    NotSynced,
+    /// The lookup failed.
+    Failed(String),
+}
+
+/// Looks up the HostedControlPlane of `namespace` and classifies the answer.
+pub fn hosted_control_plane(lookup: Option<&dyn Lookup>, namespace: &str) -> HcpLookup {
+    let Some(lookup) = lookup else { return HcpLookup::NoSource };
+    match lookup.hosted_control_planes(namespace) {
+        Err(LookupError::NotSynced) => HcpLookup::NotSynced,
+        Err(LookupError::NotProvided) => HcpLookup::NoSource,
+        Err(LookupError::Failed(why)) => HcpLookup::Failed(why),
+        Ok(mut hcps) => match hcps.len() {
+            0 => HcpLookup::NotFound,
+            1 => hcps.pop().map_or(HcpLookup::NotFound, HcpLookup::One),
+            n => HcpLookup::Several(n),
+        },
+    }
+}

@@ -563,13 +563,11 @@ async fn differential(v: Kube) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "103 of 3,548 variants still disagree, all UPDATEs of stored objects the CRD rejects (docs/real-apiserver.md: Variants); run with --ignored"]
 async fn variants_1_35() {
     differential(Kube::V1_35).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "103 of 3,548 variants still disagree, all UPDATEs of stored objects the CRD rejects (docs/real-apiserver.md: Variants); run with --ignored"]
 async fn variants_1_34() {
     differential(Kube::V1_34).await;
 }

@@ -138,11 +138,12 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
         return f;
     };
     let hcps = lookup.hosted_control_planes(namespace);
-    // A namespace without a HostedControlPlane is denied on that alone; its
-    // credentials Secret is not looked at, so that naming any namespace
+    // A namespace without a HostedControlPlane is denied on that alone (and
+    // one whose HostedControlPlanes could not be read is not known to be
+    // hosted): its credentials Secret is not looked at, so that naming any namespace
     // never makes a shell read (or tell about) the operator namespace's
     // Secrets. Every shell reads it only for a hosted namespace.
-    let hosted = !hcps.as_ref().is_ok_and(Vec::is_empty);
+    let hosted = matches!(&hcps, Ok(found) if !found.is_empty());
     match hcps {
         Ok(hcps) if hcps.is_empty() => f.deny(
             &HCP_EXISTS,

@@ -19,7 +19,7 @@ use super::{
     field_error::{render_value, ErrorType, FieldError},
     regex_cache,
     rule_tree::{LazyRule, Read, RuleNode},
-    structural::join,
+    structural::{correlated_equal, join, list_map_keys, map_list_item},
     version::KubernetesVersion,
 };
 
@@ -100,7 +100,7 @@ struct Node<'a> {
 impl Node<'_> {
     fn unchanged(&self) -> bool {
         match self.old {
-            Some(old) => old == self.json,
+            Some(old) => correlated_equal(self.schema, self.json, old),
             None => self.parent_unchanged,
         }
     }
@@ -151,9 +151,9 @@ impl Walker<'_, '_> {
                 let keys = list_map_keys(node.schema);
                 for (i, item_json) in items.iter().enumerate() {
                     // Only list-type map items correlate (by their keys).
-                    let old = keys.as_ref().and_then(|k| {
-                        node.old.and_then(Value::as_array).and_then(|o| o.iter().find(|x| same_keys(x, item_json, k)))
-                    });
+                    let old = keys
+                        .as_ref()
+                        .and_then(|k| node.old.and_then(Value::as_array).and_then(|o| map_list_item(o, item_json, k)));
                     let child = Node {
                         json: item_json,
                         schema: item_schema,
@@ -206,14 +206,20 @@ impl Walker<'_, '_> {
             let result = program.execute(&ctx);
             // A rule that reads a value of the wrong type cannot be evaluated,
             // whatever cel made of it (cel-go fails the whole expression).
-            if let Some(text) = touched_invalid(rule.reads(), &this, old_cel.as_ref()) {
-                self.errors.push(FieldError::invalid(
-                    shown,
-                    type_value.clone(),
-                    format!("{text} evaluating rule: {named}"),
-                ));
-                continue;
-            }
+            let result = match touched_invalid(rule.reads(), node.schema, &this, old_cel.as_ref()) {
+                Some(Touch::Error(text)) => {
+                    self.errors.push(FieldError::invalid(
+                        shown,
+                        type_value.clone(),
+                        format!("{text} evaluating rule: {named}"),
+                    ));
+                    continue;
+                }
+                // A set compared whole with a wrong-typed item: cel-go's set
+                // equality compares the raw values and says "not equal".
+                Some(Touch::Unequal) => Ok(Cel::Bool(false)),
+                None => result,
+            };
             match result {
                 Ok(Cel::Bool(true)) => {}
                 Ok(Cel::Bool(false)) => {
@@ -248,37 +254,60 @@ impl Walker<'_, '_> {
 /// The conversion error a rule meets on one of the paths it reads, if any:
 /// on the way to the end of a path, at its end, or (a whole-value
 /// comparison) anywhere below it.
-fn touched_invalid(reads: &[Read], this: &Cel, old: Option<&Cel>) -> Option<String> {
+/// What a rule meets on the paths it reads, beyond what cel does itself.
+enum Touch {
+    /// A conversion error: the rule cannot be evaluated.
+    Error(String),
+    /// A set list holding a wrong-typed item, compared whole: not equal.
+    Unequal,
+}
+
+/// The conversion error a rule meets on one of the paths it reads, if any:
+/// on the way to the end of a path, at its end, or (a whole-value
+/// comparison) anywhere below it — except in a set list, which cel-go
+/// compares by raw value (unequal, or a Go panic for an item that cannot be
+/// hashed).
+fn touched_invalid(reads: &[Read], schema: &Value, this: &Cel, old: Option<&Cel>) -> Option<Touch> {
     reads.iter().find_map(|r| {
         let mut cur = if r.old { old? } else { this };
+        let mut at = schema;
         for key in &r.path {
             if matches!(cur, Cel::Opaque(_)) {
-                return invalid_data::first_in(cur);
+                return invalid_data::first_in(cur).map(Touch::Error);
             }
             cur = match cur {
                 Cel::Map(m) => m.map.get(&Key::from(key.as_str()))?,
                 _ => return None,
             };
+            at = at
+                .get("properties")
+                .and_then(|p| p.get(key.as_str()))
+                .or_else(|| at.get("additionalProperties").filter(|a| a.is_object()))
+                .unwrap_or(&Value::Null);
         }
-        if r.whole || matches!(cur, Cel::Opaque(_)) {
-            invalid_data::first_in(cur)
-        } else {
-            None
+        if matches!(cur, Cel::Opaque(_)) {
+            return invalid_data::first_in(cur).map(Touch::Error);
+        }
+        if !r.whole {
+            return None;
+        }
+        let set = at.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("set");
+        match cur {
+            Cel::List(items) if set => {
+                let bad = items.iter().find_map(|i| match i {
+                    Cel::Opaque(o) => Some(o.runtime_type_name().to_string()),
+                    _ => None,
+                })?;
+                Some(if bad.contains("got map[") || bad.contains("got []") {
+                    let go = if bad.contains("got map[") { "map[string]interface {}" } else { "[]interface {}" };
+                    Touch::Error(format!("internal error: runtime error: hash of unhashable type {go}"))
+                } else {
+                    Touch::Unequal
+                })
+            }
+            _ => invalid_data::first_in(cur).map(Touch::Error),
         }
     })
-}
-
-/// The `x-kubernetes-list-map-keys` of a list-type map schema.
-fn list_map_keys(schema: &Value) -> Option<Vec<&str>> {
-    if schema.get("x-kubernetes-list-type").and_then(Value::as_str) != Some("map") {
-        return None;
-    }
-    let keys = schema.get("x-kubernetes-list-map-keys").and_then(Value::as_array)?;
-    Some(keys.iter().filter_map(Value::as_str).collect())
-}
-
-fn same_keys(a: &Value, b: &Value, keys: &[&str]) -> bool {
-    a.is_object() && b.is_object() && keys.iter().all(|k| a.get(*k) == b.get(*k))
 }
 
 fn rule_error(field: &str, type_value: &str, reason: Option<&str>, message: String) -> FieldError {

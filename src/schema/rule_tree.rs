@@ -76,7 +76,9 @@ fn chain(expr: &IdedExpr) -> Option<(bool, Vec<String>)> {
 /// Kubernetes' field test converts the value it finds).
 fn reads(expr: &IdedExpr, whole: bool, out: &mut Vec<Read>) {
     if let Some((old, path)) = chain(expr) {
-        out.push(Read { old, path, whole });
+        // `has()` converts only the value it finds, never what is below it.
+        let test = matches!(&expr.expr, Expr::Select(s) if s.test);
+        out.push(Read { old, path, whole: whole && !test });
         return;
     }
     match &expr.expr {

@@ -278,7 +278,7 @@ fn display_path(path: &str) -> &str {
 // properties, then required). A type failure does not stop the enum check.
 fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mut SchemaOutcome) {
     // Ratcheting (KEP-4008, GA in 1.33): an unchanged value is not re-validated.
-    if old == Some(value) {
+    if old.is_some_and(|o| correlated_equal(schema, value, o)) {
         // Still pruned, so still warned about: only the errors ratchet.
         let mut unchanged = SchemaOutcome::default();
         walk(schema, value, None, path, &mut unchanged);
@@ -511,6 +511,57 @@ fn preserves_unknown(schema: &Value) -> bool {
     schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true)
 }
 
+/// Whether `new` is unchanged from `old` as apiextensions' ratcheting
+/// decides it (`CorrelatedObject.CachedDeepEqual`), which is stricter than
+/// equality: an object is unchanged only if every one of its fields has a
+/// schema (a field kept by `x-kubernetes-preserve-unknown-fields`, or the
+/// root's `apiVersion`/`kind`/`metadata`, makes it "changed"); the items of
+/// a list-type map are matched by their keys (order does not matter); any
+/// other list, and a scalar, by plain equality.
+pub fn correlated_equal(schema: &Value, new: &Value, old: &Value) -> bool {
+    match (new, old) {
+        (Value::Object(n), Value::Object(o)) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            n.len() == o.len()
+                && n.iter().all(|(k, v)| {
+                    let sub = props.and_then(|p| p.get(k)).or(additional);
+                    matches!((o.get(k), sub), (Some(ov), Some(s)) if correlated_equal(s, v, ov))
+                })
+        }
+        (Value::Array(n), Value::Array(o)) => match (list_map_keys(schema), schema.get("items")) {
+            (Some(keys), Some(items)) => {
+                n.len() == o.len()
+                    && n.iter().all(|item| {
+                        map_list_item(o, item, &keys).is_some_and(|old_item| correlated_equal(items, item, old_item))
+                    })
+            }
+            _ => n == o,
+        },
+        _ => new == old,
+    }
+}
+
+/// The `x-kubernetes-list-map-keys` of a list-type map schema.
+pub fn list_map_keys(schema: &Value) -> Option<Vec<&str>> {
+    if schema.get("x-kubernetes-list-type").and_then(Value::as_str) != Some("map") {
+        return None;
+    }
+    let keys = schema.get("x-kubernetes-list-map-keys").and_then(Value::as_array)?;
+    Some(keys.iter().filter_map(Value::as_str).collect())
+}
+
+/// The item of list-type map `old` with the keys of `item`, as apiserver's
+/// map list finds it: `item` must be an object with every key set to a
+/// scalar; the first old item with equal keys.
+pub fn map_list_item<'a>(old: &'a [Value], item: &Value, keys: &[&str]) -> Option<&'a Value> {
+    let scalar = |v: &Value| matches!(v, Value::Bool(_) | Value::Number(_) | Value::String(_));
+    if keys.is_empty() || !item.is_object() || !keys.iter().all(|k| item.get(*k).is_some_and(scalar)) {
+        return None;
+    }
+    old.iter().find(|o| o.is_object() && keys.iter().all(|k| o.get(*k) == item.get(*k)))
+}
+
 /// The JSON fields of `metav1.ObjectMeta`.
 const OBJECT_META_FIELDS: [&str; 15] = [
     "name",
@@ -705,5 +756,26 @@ mod tests {
         let errors = run(s, json!({"e":["https://h/p?X-Amz-Signature=secret"]}), None);
         assert!(errors.iter().any(|e| e.contains(r#"["https://h/p?\u003credacted\u003e"]"#)), "{errors:?}");
         assert!(!errors.iter().any(|e| e.contains("secret")), "{errors:?}");
+    }
+
+    #[test]
+    fn unchanged_means_every_field_has_a_schema_and_map_items_match_by_key() {
+        let s = json!({"type":"object","x-kubernetes-preserve-unknown-fields":true,"properties":{
+            "a":{"type":"string"},
+            "l":{"type":"array","x-kubernetes-list-type":"map","x-kubernetes-list-map-keys":["k"],
+                 "items":{"type":"object","properties":{"k":{"type":"string"},"v":{"type":"string"}}}}}});
+        let v = json!({"a":"x","l":[{"k":"1","v":"a"},{"k":"2","v":"b"}]});
+        assert!(correlated_equal(&s, &v, &v));
+        let reordered = json!({"a":"x","l":[{"k":"2","v":"b"},{"k":"1","v":"a"}]});
+        assert!(correlated_equal(&s, &reordered, &v), "list-type map items match by key");
+        let kept = json!({"a":"x","extra":1});
+        assert!(!correlated_equal(&s, &kept, &kept), "a field without a schema is never unchanged");
+        assert!(!correlated_equal(&s, &json!({"a":"y"}), &json!({"a":"x"})));
+        // Ratcheting follows: an invalid unchanged value under an unknown-field-keeping
+        // object is judged again.
+        let schema = json!({"type":"object","x-kubernetes-preserve-unknown-fields":true,"required":["r"],
+            "properties":{"r":{"type":"string"}}});
+        let old = json!({"extra":1});
+        assert_eq!(run(schema, old.clone(), Some(old)), vec!["r: Required value"]);
     }
 }

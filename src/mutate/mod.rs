@@ -397,7 +397,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::admission::lookup::{LookupError, Prefetched};
+    use crate::lookup::{LookupError, Prefetched};
 
     fn sts() -> Value {
         json!({"metadata": {"name": "etcd", "namespace": "ns"}, "spec": {"serviceName": "etcd-discovery", "template": {"spec": {

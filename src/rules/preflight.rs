@@ -143,7 +143,8 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
     // hosted): its credentials Secret is not looked at, so that naming any namespace
     // never makes a shell read (or tell about) the operator namespace's
     // Secrets. Every shell reads it only for a hosted namespace.
-    let hosted = matches!(&hcps, Ok(found) if !found.is_empty());
+    let hosted = matches!(&hcps, Ok(found) if !found.is_empty()).then_some(lookup);
+    let hcps_unread = hcps.is_err();
     match hcps {
         Ok(hcps) if hcps.is_empty() => f.deny(
             &HCP_EXISTS,
@@ -187,8 +188,10 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
             );
         }
     }
-    if hosted {
-        check_credentials(obj, lookup, settings, &mut f);
+    // Unread HostedControlPlanes: the Secret is not read either, and the
+    // answer says so (its format check, a denial, did not run).
+    if hosted.is_some() || hcps_unread {
+        check_credentials(obj, hosted, settings, &mut f);
     }
     match lookup.etcd_stateful_set(namespace) {
         Ok(None) => f.warn(
@@ -213,7 +216,9 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
     f
 }
 
-fn check_credentials(obj: &Value, lookup: &dyn Lookup, settings: &Settings, f: &mut Findings) {
+/// The credentials Secret rules; `lookup` is `None` when the Secret must not
+/// be read (the namespace is not known to be hosted): reported as not checked.
+fn check_credentials(obj: &Value, lookup: Option<&dyn Lookup>, settings: &Settings, f: &mut Findings) {
     let Some(storage) = Storage::of_backup(obj) else { return };
     let block = storage.block();
     let Some(name) = obj
@@ -224,6 +229,7 @@ fn check_credentials(obj: &Value, lookup: &dyn Lookup, settings: &Settings, f: &
         return;
     };
     let field = format!("spec.storage.{block}.credentials.name");
+    let Some(lookup) = lookup else { return skipped_part(f, &field, "the credentials Secret") };
     let ns = settings.operator_namespace.as_str();
     let secret = match lookup.secret(ns, name) {
         Ok(s) => s,
@@ -275,7 +281,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::admission::lookup::ContextObjects;
+    use crate::lookup::ContextObjects;
 
     fn backup(name: &str, reason: Option<(&str, &str)>) -> Value {
         let mut b = json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
@@ -358,6 +364,21 @@ mod tests {
         let f = run(Some(&ContextObjects::from_values(objs)));
         assert!(f.errors.is_empty(), "{f:?}");
         assert!(f.warnings.iter().any(|w| w.contains("etcd StatefulSet not fully ready: 1/3 replicas ready")), "{f:?}");
+        // HostedControlPlanes that could not be read: the Secret is not read, and said so.
+        struct Unread;
+        impl Lookup for Unread {
+            fn hosted_control_planes(&self, _: &str) -> Result<Vec<Value>, crate::lookup::LookupError> {
+                Err(crate::lookup::LookupError::Failed("forbidden".into()))
+            }
+            fn hcp_etcd_backups(&self, _: &str) -> Result<Vec<Value>, crate::lookup::LookupError> {
+                Ok(Vec::new())
+            }
+            fn secret(&self, _: &str, _: &str) -> Result<Option<Value>, crate::lookup::LookupError> {
+                panic!("the Secret of an unknown namespace is never read")
+            }
+        }
+        let u = check(&backup("new", None), "clusters-prod", Some(&Unread), &Settings::default());
+        assert!(u.warnings.iter().any(|w| w.contains("the credentials Secret not checked")), "{u:?}");
         // A hosted namespace: a missing Secret is waited for, not denied.
         assert!(
             f.warnings

@@ -111,13 +111,13 @@ impl Walker<'_, '_> {
         if node.json.is_null() {
             return; // rules validate only non-null values
         }
+        let unchanged = node.unchanged();
         if !compiled.rules.is_empty() {
             if node.cel.is_none() {
                 node.cel = Some(to_cel_typed(node.json, node.schema));
             }
-            self.evaluate_rules(&compiled.rules, &node, path);
+            self.evaluate_rules(&compiled.rules, &node, unchanged, path);
         }
-        let unchanged = node.unchanged();
         match node.json {
             Value::Object(obj) => {
                 let props = node.schema.get("properties");
@@ -168,16 +168,16 @@ impl Walker<'_, '_> {
         }
     }
 
-    fn evaluate_rules(&mut self, rules: &[LazyRule], node: &Node<'_>, path: &str) {
+    fn evaluate_rules(&mut self, rules: &[LazyRule], node: &Node<'_>, unchanged: bool, path: &str) {
         let shown = if path.is_empty() { "<nil>" } else { path };
         let mut ctx = self.base.new_inner_scope();
         let this = node.cel.clone().unwrap_or(Cel::Null);
         ctx.add_variable_from_value("self", this.clone());
-        let old_cel = node.old.map(|o| to_cel_typed(o, node.schema));
+        // Only transition rules read `oldSelf`: it is converted for them alone.
+        let old_cel = node.old.filter(|_| rules.iter().any(|r| r.transition)).map(|o| to_cel_typed(o, node.schema));
         if let Some(old) = &old_cel {
             ctx.add_variable_from_value("oldSelf", old.clone());
         }
-        let unchanged = node.unchanged();
         // Errors of the rules themselves (compile, evaluation) show the
         // schema type at the node; a rule that is false shows what the
         // version shows.
@@ -191,7 +191,7 @@ impl Walker<'_, '_> {
             render_value(node.json)
         };
         for rule in rules {
-            if rule.transition && old_cel.is_none() {
+            if rule.transition && node.old.is_none() {
                 continue; // transition rules run only on UPDATE with an old value
             }
             // `ruleErrorString`: the message when there is one, else the rule.
@@ -251,9 +251,6 @@ impl Walker<'_, '_> {
     }
 }
 
-/// The conversion error a rule meets on one of the paths it reads, if any:
-/// on the way to the end of a path, at its end, or (a whole-value
-/// comparison) anywhere below it.
 /// What a rule meets on the paths it reads, beyond what cel does itself.
 enum Touch {
     /// A conversion error: the rule cannot be evaluated.

@@ -180,8 +180,22 @@ pub mod invalid_data {
         text.get(start..start + len).map(str::to_string)
     }
 
+    /// Whether `v` holds a conversion error anywhere (no allocation: this
+    /// runs for every whole-value comparison of every UPDATE).
+    fn any_in(v: &Cel) -> bool {
+        match v {
+            Cel::Opaque(_) => true,
+            Cel::List(items) => items.iter().any(any_in),
+            Cel::Map(m) => m.map.values().any(any_in),
+            _ => false,
+        }
+    }
+
     /// The first conversion error in `v` (depth first, map keys in order).
     pub fn first_in(v: &Cel) -> Option<String> {
+        if !any_in(v) {
+            return None;
+        }
         match v {
             Cel::Opaque(o) => named_in(o.runtime_type_name()),
             Cel::List(items) => items.iter().find_map(first_in),

@@ -152,22 +152,20 @@ impl CompiledCrdSchema {
         if old.is_none() && scope == Scope::Object {
             out.errors.extend(object_meta::validate_name(object));
         }
-        let names = out.errors.len();
         let pruned = structural::prune_nulls(&self.schema, object);
         let pruned_old = old.map(|o| structural::prune_nulls(&self.schema, o));
-        structural::validate(&self.schema, &pruned, pruned_old.as_deref(), &mut out);
         // The apiserver prunes unknown fields when it decodes the request,
         // before any validation: the counts (`maxProperties`) and the rules
-        // see the object without them. (Found, they are only warned about.)
-        let known = (!out.unknown_fields.is_empty()).then(|| {
-            let known = structural::prune_unknown(&self.schema, &pruned);
-            let old_known = pruned_old.as_deref().map(|o| structural::prune_unknown(&self.schema, o));
-            let mut again = SchemaOutcome::default();
-            structural::validate(&self.schema, &known, old_known.as_ref(), &mut again);
-            out.errors.truncate(names);
-            out.errors.append(&mut again.errors);
-            (known, old_known)
-        });
+        // see the object without them (the old one is stored, so pruned).
+        out.unknown_fields = structural::unknown_fields(&self.schema, &pruned);
+        let known = (!out.unknown_fields.is_empty()).then(|| structural::prune_unknown(&self.schema, &pruned));
+        let object = known.as_ref().unwrap_or(&pruned);
+        let old_known = pruned_old
+            .as_deref()
+            .filter(|o| !structural::unknown_fields(&self.schema, o).is_empty())
+            .map(|o| structural::prune_unknown(&self.schema, o));
+        let old = old_known.as_ref().or(pruned_old.as_deref());
+        structural::validate(&self.schema, object, old, &mut out);
         if scope == Scope::StatusSubresource {
             out.errors.iter_mut().for_each(structural::relative_to_status);
         }
@@ -186,15 +184,7 @@ impl CompiledCrdSchema {
             // The rules see the object without its unknown fields, as it will
             // be stored; the old object too (the apiserver's is stored, so
             // pruned already; `check --audit` gives the file's object as both).
-            let (errors, ratcheted) = (&mut out.errors, &mut out.ratcheted);
-            match &known {
-                None => {
-                    cel_eval::validate(rules, &self.schema, &pruned, pruned_old.as_deref(), version, errors, ratcheted)
-                }
-                Some((known, old_known)) => {
-                    cel_eval::validate(rules, &self.schema, known, old_known.as_ref(), version, errors, ratcheted)
-                }
-            }
+            cel_eval::validate(rules, &self.schema, object, old, version, &mut out.errors, &mut out.ratcheted);
         }
         out
     }

@@ -55,9 +55,91 @@ fn prune(schema: &Value, value: &Value) -> Value {
     }
 }
 
-/// Removes the fields the walk reports as unknown (`SchemaOutcome::unknown_fields`),
-/// as the apiserver prunes them while decoding, before any rule runs: CEL
-/// rules (immutability among them) see the object as it will be stored.
+/// How the apiserver's pruning treats field `key` of an object under
+/// `schema`: known (with its schema), kept without a schema
+/// (`x-kubernetes-preserve-unknown-fields`, an embedded resource,
+/// `additionalProperties: true`, the root's `apiVersion`/`kind`/`metadata`),
+/// or unknown (removed, and warned about).
+enum Field<'s> {
+    Known(&'s Value),
+    Kept,
+    Unknown,
+}
+
+fn field_of<'s>(schema: &'s Value, key: &str, root: bool) -> Field<'s> {
+    let props = schema.get("properties").and_then(Value::as_object);
+    let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+    if let Some(child) = props.and_then(|p| p.get(key)).or(additional) {
+        return Field::Known(child);
+    }
+    let keep_all = preserves_unknown(schema)
+        || schema.get("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true)
+        || schema.get("additionalProperties") == Some(&Value::Bool(true));
+    if keep_all || (root && matches!(key, "apiVersion" | "kind" | "metadata")) {
+        Field::Kept
+    } else {
+        Field::Unknown
+    }
+}
+
+/// The fields pruning removes from `value` (the apiserver's `unknown field`
+/// warnings, in its order), and the fields of the root's `metadata` that are
+/// not ObjectMeta's. Changed or not, wrong-typed or not: pruning happens
+/// while the request is decoded, before any validation. Allocates only for
+/// what it finds.
+pub fn unknown_fields(schema: &Value, value: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    unknown_at(schema, value, &mut String::new(), &mut out);
+    out
+}
+
+/// `path` is a buffer: each level appends its segment and takes it off again.
+fn unknown_at(schema: &Value, value: &Value, path: &mut String, out: &mut Vec<String>) {
+    let len = path.len();
+    match value {
+        Value::Object(obj) => {
+            let root = path.is_empty();
+            for (k, v) in obj {
+                let field = field_of(schema, k, root);
+                // A kept field has nothing unknown, but the root's metadata.
+                if matches!(field, Field::Kept) && !(root && k == "metadata") {
+                    continue;
+                }
+                if !root {
+                    path.push('.');
+                }
+                path.push_str(k);
+                match field {
+                    Field::Known(child) => unknown_at(child, v, path, out),
+                    Field::Unknown => out.push(path.clone()),
+                    // The root's metadata: ObjectMeta's fields only.
+                    Field::Kept => out.extend(
+                        v.as_object()
+                            .into_iter()
+                            .flat_map(|m| m.keys())
+                            .filter(|f| !OBJECT_META_FIELDS.contains(&f.as_str()))
+                            .map(|f| format!("metadata.{f}")),
+                    ),
+                }
+                path.truncate(len);
+            }
+        }
+        Value::Array(items) => {
+            let item_schema = schema.get("items").unwrap_or(&Value::Null);
+            for (i, item) in items.iter().enumerate() {
+                use std::fmt::Write;
+                let _ = write!(path, "[{i}]");
+                unknown_at(item_schema, item, path, out);
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Removes the fields [`unknown_fields`] reports, as the apiserver prunes
+/// them while decoding, before any rule runs: the counts and the CEL rules
+/// (immutability among them) see the object as it will be stored.
 pub fn prune_unknown(schema: &Value, value: &Value) -> Value {
     prune_unknown_at(schema, value, true)
 }
@@ -65,21 +147,16 @@ pub fn prune_unknown(schema: &Value, value: &Value) -> Value {
 fn prune_unknown_at(schema: &Value, value: &Value, root: bool) -> Value {
     match value {
         Value::Object(obj) => {
-            let props = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
-            let keep_all = schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true)
-                || schema.get("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true)
-                || schema.get("additionalProperties") == Some(&Value::Bool(true));
             let mut out = Map::with_capacity(obj.len());
             for (k, v) in obj {
-                match props.and_then(|p| p.get(k)).or(additional) {
-                    Some(child) => {
+                match field_of(schema, k, root) {
+                    Field::Known(child) => {
                         out.insert(k.clone(), prune_unknown_at(child, v, false));
                     }
-                    None if keep_all || (root && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")) => {
+                    Field::Kept => {
                         out.insert(k.clone(), v.clone());
                     }
-                    None => {}
+                    Field::Unknown => {}
                 }
             }
             Value::Object(out)
@@ -279,10 +356,6 @@ fn display_path(path: &str) -> &str {
 fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mut SchemaOutcome) {
     // Ratcheting (KEP-4008, GA in 1.33): an unchanged value is not re-validated.
     if old.is_some_and(|o| correlated_equal(schema, value, o)) {
-        // Still pruned, so still warned about: only the errors ratchet.
-        let mut unchanged = SchemaOutcome::default();
-        walk(schema, value, None, path, &mut unchanged);
-        out.unknown_fields.append(&mut unchanged.unknown_fields);
         return;
     }
     let shown = display_path(path);
@@ -348,11 +421,6 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
     };
     if !type_ok {
         check_enum(schema, value, shown, out);
-        // Pruning still walks an object of the wrong type: a schema without
-        // properties knows none of its fields.
-        if let (Value::Object(obj), false) = (value, preserves_unknown(schema)) {
-            out.unknown_fields.extend(obj.keys().map(|k| join(path, k)));
-        }
         return;
     }
     match value {
@@ -599,34 +667,12 @@ fn check_object(schema: &Value, obj: &Map<String, Value>, old: Option<&Value>, p
             out.errors.push(FieldError::too_many(shown, obj.len(), max));
         }
     }
+    // Unknown fields are not the walk's: the object it sees is pruned.
     let props = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties").filter(|a| a.is_object());
-    let preserve = schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true);
-    let embedded = schema.get("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true);
     for (k, v) in obj {
-        let child_path = join(path, k);
-        let child_old = old.and_then(|o| o.get(k));
-        match props.and_then(|p| p.get(k)).or(additional) {
-            Some(child) => walk(child, v, child_old, &child_path, out),
-            None => {
-                // apiVersion/kind/metadata are always known at the root of a resource.
-                let root_meta = path.is_empty() && matches!(k.as_str(), "apiVersion" | "kind" | "metadata");
-                if path.is_empty() && k == "metadata" {
-                    // ObjectMeta's own fields; the apiserver drops any other.
-                    for key in v.as_object().into_iter().flat_map(|m| m.keys()) {
-                        if !OBJECT_META_FIELDS.contains(&key.as_str()) {
-                            out.unknown_fields.push(join(&child_path, key));
-                        }
-                    }
-                }
-                if !preserve
-                    && !embedded
-                    && !root_meta
-                    && schema.get("additionalProperties") != Some(&Value::Bool(true))
-                {
-                    out.unknown_fields.push(child_path);
-                }
-            }
+        if let Some(child) = props.and_then(|p| p.get(k)).or(additional) {
+            walk(child, v, old.and_then(|o| o.get(k)), &join(path, k), out);
         }
     }
     if let Some(required) = schema.get("required").and_then(Value::as_array) {
@@ -670,10 +716,9 @@ mod tests {
             "map": {"type": "object", "additionalProperties": {"type": "string"}}}});
         let v = json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "n"},
             "spec": {"a": "x", "b": 1}, "open": {"z": 1}, "map": {"k": "v"}, "extra": true});
-        let mut out = SchemaOutcome::default();
-        validate(&schema, &v, None, &mut out);
-        out.unknown_fields.sort();
-        assert_eq!(out.unknown_fields, vec!["extra".to_string(), "spec.b".to_string()]);
+        assert_eq!(unknown_fields(&schema, &v), vec!["extra".to_string(), "spec.b".to_string()]);
+        let wrong = json!({"metadata": {"name": "n", "bogus": 1}, "spec": {"a": {"x": 1}}, "l": 1});
+        assert_eq!(unknown_fields(&schema, &wrong), vec!["l", "metadata.bogus", "spec.a.x"]);
         assert_eq!(
             prune_unknown(&schema, &v),
             json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "n"},

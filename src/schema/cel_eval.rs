@@ -174,7 +174,7 @@ impl Walker<'_, '_> {
         let this = node.cel.clone().unwrap_or(Cel::Null);
         ctx.add_variable_from_value("self", this.clone());
         // Only transition rules read `oldSelf`: it is converted for them alone.
-        let old_cel = node.old.filter(|_| rules.iter().any(|r| r.transition)).map(|o| to_cel_typed(o, node.schema));
+        let old_cel = node.old.filter(|_| rules.iter().any(|r| r.transition())).map(|o| to_cel_typed(o, node.schema));
         if let Some(old) = &old_cel {
             ctx.add_variable_from_value("oldSelf", old.clone());
         }
@@ -191,7 +191,7 @@ impl Walker<'_, '_> {
             render_value(node.json)
         };
         for rule in rules {
-            if rule.transition && node.old.is_none() {
+            if node.old.is_none() && rule.transition() {
                 continue; // transition rules run only on UPDATE with an old value
             }
             // `ruleErrorString`: the message when there is one, else the rule.
@@ -230,7 +230,7 @@ impl Walker<'_, '_> {
                     };
                     let message = rule.message.clone().unwrap_or_else(|| format!("failed rule: {}", rule.rule));
                     let e = rule_error(&field, &failed_value, rule.reason.as_deref(), message);
-                    if !rule.transition && unchanged {
+                    if !rule.transition() && unchanged {
                         self.warnings.push(e);
                     } else {
                         self.errors.push(e);

@@ -20,8 +20,6 @@ pub struct LazyRule {
     pub message: Option<String>,
     pub reason: Option<String>,
     pub field_path: Option<String>,
-    /// Mentions `oldSelf`: runs only on UPDATE with an old value.
-    pub transition: bool,
     program: OnceLock<Result<Program, String>>,
     reads: OnceLock<Vec<Read>>,
 }
@@ -43,6 +41,13 @@ impl LazyRule {
             .get_or_init(|| Program::compile(&self.rule).map_err(|e| format!("rule does not compile: {e}")))
             .as_ref()
             .map_err(String::as_str)
+    }
+
+    /// Reads `oldSelf` (from its syntax tree, not its text): a transition rule,
+    /// run only on UPDATE with an old value and never ratcheted.
+    /// (The text test first: a rule that never names it is not compiled for this.)
+    pub fn transition(&self) -> bool {
+        self.rule.contains("oldSelf") && self.reads().iter().any(|r| r.old)
     }
 
     /// What the rule reads from `self` and `oldSelf` (none when it does not compile).
@@ -131,7 +136,6 @@ impl RuleNode {
                         let text = r.get("rule")?.as_str()?.to_string();
                         let s = |k: &str| r.get(k).and_then(Value::as_str).map(str::to_string);
                         Some(LazyRule {
-                            transition: text.contains("oldSelf"),
                             message: s("message"),
                             reason: s("reason"),
                             field_path: s("fieldPath"),

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::{
     convert::{child_by_index, child_by_key, invalid_data, to_cel_typed},
-    field_error::{render_value, ErrorType, FieldError},
+    field_error::{redact_urls_in, render_value, ErrorType, FieldError},
     regex_cache,
     rule_tree::{LazyRule, Read, RuleNode},
     structural::{correlated_equal, join, list_map_keys, map_list_item},
@@ -239,7 +239,7 @@ impl Walker<'_, '_> {
                 Ok(other) => self.errors.push(FieldError::invalid(
                     shown,
                     type_value.clone(),
-                    format!("rule did not evaluate to bool: {other:?} evaluating rule: {named}"),
+                    redact_urls_in(&format!("rule did not evaluate to bool: {other:?} evaluating rule: {named}")),
                 )),
                 Err(e) => self.errors.push(FieldError::invalid(
                     shown,
@@ -320,29 +320,43 @@ fn rule_error(field: &str, type_value: &str, reason: Option<&str>, message: Stri
     e
 }
 
-/// The evaluation error as cel-go words it. A rule that touched a value of
-/// the wrong type (an [`InvalidData`]) fails with Kubernetes' conversion
-/// error (`invalid data, expected string, got int64`), whatever operation
-/// found it.
+/// The evaluation error as cel-go words it, with any URL it quotes
+/// redacted. A rule that touched a value of the wrong type (an opaque
+/// [`invalid_data`] value) fails with Kubernetes' conversion error
+/// (`invalid data, expected string, got int64`), whatever operation found it.
 fn eval_error_text(e: &ExecutionError, this: &Cel) -> String {
-    if let Some(text) = invalid_data::named_in(&format!("{e:?}")) {
+    use ExecutionError as E;
+    let values: &[&Cel] = match e {
+        E::UnsupportedBinaryOperator(_, a, b) | E::ValuesNotComparable(a, b) | E::UnsupportedIndex(a, b) => &[a, b],
+        E::UnsupportedUnaryOperator(_, a)
+        | E::UnsupportedKeyType(a)
+        | E::UnsupportedMapIndex(a)
+        | E::UnsupportedListIndex(a)
+        | E::UnsupportedTargetType { target: a }
+        | E::NotSupportedAsMethod { target: a, .. } => &[a],
+        _ => &[],
+    };
+    if let Some(text) = values.iter().find_map(|v| invalid_data::first_in(v)) {
         return text;
     }
-    let opaque_kind = matches!(
-        e,
-        ExecutionError::NoSuchOverload
-            | ExecutionError::UnexpectedType { .. }
-            | ExecutionError::FunctionError { .. }
-            | ExecutionError::NotSupportedAsMethod { .. }
-            | ExecutionError::UnsupportedTargetType { .. }
-    );
-    if let Some(text) = opaque_kind.then(|| invalid_data::first_in(this)).flatten() {
+    // The type name cel quotes is the opaque value's own, never input.
+    if let Some(text) = match e {
+        E::UnexpectedType { got, .. } => invalid_data::named_in(got),
+        _ => None,
+    } {
         return text;
     }
-    match e {
-        ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
+    // Errors that name no value: the conversion error of `self`, if any.
+    if matches!(e, E::NoSuchOverload | E::FunctionError { .. }) {
+        if let Some(text) = invalid_data::first_in(this) {
+            return text;
+        }
+    }
+    let text = match e {
+        E::NoSuchKey(k) => format!("no such key: {k}"),
         other => other.to_string(),
-    }
+    };
+    redact_urls_in(&text)
 }
 
 #[cfg(test)]

@@ -173,7 +173,7 @@ pub mod invalid_data {
         Cel::Opaque(Arc::new(InvalidData(format!("{OPEN}{text}{CLOSE}"))))
     }
 
-    /// The conversion error named in `text` (an error's rendering), if any.
+    /// The conversion error named in `text` (an opaque value's type name), if any.
     pub fn named_in(text: &str) -> Option<String> {
         let start = text.find(OPEN)? + OPEN.len();
         let len = text.get(start..)?.find(CLOSE)?;

@@ -17,7 +17,7 @@ mod rule_tree;
 mod structural;
 mod version;
 
-pub use field_error::{go_quote, redact_url, ErrorType, FieldError};
+pub use field_error::{go_quote, redact_url, redact_urls_in, ErrorType, FieldError};
 pub use version::KubernetesVersion;
 
 use serde_json::Value;

@@ -10,7 +10,7 @@ use super::kube_apiserver::{Auth, Kube, KubeApiserver};
 use hcp_etcd_admission::{
     admission::{lookup::ContextObjects, review, DecisionInput},
     crd,
-    schema::{CompiledCrdSchema, KubernetesVersion, Scope},
+    schema::{redact_urls_in, CompiledCrdSchema, KubernetesVersion, Scope},
     settings::Settings,
     time::parse_rfc3339,
 };
@@ -173,33 +173,15 @@ pub fn verdict_of_status(allowed: bool, status: &Value, mut warnings: Vec<String
                 .collect()
         })
         .unwrap_or_default();
-    let message = redact_queries(status["message"].as_str().unwrap_or_default());
+    // The apiserver echoes a value it reports (a presigned URL's signature
+    // included), review never echoes a query string: the one difference the
+    // comparison allows.
+    let message = redact_urls_in(status["message"].as_str().unwrap_or_default());
     let causes: Vec<(String, String, String)> =
-        causes.into_iter().map(|(r, f, m)| (r, f, redact_queries(&m))).collect();
+        causes.into_iter().map(|(r, f, m)| (r, f, redact_urls_in(&m))).collect();
     let (message, causes) = one_conversion_error(message, causes);
     let (message, causes) = in_canonical_order(message, causes);
     Verdict { allowed, code: status["code"].as_u64().unwrap_or_default(), message, causes, warnings }
-}
-
-/// The query of every quoted URL in `text` as `?<redacted>`: the apiserver
-/// echoes a value it reports (a presigned URL's signature included), review
-/// never echoes a query string. The one difference the comparison allows.
-fn redact_queries(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("://") {
-        let end = rest[at..].find('"').map_or(rest.len(), |e| at + e);
-        match rest[at..end].find('?') {
-            Some(q) => {
-                out.push_str(&rest[..at + q]);
-                out.push_str("?<redacted>");
-            }
-            None => out.push_str(&rest[..end]),
-        }
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// The conversion error in a rule's evaluation error (`invalid data, expected

@@ -67,6 +67,45 @@ pub trait Lookup {
     }
 }
 
+/// How fresh the answer about a namespace's HostedControlPlanes must be.
+/// Decided by the core (the etcd-init mutation), carried out by the shells:
+/// a shell with a watch cache reads live when the cache may not answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Freshness {
+    /// A synced cache that holds the namespace's HostedControlPlanes may answer.
+    Cached,
+    /// A live read, whatever the cache holds (an etcd StatefulSet CREATE: a
+    /// stale "no restore pending" must never let etcd start empty).
+    Live,
+    /// A live read unless the cache holds a HostedControlPlane with each of
+    /// these UIDs (the StatefulSet's owner references): an owner the cache
+    /// does not know means the cache is older than the StatefulSet.
+    LiveUnlessCached(Vec<String>),
+}
+
+impl Freshness {
+    /// Whether `cached` (a synced cache's HostedControlPlanes of the
+    /// namespace) answers the read; an empty answer never does (a cache miss
+    /// is confirmed live).
+    pub fn cache_answers(&self, cached: &[Value]) -> bool {
+        if cached.is_empty() {
+            return false;
+        }
+        match self {
+            Freshness::Cached => true,
+            Freshness::Live => false,
+            Freshness::LiveUnlessCached(uids) => uids.iter().all(|uid| {
+                cached.iter().any(|h| h.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid.as_str()))
+            }),
+        }
+    }
+
+    /// Whether the shell must read live even when its cache holds the namespace.
+    pub fn live(&self) -> bool {
+        !matches!(self, Freshness::Cached)
+    }
+}
+
 /// The outcome of looking up the namespace's HostedControlPlane.
 #[derive(Debug, Clone, PartialEq)]
 pub enum HcpLookup {
@@ -204,6 +243,20 @@ mod tests {
         fn hosted_control_planes(&self, _: &str) -> Result<Vec<Value>, LookupError> {
             Err(self.0.clone())
         }
+    }
+
+    #[test]
+    fn a_cache_answers_only_the_reads_it_is_fresh_enough_for() {
+        let hcp = |uid: &str| json!({"kind": "HostedControlPlane", "metadata": {"name": "a", "uid": uid}});
+        let cached = [hcp("u1")];
+        assert!(Freshness::Cached.cache_answers(&cached));
+        assert!(!Freshness::Cached.cache_answers(&[]), "a miss is read live");
+        assert!(!Freshness::Live.cache_answers(&cached), "a CREATE is always read live");
+        assert!(Freshness::LiveUnlessCached(vec!["u1".into()]).cache_answers(&cached));
+        assert!(Freshness::LiveUnlessCached(vec![]).cache_answers(&cached), "no owner: the cache answers");
+        assert!(!Freshness::LiveUnlessCached(vec!["u2".into()]).cache_answers(&cached), "an owner the cache lacks");
+        assert!(!Freshness::LiveUnlessCached(vec!["u1".into(), "u2".into()]).cache_answers(&cached));
+        assert!(Freshness::Live.live() && Freshness::LiveUnlessCached(vec![]).live() && !Freshness::Cached.live());
     }
 
     #[test]

@@ -328,14 +328,17 @@ fn cert_manager_overlay_is_a_ca_chain() {
 #[test]
 fn prometheus_rule_alerts_on_metrics_the_server_exports() {
     let rule = &docs(&common::root().join("webhooks/components/monitoring/prometheusrule.yaml"))[0];
-    use hcp_etcd_admission::server::metrics::{Decision, Metrics, Operation, Webhook};
+    use hcp_etcd_admission::{
+        admission::Target,
+        server::metrics::{Answer, Metrics, OperationLabel},
+    };
     let m = Metrics::new();
-    m.observe(Webhook::HostedClusters, Operation::Create, Decision::Allowed, 0.001);
+    m.observe(Target::HostedClusters, OperationLabel::Create, Answer::Allowed, 0.001);
     let finding = hcp_etcd_admission::enforcement::RuleResult {
         rule: "restore-url-expired",
         outcome: hcp_etcd_admission::enforcement::Outcome::Denied,
     };
-    m.rule_results(Webhook::HostedClusters, &[finding]);
+    m.rule_results(Target::HostedClusters, &[finding]);
     let metrics = m.render();
     let rules = rule["spec"]["groups"][0]["rules"].as_array().expect("rules");
     let text: String = rules.iter().filter_map(|r| r["expr"].as_str()).collect();

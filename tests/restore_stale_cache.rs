@@ -11,8 +11,8 @@ mod common;
 use std::time::Duration;
 
 use hcp_etcd_admission::{
-    admission::lookup::Lookup,
-    mutate::{etcd_init, Outcome},
+    lookup::Lookup,
+    mutate::{self, etcd_init, Outcome},
     server::hcp_cache::HcpCache,
     settings::Settings,
 };
@@ -44,9 +44,9 @@ fn sts(owner: Option<&str>) -> Value {
     s
 }
 
-fn request(op: &str, object: &Value) -> Value {
-    json!({"uid": "r", "operation": op, "kind": {"group": "apps", "version": "v1", "kind": "StatefulSet"},
-        "namespace": NS, "object": object})
+/// How fresh the core's read plan asks the answer to be.
+fn freshness(create: bool, object: &Value) -> hcp_etcd_admission::lookup::Freshness {
+    mutate::reads(object, create).expect("the etcd StatefulSet reads its HostedControlPlanes")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,19 +63,19 @@ async fn a_stale_cache_never_skips_a_restore() {
     let cached = cache.hosted_control_planes(NS).expect("cached");
     assert_eq!(cached[0]["metadata"]["uid"], "old-uid", "the cache must be stale for this test");
     let s = Settings::default();
-    let decide = |p: &hcp_etcd_admission::admission::lookup::Prefetched, object: &Value, old: Option<&Value>| {
+    let decide = |p: &hcp_etcd_admission::lookup::Prefetched, object: &Value, old: Option<&Value>| {
         etcd_init(object, old, NS, Some(p as &dyn Lookup), &s).outcome
     };
 
     // CREATE, with or without an owner reference: live, and a restore is pending.
     for owner in [None, Some("new-uid"), Some("old-uid")] {
         let object = sts(owner);
-        let p = cache.lookup_for_request(NS, &request("CREATE", &object)).await;
+        let p = cache.lookup_fresh(NS, &freshness(true, &object)).await;
         assert_eq!(decide(&p, &object, None), Outcome::Injected, "CREATE with owner {owner:?}");
     }
     // An UPDATE owned by a HostedControlPlane the cache does not know: live.
     let object = sts(Some("new-uid"));
-    let p = cache.lookup_for_request(NS, &request("UPDATE", &object)).await;
+    let p = cache.lookup_fresh(NS, &freshness(false, &object)).await;
     assert_eq!(decide(&p, &object, Some(&object)), Outcome::Injected);
     // An UPDATE owned by the cached one: the cache answers (no live read).
     let lists = |api: &common::fake_apiserver::FakeApi| {
@@ -83,7 +83,7 @@ async fn a_stale_cache_never_skips_a_restore() {
     };
     let before = lists(&api);
     let object = sts(Some("old-uid"));
-    let p = cache.lookup_for_request(NS, &request("UPDATE", &object)).await;
+    let p = cache.lookup_fresh(NS, &freshness(false, &object)).await;
     assert_eq!(decide(&p, &object, Some(&object)), Outcome::NotNeeded);
     assert_eq!(lists(&api), before, "an UPDATE owned by the cached HostedControlPlane read live");
     assert!(before >= 4, "every CREATE and the foreign-owner UPDATE read live: {:?}", api.requests());

@@ -20,6 +20,10 @@ pub struct Decision {
     pub patch: Option<json_patch::Patch>,
     /// What the etcd-init mutation did, when it ran (for metrics).
     pub etcd_init: Option<crate::mutate::Outcome>,
+    /// The credentials Secret the decision read and judged, when it did (the
+    /// server's `credentials_valid` gauge): the shells count what the core
+    /// found, never judge the Secret again.
+    pub credentials: Option<crate::rules::CredentialsSeen>,
     /// Every finding and what enforcement did with it (metrics, log line).
     pub rules: Vec<crate::enforcement::RuleResult>,
     /// Audit annotations for the response (audit-mode and exempt findings).
@@ -139,23 +143,22 @@ pub(crate) fn invalid_message(kind: &str, group: &str, name: &str, texts: impl I
 impl Decision {
     /// Allowed, with warnings.
     pub fn allow(warnings: Vec<String>) -> Self {
-        Self {
-            verdict: Verdict::Allowed,
-            warnings,
-            patch: None,
-            etcd_init: None,
-            rules: Vec::new(),
-            audit_annotations: Default::default(),
-        }
+        Self::of(Verdict::Allowed, warnings)
     }
 
     /// Allowed with a JSON patch.
     pub fn mutate(patch: json_patch::Patch, warnings: Vec<String>) -> Self {
+        Self { patch: Some(patch), ..Self::allow(warnings) }
+    }
+
+    /// A verdict and its warnings; nothing else recorded yet.
+    fn of(verdict: Verdict, warnings: Vec<String>) -> Self {
         Self {
-            verdict: Verdict::Allowed,
+            verdict,
             warnings,
-            patch: Some(patch),
+            patch: None,
             etcd_init: None,
+            credentials: None,
             rules: Vec::new(),
             audit_annotations: Default::default(),
         }
@@ -164,6 +167,12 @@ impl Decision {
     /// Records what the etcd-init mutation did.
     pub fn with_etcd_init(mut self, outcome: crate::mutate::Outcome) -> Self {
         self.etcd_init = Some(outcome);
+        self
+    }
+
+    /// Records the credentials Secret the decision judged.
+    pub fn with_credentials(mut self, seen: Option<crate::rules::CredentialsSeen>) -> Self {
+        self.credentials = seen;
         self
     }
 
@@ -179,14 +188,7 @@ impl Decision {
                 causes: errors.iter().map(Cause::of).collect(),
             }),
         };
-        Self {
-            verdict: Verdict::Denied(denial),
-            warnings,
-            patch: None,
-            etcd_init: None,
-            rules: Vec::new(),
-            audit_annotations: Default::default(),
-        }
+        Self::of(Verdict::Denied(denial), warnings)
     }
 
     /// A 403 denial in `errors.NewForbidden`'s shape:
@@ -203,14 +205,7 @@ impl Decision {
                 causes: Vec::new(),
             }),
         };
-        Self {
-            verdict: Verdict::Denied(denial),
-            warnings,
-            patch: None,
-            etcd_init: None,
-            rules: Vec::new(),
-            audit_annotations: Default::default(),
-        }
+        Self::of(Verdict::Denied(denial), warnings)
     }
 
     /// A 400 denial for a request that cannot be judged.
@@ -225,14 +220,7 @@ impl Decision {
 
     fn failure(reason: DenialReason, message: String) -> Self {
         let denial = Denial { reason, message, details: None };
-        Self {
-            verdict: Verdict::Denied(denial),
-            warnings: Vec::new(),
-            patch: None,
-            etcd_init: None,
-            rules: Vec::new(),
-            audit_annotations: Default::default(),
-        }
+        Self::of(Verdict::Denied(denial), Vec::new())
     }
 
     pub fn allowed(&self) -> bool {

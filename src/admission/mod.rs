@@ -11,10 +11,12 @@ mod decision;
 pub mod enforce;
 pub mod lookup;
 mod mutating;
+pub mod plan;
 mod validate;
 mod wire;
 
 pub use decision::{denial_message, Cause, Decision, Denial, DenialReason, Details, Verdict};
+pub use plan::{plan, ReadPlan};
 pub use validate::{warm_up, WarmUpError};
 pub use wire::{
     parse_request, AdmissionRequest, AdmissionResponse, GroupVersionKind, GroupVersionResource, Operation, UserInfo,
@@ -24,8 +26,9 @@ use serde_json::Value;
 
 use crate::settings::Settings;
 
-/// What a webhook endpoint (or the CLI) expects to receive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a webhook endpoint (or the CLI) expects to receive: one per
+/// webhook, named the same in the server's paths and its metrics.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Target {
     HcpEtcdBackups,
     HostedClusters,
@@ -37,6 +40,32 @@ pub enum Target {
 }
 
 impl Target {
+    /// Every webhook, in the order the README lists them.
+    pub const ALL: [Target; 5] = [
+        Target::HcpEtcdBackups,
+        Target::HostedClusters,
+        Target::HostedControlPlanes,
+        Target::EtcdStatefulSets,
+        Target::EtcdBackupSecrets,
+    ];
+
+    /// The webhook's name: the last segment of its path, its metrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Target::HcpEtcdBackups => "hcpetcdbackups",
+            Target::HostedClusters => "hostedclusters",
+            Target::HostedControlPlanes => "hostedcontrolplanes",
+            Target::EtcdStatefulSets => "etcd-statefulsets",
+            Target::EtcdBackupSecrets => "etcd-backup-secrets",
+        }
+    }
+
+    /// The server's path for this webhook (`/validate/…`, `/mutate/…`).
+    pub fn path(self) -> String {
+        let verb = if self == Target::EtcdStatefulSets { "mutate" } else { "validate" };
+        format!("/{verb}/{}", self.label())
+    }
+
     /// The target a request's resource maps to, if any.
     pub fn of(resource: &GroupVersionResource) -> Option<Self> {
         if resource.group == "apps" && resource.resource == "statefulsets" {
@@ -120,43 +149,65 @@ pub enum ReviewError {
     Encode(String),
 }
 
-/// One reviewed AdmissionReview: what the shells log and count, and what
-/// goes back on the wire.
+/// An AdmissionReview parsed once: the uid its answer carries, and the
+/// request, or why the request does not parse (it is still answered:
+/// denied with the reason). Planned ([`ParsedReview::plan`]) and decided
+/// ([`review_parsed`]) without being parsed again.
+#[derive(Debug, Clone)]
+pub struct ParsedReview {
+    uid: String,
+    request: Result<AdmissionRequest, String>,
+}
+
+impl ParsedReview {
+    /// Parses an AdmissionReview, taking its objects over (no copy).
+    pub fn parse(input: Value) -> Result<Self, ReviewError> {
+        let (uid, request) = wire::parse_review(input)?;
+        Ok(Self { uid, request })
+    }
+
+    /// The request, when it parsed.
+    pub fn request(&self) -> Option<&AdmissionRequest> {
+        self.request.as_ref().ok()
+    }
+
+    /// What the decision at endpoint `expect` will read ([`plan()`]).
+    pub fn plan(&self, settings: &Settings, expect: Option<Target>) -> ReadPlan {
+        self.request().map_or_else(ReadPlan::default, |r| plan::plan(r, settings, expect))
+    }
+}
+
+/// One reviewed AdmissionReview: the typed decision the shells log and
+/// count, and what goes back on the wire.
 #[derive(Debug)]
 pub struct Reviewed {
-    /// The request, when it parsed (a request with a uid that does not parse
-    /// is still answered: denied with the reason).
-    pub request: Option<AdmissionRequest>,
     pub decision: Decision,
     /// The response AdmissionReview, exactly as sent.
     pub review: Value,
 }
 
-/// Reviews one AdmissionReview (as JSON): the typed decision and its wire form.
-pub fn review_typed(input: &Value, input_decision: &DecisionInput<'_>) -> Result<Reviewed, ReviewError> {
-    let (uid, request, decision) = match wire::parse_review(input)? {
-        Ok(req) => {
-            let decision = decide(&req, input_decision);
-            (req.uid.clone(), Some(req), decision)
-        }
-        // The request carries a uid but does not parse: deny with the reason.
-        Err((uid, problem)) => (uid, None, Decision::bad_request(problem)),
+/// Decides a parsed AdmissionReview: the typed decision and its wire form.
+pub fn review_parsed(parsed: &ParsedReview, input: &DecisionInput<'_>) -> Result<Reviewed, ReviewError> {
+    let decision = match &parsed.request {
+        Ok(req) => decide(req, input),
+        Err(problem) => Decision::bad_request(problem.clone()),
     };
-    let (decision, response) = match AdmissionResponse::encode(uid.clone(), &decision) {
+    let (decision, response) = match AdmissionResponse::encode(parsed.uid.clone(), &decision) {
         Ok(r) => (decision, r),
         Err(e) => {
             let failed = Decision::internal_error(format!("the response does not serialise: {e}"));
             // A denial without a patch has nothing that can fail to serialise.
-            let response = AdmissionResponse::encode(uid, &failed).map_err(|e| ReviewError::Encode(e.to_string()))?;
+            let response = AdmissionResponse::encode(parsed.uid.clone(), &failed)
+                .map_err(|e| ReviewError::Encode(e.to_string()))?;
             (failed, response)
         }
     };
-    Ok(Reviewed { request, decision, review: response.into_review() })
+    Ok(Reviewed { decision, review: response.into_review() })
 }
 
 /// Reviews one AdmissionReview (as JSON) and returns the response AdmissionReview.
 pub fn review(input: &Value, decision: &DecisionInput<'_>) -> Result<Value, ReviewError> {
-    review_typed(input, decision).map(|r| r.review)
+    review_parsed(&ParsedReview::parse(input.clone())?, decision).map(|r| r.review)
 }
 
 /// Decides one parsed request, with the `enforcement` settings applied.

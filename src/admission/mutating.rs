@@ -11,20 +11,13 @@ use crate::mutate::{self, Denial, Outcome};
 
 pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
     let allow = |warnings: Vec<String>| Decision::allow(warnings).with_etcd_init(Outcome::NotApplicable);
-    if !matches!(req.operation, Operation::Create | Operation::Update)
-        || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
-    {
+    if !req.writes_main_resource() {
         return allow(Vec::new());
     }
     let Some(sts) = req.object.as_ref().filter(|o| o.is_object()) else {
         return allow(vec!["request.object is not an object: etcd-init restore injection skipped".to_string()]);
     };
-    let namespace = req
-        .namespace
-        .as_deref()
-        .filter(|n| !n.is_empty())
-        .or_else(|| sts.pointer("/metadata/namespace").and_then(Value::as_str))
-        .unwrap_or_default();
+    let namespace = req.namespace_or_object();
     let name = sts.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
     let old = req.old_object.as_ref().filter(|_| req.operation == Operation::Update);
     let m = mutate::etcd_init_at(sts, old, namespace, input.lookup, input.settings, Some(&input.now));

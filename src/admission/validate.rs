@@ -99,7 +99,7 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
     if update && old.is_none() {
         return Decision::bad_request("request.oldObject must be an object for UPDATE");
     }
-    let subresource = req.sub_resource.as_deref().unwrap_or("");
+    let subresource = req.subresource();
     if !subresource.is_empty() && subresource != "status" {
         return Decision::allow(Vec::new());
     }
@@ -109,7 +109,8 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
             return Decision::allow(Vec::new());
         }
         let findings = rules::check_backup_secret(object, old);
-        return finish(req, object, target, "", findings.errors, findings.warnings);
+        let seen = rules::backup_secret_seen(object, req.namespace_or_object(), req.object_name());
+        return finish(req, target, "", findings.errors, findings.warnings).with_credentials(seen);
     }
     let schema = match compiled(target) {
         Some(Ok(schema)) => schema,
@@ -127,28 +128,22 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
         Target::HostedClusters | Target::HostedControlPlanes => rules::check_hosted(&prepared, old, &ctx),
         Target::EtcdStatefulSets | Target::EtcdBackupSecrets => rules::Findings::default(),
     };
-    if target == Target::HcpEtcdBackups && req.operation == Operation::Create && subresource.is_empty() {
-        let namespace = req
-            .namespace
-            .as_deref()
-            .filter(|n| !n.is_empty())
-            .or_else(|| object.pointer("/metadata/namespace").and_then(Value::as_str))
-            .unwrap_or_default();
-        let pre = rules::check_backup_preflight(&prepared, namespace, input.lookup, input.settings);
+    if target == Target::HcpEtcdBackups && req.creates_main_resource() {
+        let pre = rules::check_backup_preflight(&prepared, req.namespace_or_object(), input.lookup, input.settings);
         findings.errors.extend(pre.errors);
         findings.warnings.extend(pre.warnings);
+        findings.credentials = pre.credentials;
     }
     let mut errors = outcome.errors;
     errors.extend(findings.errors);
     let mut warnings: Vec<String> = outcome.unknown_fields.iter().map(|f| format!("unknown field {f:?}")).collect();
     warnings.extend(outcome.ratcheted.iter().map(ToString::to_string));
     warnings.extend(findings.warnings);
-    finish(req, object, target, GROUP, errors, warnings)
+    finish(req, target, GROUP, errors, warnings).with_credentials(findings.credentials)
 }
 
 fn finish(
     req: &AdmissionRequest,
-    object: &Value,
     target: Target,
     group: &str,
     errors: Vec<crate::schema::FieldError>,
@@ -157,8 +152,7 @@ fn finish(
     if errors.is_empty() {
         Decision::allow(warnings)
     } else {
-        let name = object.pointer("/metadata/name").and_then(Value::as_str).or(req.name.as_deref()).unwrap_or_default();
-        Decision::invalid(target.kind(), group, name, &errors, warnings)
+        Decision::invalid(target.kind(), group, req.object_name(), &errors, warnings)
     }
 }
 

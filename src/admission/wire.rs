@@ -82,6 +82,43 @@ pub struct AdmissionRequest {
     pub user_info: Option<UserInfo>,
 }
 
+impl AdmissionRequest {
+    /// The request's namespace, else the object's: the apiserver always
+    /// fills the request's, a review written by hand may leave it out.
+    pub fn namespace_or_object(&self) -> &str {
+        self.namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .or_else(|| self.object.as_ref()?.pointer("/metadata/namespace").and_then(Value::as_str))
+            .unwrap_or_default()
+    }
+
+    /// The object's name, else the request's (empty when neither says).
+    pub fn object_name(&self) -> &str {
+        self.object
+            .as_ref()
+            .and_then(|o| o.pointer("/metadata/name"))
+            .and_then(Value::as_str)
+            .or(self.name.as_deref())
+            .unwrap_or_default()
+    }
+
+    /// The subresource written (`""`: the main resource).
+    pub fn subresource(&self) -> &str {
+        self.sub_resource.as_deref().unwrap_or_default()
+    }
+
+    /// A write of the object itself: CREATE or UPDATE of the main resource.
+    pub fn writes_main_resource(&self) -> bool {
+        matches!(self.operation, Operation::Create | Operation::Update) && self.subresource().is_empty()
+    }
+
+    /// A CREATE of the main resource.
+    pub fn creates_main_resource(&self) -> bool {
+        self.operation == Operation::Create && self.subresource().is_empty()
+    }
+}
+
 /// `authenticationv1.UserInfo`: the parts the decision uses.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub struct UserInfo {
@@ -197,12 +234,11 @@ impl AdmissionResponse {
     }
 }
 
-/// Parses an AdmissionReview. `Ok(Err((uid, problem)))` is a request that has
-/// a uid (so it can be answered) but does not parse.
-#[allow(clippy::type_complexity)]
-pub fn parse_review(input: &Value) -> Result<Result<AdmissionRequest, (String, String)>, ReviewError> {
-    let Some(obj) = input.as_object() else {
-        return Err(ReviewError::NotAReview(format!("expected a JSON object, got {}", type_name(input))));
+/// Parses an AdmissionReview, taking its request over: the uid, and the
+/// request or why it does not parse (a request with a uid can be answered).
+pub fn parse_review(input: Value) -> Result<(String, Result<AdmissionRequest, String>), ReviewError> {
+    let Value::Object(mut obj) = input else {
+        return Err(ReviewError::NotAReview(format!("expected a JSON object, got {}", type_name(&input))));
     };
     match obj.get("kind").and_then(Value::as_str) {
         Some("AdmissionReview") => {}
@@ -214,21 +250,26 @@ pub fn parse_review(input: &Value) -> Result<Result<AdmissionRequest, (String, S
         Some(other) => return Err(ReviewError::WrongApiVersion(other.to_string())),
         None => return Err(ReviewError::WrongApiVersion(String::new())),
     }
-    let Some(request) = obj.get("request").filter(|r| !r.is_null()) else {
+    let Some(request) = obj.remove("request").filter(|r| !r.is_null()) else {
         return Err(ReviewError::MissingRequest);
     };
     let uid = request.get("uid").and_then(Value::as_str).filter(|u| !u.is_empty());
-    let Some(uid) = uid else {
+    let Some(uid) = uid.map(str::to_string) else {
         return Err(ReviewError::MissingUid);
     };
-    Ok(parse_request(request).map_err(|problem| (uid.to_string(), problem)))
+    let parsed = AdmissionRequest::deserialize(request).map_err(request_problem);
+    Ok((uid, parsed))
+}
+
+fn request_problem(e: serde_json::Error) -> String {
+    format!("the AdmissionReview request does not parse: {e}")
 }
 
 /// Parses `request` of an AdmissionReview (the webhook) or of a Kubewarden
 /// ValidationRequest (the policy): one parser, one message.
 pub fn parse_request(request: &Value) -> Result<AdmissionRequest, String> {
     // Deserialize from the borrowed value: no copy of the whole request first.
-    AdmissionRequest::deserialize(request).map_err(|e| format!("the AdmissionReview request does not parse: {e}"))
+    AdmissionRequest::deserialize(request).map_err(request_problem)
 }
 
 fn type_name(v: &Value) -> &'static str {

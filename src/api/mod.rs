@@ -10,6 +10,7 @@
 pub mod condition;
 pub mod etcdbackup;
 pub mod hostedcluster;
+pub mod names;
 pub mod patterns;
 pub mod readers;
 pub mod secret_ref;

@@ -1,7 +1,8 @@
-//! Readers of a HostedControlPlane kept as JSON (as the lookup port returns
-//! it): a HostedControlPlane carries far more than this project models, and a
-//! field we do not know about must never make a read (and with it a restore)
-//! fail.
+//! Readers of objects kept as JSON (as the lookup port and the review hand
+//! them over): a HostedControlPlane carries far more than this project
+//! models, and a field we do not know about must never make a read (and with
+//! it a restore) fail. An HCPEtcdBackup is read the same way by the rules,
+//! which must judge objects the typed model would reject.
 
 use serde_json::Value;
 
@@ -26,4 +27,38 @@ pub fn snapshot_restored(hcp: &Value) -> bool {
                 && c.get("status").and_then(Value::as_str) == Some("True")
         })
     })
+}
+
+impl super::StorageType {
+    /// The storage type of an HCPEtcdBackup (`None`: unknown; the controller
+    /// then falls back to aws-static, which the schema makes unreachable).
+    pub fn of_backup(obj: &Value) -> Option<Self> {
+        match obj.pointer("/spec/storage/storageType").and_then(Value::as_str) {
+            Some("S3") => Some(Self::S3),
+            Some("AzureBlob") => Some(Self::AzureBlob),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::S3 => "S3",
+            Self::AzureBlob => "AzureBlob",
+        }
+    }
+
+    /// The spec block of this storage type (`s3`, `azureBlob`).
+    pub fn block(self) -> &'static str {
+        match self {
+            Self::S3 => "s3",
+            Self::AzureBlob => "azureBlob",
+        }
+    }
+
+    /// The credentials Secret name an HCPEtcdBackup gives for this storage
+    /// type (`spec.storage.<block>.credentials.name`), when set.
+    pub fn credentials_name(self, obj: &Value) -> Option<&str> {
+        let storage = obj.pointer("/spec/storage")?.get(self.block())?;
+        storage.pointer("/credentials/name").and_then(Value::as_str).filter(|n| !n.is_empty())
+    }
 }

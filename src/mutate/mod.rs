@@ -31,7 +31,7 @@ pub use container::{build_init_container, injected_script, STAGE_DIR_NAME};
 
 use crate::{
     api::{restore_snapshot_url, snapshot_restored, unmanaged_etcd},
-    lookup::{self, HcpLookup, Lookup},
+    lookup::{self, Freshness, HcpLookup, Lookup},
     schema::FieldError,
     settings::Settings,
 };
@@ -199,6 +199,26 @@ pub fn etcd_init_at(
         "etcd-init restore decision not established ({why}); admitted because this update leaves spec unchanged, so no etcd pod starts from it"
     ));
     allowed
+}
+
+/// What the etcd-init decision for `sts` reads (the HostedControlPlanes of
+/// its namespace), and how fresh the answer must be; `None`: this
+/// StatefulSet is not etcd, nothing is read. A CREATE is read live, and so
+/// is an UPDATE whose HostedControlPlane owner a cache does not hold: the
+/// decision that can lose a restore rests on facts, never on a stale cache.
+pub fn reads(sts: &Value, create: bool) -> Option<Freshness> {
+    if sts.pointer("/metadata/name").and_then(Value::as_str) != Some(ETCD_STATEFULSET) {
+        return None;
+    }
+    if create {
+        return Some(Freshness::Live);
+    }
+    let owners = sts.pointer("/metadata/ownerReferences").and_then(Value::as_array).into_iter().flatten();
+    let uids = owners
+        .filter(|o| o.get("kind").and_then(Value::as_str) == Some("HostedControlPlane"))
+        .map(|o| o.get("uid").and_then(Value::as_str).unwrap_or_default().to_string())
+        .collect();
+    Some(Freshness::LiveUnlessCached(uids))
 }
 
 /// The restore generation: 16 hex digits of SHA-256 over the

@@ -11,50 +11,18 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-/// `spec.storage.storageType`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Storage {
-    S3,
-    AzureBlob,
-}
+use crate::api::StorageType;
 
-impl Storage {
-    /// The storage type of an HCPEtcdBackup (`None`: unknown; the controller
-    /// then falls back to aws-static, which the schema makes unreachable).
-    pub fn of_backup(obj: &Value) -> Option<Self> {
-        match obj.pointer("/spec/storage/storageType").and_then(Value::as_str) {
-            Some("S3") => Some(Storage::S3),
-            Some("AzureBlob") => Some(Storage::AzureBlob),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Storage::S3 => "S3",
-            Storage::AzureBlob => "AzureBlob",
-        }
-    }
-
-    /// The spec block of this storage type (`s3`, `azureBlob`).
-    pub fn block(self) -> &'static str {
-        match self {
-            Storage::S3 => "s3",
-            Storage::AzureBlob => "azureBlob",
-        }
-    }
-
-    /// What the controller can use for this storage type.
-    pub fn expected(self) -> &'static str {
-        match self {
-            Storage::S3 => {
+/// What the controller can use for a storage type.
+pub fn expected(storage: StorageType) -> &'static str {
+    match storage {
+            StorageType::S3 => {
                 "key \"credentials\" holding a bare IAM role ARN (arn:<partition>:iam::<12-digit account>:role/<name>) or an AWS shared-credentials file whose [default] profile has aws_access_key_id and aws_secret_access_key"
             }
-            Storage::AzureBlob => {
+            StorageType::AzureBlob => {
                 "key \"cloud\" with an AZURE_CLIENT_ID=<client id GUID> line (workload identity), or, without \"cloud\", key \"credentials\" holding JSON with tenantId, clientId and clientSecret (client secret) or a managed-identity credentials JSON file"
             }
         }
-    }
 }
 
 /// The mode the controller detects (the names it logs).
@@ -108,7 +76,7 @@ pub enum Fit {
 /// The outcome of the detection for one storage type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Detection {
-    pub storage: Storage,
+    pub storage: StorageType,
     pub mode: Mode,
     pub fit: Fit,
     /// The Secret's key names, sorted (never values).
@@ -122,7 +90,7 @@ impl Detection {
     }
 
     pub fn expected(&self) -> &'static str {
-        self.storage.expected()
+        expected(self.storage)
     }
 
     /// `keys: [a, b]` or `no keys`.
@@ -205,10 +173,10 @@ impl SecretData {
 }
 
 /// The controller's detection for `storage`, and whether the content fits it.
-pub fn detect(storage: Storage, data: &SecretData) -> Detection {
+pub fn detect(storage: StorageType, data: &SecretData) -> Detection {
     let (mode, fit) = match storage {
-        Storage::S3 => detect_s3(data),
-        Storage::AzureBlob => detect_azure(data),
+        StorageType::S3 => detect_s3(data),
+        StorageType::AzureBlob => detect_azure(data),
     };
     Detection { storage, mode, fit, keys: data.keys() }
 }
@@ -414,7 +382,7 @@ pub struct SecretAssessment {
 
 impl SecretAssessment {
     pub fn of(data: &SecretData) -> Self {
-        Self { s3: detect(Storage::S3, data), azure: detect(Storage::AzureBlob, data) }
+        Self { s3: detect(StorageType::S3, data), azure: detect(StorageType::AzureBlob, data) }
     }
 
     /// Usable for at least one storage type.
@@ -428,10 +396,10 @@ mod tests {
     use super::*;
 
     fn s3(pairs: &[(&str, &str)]) -> Detection {
-        detect(Storage::S3, &SecretData::from_pairs(pairs.iter().copied()))
+        detect(StorageType::S3, &SecretData::from_pairs(pairs.iter().copied()))
     }
     fn az(pairs: &[(&str, &str)]) -> Detection {
-        detect(Storage::AzureBlob, &SecretData::from_pairs(pairs.iter().copied()))
+        detect(StorageType::AzureBlob, &SecretData::from_pairs(pairs.iter().copied()))
     }
     const ARN: &str = "arn:aws:iam::123456789012:role/etcd-backup";
     const INI: &str = "[default]\naws_access_key_id = AKIAEXAMPLE\naws_secret_access_key = s3cr3t\n";
@@ -549,6 +517,6 @@ mod tests {
         let d = SecretData::from_secret(&secret);
         assert_eq!(d.keys(), vec!["bad", "cloud", "credentials"]);
         assert_eq!(d.undecodable, vec!["bad"]);
-        assert_eq!(detect(Storage::S3, &d).fit, Fit::Fits);
+        assert_eq!(detect(StorageType::S3, &d).fit, Fit::Fits);
     }
 }

@@ -79,6 +79,18 @@ pub const BEYOND_RULES: &[RuleInfo] = &[
 pub struct Findings {
     pub errors: Vec<FieldError>,
     pub warnings: Vec<String>,
+    /// The credentials Secret the rules judged, when they read one.
+    pub credentials: Option<CredentialsSeen>,
+}
+
+/// A credentials Secret the rules judged: where it is and whether the
+/// controller can use it (never a value). A Secret the preflight looked for
+/// and did not find is not usable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialsSeen {
+    pub namespace: String,
+    pub name: String,
+    pub usable: bool,
 }
 
 impl Findings {
@@ -142,6 +154,13 @@ pub fn check_backup_preflight(
 /// presigned URL has expired or expires within the download's time bound.
 pub fn restore_url_injection_warning(url: &str, now: &crate::time::Now, settings: &Settings) -> Option<String> {
     restore_url::injection_expiry_warning(url, now, settings)
+}
+
+/// The credentials Secret `namespace/name` a CREATE/UPDATE writes, as the
+/// rules judge it (`None`: not labelled, not judged).
+pub fn backup_secret_seen(obj: &Value, namespace: &str, name: &str) -> Option<CredentialsSeen> {
+    let usable = secret::usable(obj)?;
+    Some(CredentialsSeen { namespace: namespace.to_string(), name: name.to_string(), usable })
 }
 
 /// The rules for an etcd-backup credentials Secret (CREATE/UPDATE).

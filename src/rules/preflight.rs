@@ -8,12 +8,12 @@
 use serde_json::Value;
 
 use super::{
-    credentials::{self, Fit, SecretData, Storage},
-    Findings, RuleInfo, Severity,
+    credentials::{self, Fit, SecretData},
+    CredentialsSeen, Findings, RuleInfo, Severity,
 };
 use crate::{
     api::{
-        CREDENTIALS_WAIT, REASON_BACKUP_FAILED, REASON_BACKUP_IN_PROGRESS, REASON_BACKUP_REJECTED,
+        names, StorageType, CREDENTIALS_WAIT, REASON_BACKUP_FAILED, REASON_BACKUP_IN_PROGRESS, REASON_BACKUP_REJECTED,
         REASON_BACKUP_WAITING_FOR_CREDENTIALS,
     },
     lookup::Lookup,
@@ -122,6 +122,31 @@ fn terminal(status: Option<&str>, reason: Option<&str>) -> bool {
     status == Some("True") || reason.is_some_and(|r| r == REASON_BACKUP_FAILED || r == REASON_BACKUP_REJECTED)
 }
 
+/// What the preflight of an HCPEtcdBackup CREATE reads, besides the
+/// namespace's HostedControlPlanes (read first: the rest is read only for a
+/// namespace that has one, see [`check`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reads {
+    /// The credentials Secret: its name, in the operator namespace
+    /// (`None`: the backup names none that could exist).
+    pub secret: Option<(StorageType, String)>,
+    /// The namespace's HCPEtcdBackups, when the namespace is a namespace name.
+    pub backups: bool,
+}
+
+/// What [`check`] reads for `obj` in `namespace` (`None`: the preflight does
+/// not run). Only names that are Kubernetes object names are ever read.
+pub fn reads(obj: &Value, namespace: &str, settings: &Settings) -> Option<Reads> {
+    if !settings.backup_preflight || namespace.is_empty() {
+        return None;
+    }
+    let secret = StorageType::of_backup(obj).and_then(|storage| {
+        let name = storage.credentials_name(obj).filter(|n| names::is_dns1123_subdomain(n))?;
+        Some((storage, name.to_string()))
+    });
+    Some(Reads { secret, backups: names::is_dns1123_label(namespace) })
+}
+
 /// The preflight of an HCPEtcdBackup CREATE in `namespace`.
 pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings: &Settings) -> Findings {
     let mut f = Findings::default();
@@ -219,16 +244,9 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
 /// The credentials Secret rules; `lookup` is `None` when the Secret must not
 /// be read (the namespace is not known to be hosted): reported as not checked.
 fn check_credentials(obj: &Value, lookup: Option<&dyn Lookup>, settings: &Settings, f: &mut Findings) {
-    let Some(storage) = Storage::of_backup(obj) else { return };
-    let block = storage.block();
-    let Some(name) = obj
-        .pointer(&format!("/spec/storage/{block}/credentials/name"))
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-    else {
-        return;
-    };
-    let field = format!("spec.storage.{block}.credentials.name");
+    let Some(storage) = StorageType::of_backup(obj) else { return };
+    let Some(name) = storage.credentials_name(obj) else { return };
+    let field = format!("spec.storage.{}.credentials.name", storage.block());
     let Some(lookup) = lookup else { return skipped_part(f, &field, "the credentials Secret") };
     let ns = settings.operator_namespace.as_str();
     let secret = match lookup.secret(ns, name) {
@@ -238,6 +256,7 @@ fn check_credentials(obj: &Value, lookup: Option<&dyn Lookup>, settings: &Settin
     let Some(secret) = secret else {
         // As the controller: a missing Secret is waited for (a client may
         // copy it right after creating the backup), then the backup fails.
+        f.credentials = Some(CredentialsSeen { namespace: ns.to_string(), name: name.to_string(), usable: false });
         let (n, q) = (go_quote(name), go_quote(ns));
         f.warn(
             &SECRET_EXISTS,
@@ -247,6 +266,7 @@ fn check_credentials(obj: &Value, lookup: Option<&dyn Lookup>, settings: &Settin
         return;
     };
     let d = credentials::detect(storage, &SecretData::from_secret(&secret));
+    f.credentials = Some(CredentialsSeen { namespace: ns.to_string(), name: name.to_string(), usable: d.usable() });
     match &d.fit {
         Fit::Fits => {}
         Fit::Fallback(why) => f.warn(
@@ -311,7 +331,10 @@ mod tests {
 
     #[test]
     fn all_good_is_silent() {
-        assert_eq!(run(Some(&world(vec![]))), Findings::default());
+        let f = run(Some(&world(vec![])));
+        assert!(f.errors.is_empty() && f.warnings.is_empty(), "{f:?}");
+        let seen = CredentialsSeen { namespace: "hypershift".into(), name: "creds".into(), usable: true };
+        assert_eq!(f.credentials, Some(seen), "the judged Secret is reported for the gauge");
     }
 
     #[test]

@@ -107,7 +107,7 @@ impl BackupCache {
     pub async fn read_secret(&self, name: &str) -> Result<Option<Value>, String> {
         // Only an object name reaches the URL: `?` would turn the GET into a
         // LIST, `../` would walk to another path.
-        if !super::fields::is_dns1123_subdomain(name) {
+        if !crate::api::names::is_dns1123_subdomain(name) {
             return Err("the Secret name is not an object name (a DNS-1123 subdomain); not read".to_string());
         }
         let resource = ApiResource::erase::<Secret>(&());
@@ -130,7 +130,7 @@ impl BackupCache {
     /// [`SECRET_READ_TIMEOUT`]): confirms a cached "in progress" before the
     /// serial-guard rule denies on it.
     pub async fn list_backups_live(&self, namespace: &str) -> Result<Vec<Value>, String> {
-        if !super::fields::is_dns1123_label(namespace) {
+        if !crate::api::names::is_dns1123_label(namespace) {
             return Err("the namespace is not a namespace name (a DNS-1123 label); not read".to_string());
         }
         let gvk = GroupVersionKind::gvk(crate::api::GROUP, crate::api::VERSION, "HCPEtcdBackup");

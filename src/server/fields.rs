@@ -3,17 +3,8 @@
 //! forge a line or an ANSI sequence in `--log-format text`), in a metric
 //! label or in an apiserver URL (only Kubernetes object names).
 
-pub use super::hcp_cache::is_dns1123_label;
-
 /// Longest request-supplied string written to a log line, in bytes (before escaping).
 pub const LOG_FIELD_MAX: usize = 256;
-
-/// A Kubernetes object name (Secrets and most kinds): a DNS-1123 subdomain,
-/// at most 253 bytes of dot-separated DNS-1123 labels. Nothing else reaches
-/// a URL path: no `/`, `?`, `%`, `..` or empty segment.
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
-}
 
 /// `s` for a log line: at most [`LOG_FIELD_MAX`] bytes (cut at a character
 /// boundary, `…` when cut), every control character escaped (`\n`, `\u{1b}`),
@@ -41,35 +32,6 @@ fn needs_escape(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn object_names_only() {
-        for ok in [
-            "creds",
-            "etcd-backup-creds-nightly",
-            "a.b-c.d",
-            &"a".repeat(63),
-            &format!("{0}.{0}.{0}.{1}", "a".repeat(63), "b".repeat(61)),
-        ] {
-            assert!(is_dns1123_subdomain(ok), "{ok}");
-        }
-        for bad in [
-            "",
-            "?",
-            "x?labelSelector=a",
-            "../../../apis/apps/v1/statefulsets",
-            "a/b",
-            "a..b",
-            ".a",
-            "a.",
-            "A",
-            "a%2Fb",
-            &"a".repeat(64),
-            &format!("{0}.{0}.{0}.{0}", "a".repeat(63)),
-        ] {
-            assert!(!is_dns1123_subdomain(bad), "{bad}");
-        }
-    }
 
     #[test]
     fn log_fields_are_bounded_and_cannot_forge_lines() {

@@ -29,18 +29,10 @@ use kube::{
 use serde_json::Value;
 
 use super::metrics::truncate;
-use crate::admission::lookup::{Lookup, LookupError, Prefetched};
-
-/// Kubernetes namespace names: RFC 1123 labels.
-pub fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    let inner = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter().all(|c| inner(c) || *c == b'-')
-        && b.first().is_some_and(inner)
-        && b.last().is_some_and(inner)
-}
+use crate::{
+    api::names::is_dns1123_label,
+    lookup::{Freshness, Lookup, LookupError, Prefetched},
+};
 
 /// Longest a live read on a cache miss may take (the apiserver's webhook
 /// timeout is 10 s by default).
@@ -91,20 +83,26 @@ impl HcpCache {
         in_namespace(self.store.state().iter().map(AsRef::as_ref), namespace)
     }
 
-    /// The answer for the decision on `request` (an AdmissionReview
-    /// request): a live read for a CREATE of a StatefulSet and for one whose
-    /// HostedControlPlane owner reference disagrees with the cache (see
-    /// [`needs_live_read`]), else [`HcpCache::lookup_for`].
-    pub async fn lookup_for_request(&self, namespace: &str, request: &Value) -> Prefetched {
-        let cached = if self.synced() && is_dns1123_label(namespace) { self.cached(namespace) } else { Vec::new() };
-        if !is_dns1123_label(namespace) || !needs_live_read(request, &cached) {
+    /// The answer as fresh as the decision asks ([`Freshness`], from the
+    /// core's read plan): the cache when it answers, else a live read.
+    pub async fn lookup_fresh(&self, namespace: &str, freshness: &Freshness) -> Prefetched {
+        if !freshness.live() || !is_dns1123_label(namespace) || freshness.cache_answers(&self.cached_view(namespace)) {
             return self.lookup_for(namespace).await;
         }
         self.read_live(namespace).await
     }
 
+    /// What a synced cache holds for `namespace` (nothing before it syncs).
+    pub fn cached_view(&self, namespace: &str) -> Vec<Value> {
+        if self.synced() && is_dns1123_label(namespace) {
+            self.cached(namespace)
+        } else {
+            Vec::new()
+        }
+    }
+
     /// A live read of the namespace's HostedControlPlanes, whatever the cache
-    /// holds: for the decisions [`needs_live_read`] names. A failed read is a
+    /// holds: for the decisions whose [`Freshness`] asks for one. A failed read is a
     /// failure (the decision denies), never the cache's view.
     pub async fn read_live(&self, namespace: &str) -> Prefetched {
         if !is_dns1123_label(namespace) {
@@ -178,26 +176,6 @@ impl Lookup for HcpCache {
     }
 }
 
-/// Whether the decision on `request` must read the HostedControlPlanes live:
-/// a StatefulSet CREATE (where a stale "no restore pending" starts etcd empty
-/// for good), or a StatefulSet whose `ownerReferences` name a
-/// HostedControlPlane UID that no cached HostedControlPlane has.
-pub fn needs_live_read(request: &Value, cached: &[Value]) -> bool {
-    if request.pointer("/kind/kind").and_then(Value::as_str) != Some("StatefulSet") {
-        return false;
-    }
-    if request.get("operation").and_then(Value::as_str) == Some("CREATE") {
-        return true;
-    }
-    let owners = request.pointer("/object/metadata/ownerReferences").and_then(Value::as_array);
-    owners.into_iter().flatten().filter(|o| o.get("kind").and_then(Value::as_str) == Some("HostedControlPlane")).any(
-        |o| {
-            let uid = o.get("uid").and_then(Value::as_str);
-            !cached.iter().any(|h| h.pointer("/metadata/uid").and_then(Value::as_str) == uid)
-        },
-    )
-}
-
 /// The objects of `namespace`, as JSON: a cache holds every namespace, and a
 /// live namespaced LIST is filtered too rather than trusted blindly.
 pub(crate) fn in_namespace<O: std::borrow::Borrow<DynamicObject>>(
@@ -209,50 +187,4 @@ pub(crate) fn in_namespace<O: std::borrow::Borrow<DynamicObject>>(
         .filter(|o| o.borrow().metadata.namespace.as_deref() == Some(namespace))
         .filter_map(|o| serde_json::to_value(o.borrow()).ok())
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::{is_dns1123_label, needs_live_read};
-
-    #[test]
-    fn creates_and_foreign_owners_are_read_live() {
-        let hcp = |uid: &str| json!({"metadata": {"name": "hcp", "namespace": "ns", "uid": uid}});
-        let req = |op: &str, kind: &str, owner: Option<&str>| {
-            let mut r = json!({"operation": op, "kind": {"group": "apps", "version": "v1", "kind": kind},
-                "object": {"metadata": {"name": "etcd", "namespace": "ns"}}});
-            if let Some(uid) = owner {
-                r["object"]["metadata"]["ownerReferences"] = json!([
-                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "other"},
-                    {"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedControlPlane", "name": "hcp", "uid": uid}
-                ]);
-            }
-            r
-        };
-        let cached = [hcp("u1")];
-        // Every StatefulSet CREATE, whatever the cache holds.
-        assert!(needs_live_read(&req("CREATE", "StatefulSet", None), &cached));
-        assert!(needs_live_read(&req("CREATE", "StatefulSet", Some("u1")), &cached));
-        assert!(needs_live_read(&req("CREATE", "StatefulSet", None), &[]));
-        // An UPDATE whose owner is another HostedControlPlane than the cached one.
-        assert!(needs_live_read(&req("UPDATE", "StatefulSet", Some("u2")), &cached));
-        assert!(needs_live_read(&req("UPDATE", "StatefulSet", Some("u2")), &[]));
-        // The cached owner, or no owner reference: the cache decides.
-        assert!(!needs_live_read(&req("UPDATE", "StatefulSet", Some("u1")), &cached));
-        assert!(!needs_live_read(&req("UPDATE", "StatefulSet", None), &cached));
-        // Not a StatefulSet (an HCPEtcdBackup preflight): the cache as before.
-        assert!(!needs_live_read(&req("CREATE", "HCPEtcdBackup", None), &cached));
-    }
-
-    #[test]
-    fn namespace_names_are_dns1123_labels() {
-        for ok in ["clusters-prod", "a", "0ns", &"a".repeat(63)] {
-            assert!(is_dns1123_label(ok), "{ok}");
-        }
-        for bad in ["", "-a", "a-", "A", "a/b", "..", "a.b", "ns?watch=1", &"a".repeat(64)] {
-            assert!(!is_dns1123_label(bad), "{bad}");
-        }
-    }
 }

@@ -17,6 +17,8 @@
 
 use std::sync::atomic::AtomicI64;
 
+use crate::admission::Target;
+
 use prometheus_client::{
     encoding::{text::encode, EncodeLabelSet, EncodeLabelValue, LabelValueEncoder},
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
@@ -45,20 +47,16 @@ macro_rules! label_enum {
     };
 }
 
-label_enum!(
-    /// The webhook path a request came in on.
-    Webhook {
-        HcpEtcdBackups => "hcpetcdbackups",
-        HostedClusters => "hostedclusters",
-        HostedControlPlanes => "hostedcontrolplanes",
-        EtcdStatefulSets => "etcd-statefulsets",
-        EtcdBackupSecrets => "etcd-backup-secrets",
+/// The `webhook` label: the endpoint a request came in on ([`Target::label`]).
+impl EncodeLabelValue for Target {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&self.label(), encoder)
     }
-);
+}
 
 label_enum!(
     /// `request.operation`, or `other` for anything else (never the raw string).
-    Operation {
+    OperationLabel {
         Create => "CREATE",
         Update => "UPDATE",
         Delete => "DELETE",
@@ -67,7 +65,7 @@ label_enum!(
     }
 );
 
-impl Operation {
+impl OperationLabel {
     /// The label of a parsed request's operation; `other` when the request
     /// did not parse (an unknown operation does not parse: the typed request
     /// only has the four Kubernetes has).
@@ -84,8 +82,8 @@ impl Operation {
 }
 
 label_enum!(
-    /// What the server answered.
-    Decision {
+    /// What the server answered: a decision, or an HTTP error.
+    Answer {
         Allowed => "allowed",
         /// Denied by a rule (422 Invalid).
         Denied => "denied",
@@ -156,14 +154,14 @@ label_enum!(
 /// One label set per family.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub webhook: Webhook,
-    pub operation: Operation,
-    pub decision: Decision,
+    pub webhook: Target,
+    pub operation: OperationLabel,
+    pub decision: Answer,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
-    pub webhook: Webhook,
+    pub webhook: Target,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
@@ -222,7 +220,7 @@ pub struct Metrics {
 /// [`crate::enforcement::Outcome`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RuleLabels {
-    pub webhook: Webhook,
+    pub webhook: Target,
     pub rule: &'static str,
     pub result: &'static str,
 }
@@ -351,7 +349,7 @@ impl Metrics {
         }
     }
 
-    pub fn observe(&self, webhook: Webhook, operation: Operation, decision: Decision, seconds: f64) {
+    pub fn observe(&self, webhook: Target, operation: OperationLabel, decision: Answer, seconds: f64) {
         self.requests.get_or_create(&RequestLabels { webhook, operation, decision }).inc();
         self.latency.get_or_create(&WebhookLabels { webhook }).observe(seconds);
     }
@@ -362,7 +360,7 @@ impl Metrics {
     }
 
     /// Counts every finding of one decision.
-    pub fn rule_results(&self, webhook: Webhook, results: &[crate::enforcement::RuleResult]) {
+    pub fn rule_results(&self, webhook: Target, results: &[crate::enforcement::RuleResult]) {
         for r in results {
             let labels = RuleLabels { webhook, rule: r.rule, result: r.outcome.as_str() };
             self.rule_results.get_or_create(&labels).inc();
@@ -408,7 +406,7 @@ impl Metrics {
     /// Names that are not Kubernetes object names are never recorded (the
     /// callers check too; this is the last line).
     pub fn credentials_valid(&self, namespace: &str, secret: &str, valid: bool) {
-        if !super::fields::is_dns1123_label(namespace) || !super::fields::is_dns1123_subdomain(secret) {
+        if !crate::api::names::is_dns1123_label(namespace) || !crate::api::names::is_dns1123_subdomain(secret) {
             return;
         }
         let labels = SecretLabels { namespace: namespace.into(), secret: secret.into() };
@@ -457,8 +455,8 @@ mod tests {
 
     #[test]
     fn operation_labels_are_a_closed_set() {
-        assert_eq!(Operation::from_request(Some(crate::admission::Operation::Create)), Operation::Create);
-        assert_eq!(Operation::from_request(None), Operation::Other);
+        assert_eq!(OperationLabel::from_request(Some(crate::admission::Operation::Create)), OperationLabel::Create);
+        assert_eq!(OperationLabel::from_request(None), OperationLabel::Other);
     }
 
     #[test]

@@ -5,14 +5,16 @@
 //! the apiserver answers, and real reviews that need no read (every
 //! HostedCluster, most StatefulSets) are never queued behind it.
 //!
-//! * [`plan`] says what to read: the namespace's HostedControlPlanes on a
-//!   cache miss (the etcd StatefulSet's mutation, an HCPEtcdBackup CREATE's
-//!   preflight), the credentials Secret an HCPEtcdBackup CREATE names, and a
-//!   live list of the namespace's backups when the cache shows one in
-//!   progress. Nothing is planned for a name that is not a Kubernetes object
-//!   name, and the server reads nothing for an HCPEtcdBackup that the
-//!   decision denies without the preflight (schema, CEL, rules): it runs
-//!   that decision first.
+//! * The core says what the decision reads ([`crate::admission::plan`]);
+//!   [`live`] keeps what the watch caches cannot answer: the namespace's
+//!   HostedControlPlanes on a cache miss or when the decision asks for a
+//!   live answer (an etcd StatefulSet CREATE, an owner the cache does not
+//!   hold), the credentials Secret an HCPEtcdBackup CREATE names, and a live
+//!   list of the namespace's backups when the cache shows one in progress.
+//!   The core plans nothing for a name that is not a Kubernetes object name,
+//!   and the server reads nothing for an HCPEtcdBackup that the decision
+//!   denies without the preflight (schema, CEL, rules): it runs that
+//!   decision first.
 //! * [`LiveReads::execute`] carries the plan out within the request deadline
 //!   (the credentials Secret and the live backups list only once the
 //!   namespace is known to have a HostedControlPlane)
@@ -24,9 +26,6 @@
 //! * Negative answers (no HostedControlPlane in a namespace, no such Secret)
 //!   are remembered for `negative_cache_ttl`, so repeating a review does not
 //!   repeat its read.
-//!
-//! The plan is the server's today; it is the shape a read plan from the core
-//! takes (what to read, then the decision on what was read).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -41,18 +40,11 @@ use tokio::{
     time::Instant,
 };
 
-use super::{
-    fields::{is_dns1123_label, is_dns1123_subdomain, log_field},
-    limits::LimitOptions,
-    metrics::RejectReason,
-    App,
-};
+use super::{fields::log_field, limits::LimitOptions, metrics::RejectReason, App};
 use crate::{
-    admission::{
-        lookup::{LookupError, Prefetched},
-        Target,
-    },
-    rules::credentials::Storage,
+    admission::ReadPlan,
+    api::names::is_dns1123_label,
+    lookup::{LookupError, Prefetched},
 };
 
 /// Most negative answers remembered at once (the map is cleared of expired
@@ -65,101 +57,42 @@ pub type BackupsRead = (String, Result<Vec<Value>, String>);
 /// A credentials Secret read: (namespace, name, what the read gave).
 pub type SecretRead = (String, String, Result<Option<Value>, String>);
 
-/// What one review needs read live before its decision.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ReadPlan {
-    /// The HostedControlPlanes of this namespace (the cache missed, or the
-    /// decision must not rest on the cache: see `hcps_live`).
-    pub hcps: Option<String>,
-    /// Read them live even when the cache holds them: an etcd StatefulSet
-    /// CREATE, or an owner reference to a HostedControlPlane UID the cache
-    /// does not hold (`hcp_cache::needs_live_read`): a stale cache must never
-    /// skip a restore.
-    pub hcps_live: bool,
-    /// The credentials Secret (operator namespace) an HCPEtcdBackup CREATE names.
-    pub secret: Option<(Storage, String)>,
-    /// The namespace's HCPEtcdBackups, to confirm a cached "in progress".
-    pub backups: Option<String>,
-    /// The review must pass its decision without the preflight first (an
-    /// HCPEtcdBackup CREATE): nothing is read for a review denied anyway.
-    pub decide_first: bool,
-}
-
-impl ReadPlan {
-    pub fn is_empty(&self) -> bool {
-        self.hcps.is_none() && self.secret.is_none() && self.backups.is_none()
-    }
-}
-
 /// What was read for one review.
 #[derive(Default)]
 pub struct Fetched {
     pub hcps: Option<Prefetched>,
     pub secret: Option<SecretRead>,
     pub backups: Option<BackupsRead>,
-    /// Which storage type the Secret was read for (the credentials gauge).
-    pub storage: Option<Storage>,
 }
 
-/// The request's namespace (the object's when the request does not say).
-pub fn request_namespace(parsed: &Value) -> String {
-    parsed
-        .pointer("/request/namespace")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .or_else(|| parsed.pointer("/request/object/metadata/namespace").and_then(Value::as_str))
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// Whether the review is an HCPEtcdBackup CREATE the preflight judges.
-fn backup_create(app: &App, parsed: &Value, target: Target) -> bool {
-    target == Target::HcpEtcdBackups
-        && app.backup_cache.is_some()
-        && app.settings.backup_preflight
-        && parsed.pointer("/request/operation").and_then(Value::as_str) == Some("CREATE")
-        && parsed.pointer("/request/subResource").and_then(Value::as_str).is_none_or(str::is_empty)
-}
-
-/// What `parsed` needs read live (cheap: JSON pointers and cache look-ups).
-pub fn plan(app: &App, parsed: &Value, target: Target) -> ReadPlan {
-    let mut plan = ReadPlan::default();
-    let create = backup_create(app, parsed, target);
-    let ns = request_namespace(parsed);
-    let etcd = target == Target::EtcdStatefulSets
-        && parsed.pointer("/request/object/metadata/name").and_then(Value::as_str)
-            == Some(crate::mutate::ETCD_STATEFULSET);
-    if let Some(cache) = &app.hcp_cache {
-        // A cache hit needs no read (the decision finds it in the cache),
-        // unless the etcd decision must rest on a live read.
-        let cached = if cache.synced() {
-            crate::admission::lookup::Lookup::hosted_control_planes(cache.as_ref(), &ns).unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        let live = etcd && super::hcp_cache::needs_live_read(&parsed["request"], &cached);
-        if (etcd || create) && (cached.is_empty() || live) {
-            plan.hcps = Some(ns.clone());
-            plan.hcps_live = live;
+/// What of the core's read plan this server must read live: the reads its
+/// caches cannot answer. A cache hit needs no read (the decision finds it
+/// in the cache, through [`super::backup_cache::RequestReads`]); nothing is
+/// read for a preflight this server cannot serve (no backup watch: the core
+/// skips the preflight and says so).
+pub fn live(app: &App, mut plan: ReadPlan) -> ReadPlan {
+    match &app.backup_cache {
+        None if plan.decide_first => return ReadPlan::default(),
+        None => {
+            plan.credentials_secret = None;
+            plan.backups = None;
+        }
+        Some(cache) => {
+            let confirm = plan
+                .backups
+                .as_deref()
+                .is_some_and(|ns| cache.backups_in(ns).is_ok_and(|b| ReadPlan::confirm_backups(&b)));
+            if !confirm {
+                plan.backups = None;
+            }
         }
     }
-    if !create {
-        return plan;
+    if let Some((ns, freshness)) = &plan.hosted_control_planes {
+        if app.hcp_cache.as_ref().is_none_or(|c| freshness.cache_answers(&c.cached_view(ns))) {
+            plan.hosted_control_planes = None;
+        }
     }
-    let Some(cache) = &app.backup_cache else { return plan };
-    let object = parsed.pointer("/request/object").unwrap_or(&Value::Null);
-    if let Some(storage) = Storage::of_backup(object) {
-        let name = object
-            .pointer(&format!("/spec/storage/{}/credentials/name", storage.block()))
-            .and_then(Value::as_str)
-            .filter(|n| is_dns1123_subdomain(n));
-        plan.secret = name.map(|n| (storage, n.to_string()));
-    }
-    if is_dns1123_label(&ns) && cache.backups_in(&ns).is_ok_and(|b| b.iter().any(crate::rules::preflight::in_progress))
-    {
-        plan.backups = Some(ns);
-    }
-    plan.decide_first = !plan.is_empty();
+    plan.decide_first &= !plan.is_empty();
     plan
 }
 
@@ -277,7 +210,9 @@ impl LiveReads {
         };
         let late = || "the live read did not finish within the request deadline".to_string();
         let hcps = async {
-            let (Some(ns), Some(cache)) = (&plan.hcps, &app.hcp_cache) else { return None };
+            let (Some((ns, freshness)), Some(cache)) = (&plan.hosted_control_planes, &app.hcp_cache) else {
+                return None;
+            };
             // An invalid namespace is answered without I/O (and without a place).
             if !is_dns1123_label(ns) {
                 return Some(cache.lookup_for(ns).await);
@@ -290,7 +225,7 @@ impl LiveReads {
                 return Some(Prefetched(Err(LookupError::Failed(busy()))));
             };
             let read = async {
-                if plan.hcps_live {
+                if freshness.live() {
                     cache.read_live(ns).await
                 } else {
                     cache.lookup_for(ns).await
@@ -306,7 +241,8 @@ impl LiveReads {
             Some(read)
         };
         let secret = async {
-            let (Some((_, name)), Some(cache)) = (&plan.secret, &app.backup_cache) else { return None };
+            let (Some(secret), Some(cache)) = (&plan.credentials_secret, &app.backup_cache) else { return None };
+            let name = &secret.name;
             let ns = cache.operator_namespace().to_string();
             let key = Negative::Secret(name.clone());
             if self.remembered(&key) {
@@ -340,16 +276,11 @@ impl LiveReads {
         // already stands otherwise), so a caller naming any namespace cannot
         // use the server to probe the operator namespace's Secrets.
         let hcps = hcps.await;
-        let hosted = match (&plan.hcps, &hcps) {
-            (None, _) => true,
-            (Some(_), Some(Prefetched(Ok(found)))) => !found.is_empty(),
-            _ => false,
-        };
-        if !hosted {
+        if !plan.hosted(hcps.as_ref().map(|p| &p.0)) {
             return Fetched { hcps, ..Fetched::default() };
         }
         let (secret, backups) = tokio::join!(secret, backups);
-        Fetched { hcps, secret, backups, storage: plan.secret.as_ref().map(|(s, _)| *s) }
+        Fetched { hcps, secret, backups }
     }
 }
 

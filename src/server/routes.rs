@@ -1,7 +1,12 @@
-//! HTTP routes. Each admission path runs exactly the code path `review` runs
-//! ([`crate::admission::review`]); this file only moves bytes, applies the
-//! limits of [`super::limits`] and has [`super::reads`] carry out the live
-//! reads a review needs before its decision slot is taken.
+//! HTTP routes. An admission path runs its stages in order, each a named
+//! function below: [`authorize`], a request slot, [`read_body`], a decision
+//! slot, [`parse`] (once: the typed review serves the plan, the decision
+//! and the log line), [`plan_reads`] (the core's read plan, less what the
+//! caches answer; [`super::reads`] carries it out with no decision slot
+//! held), [`decide`] (the core, with no I/O) and [`answer`] (metrics and
+//! the log line from the typed decision). Every answer that is not an
+//! AdmissionReview is a [`Refused`]. `docs/request-lifecycle.md` walks the
+//! whole way, from the accept loop to the answer.
 
 use std::{net::IpAddr, sync::Arc};
 
@@ -14,51 +19,39 @@ use axum::{
     Json, Router,
 };
 use hyper::body::{Frame, SizeHint};
-use serde_json::{json, Value};
-use tokio::time::Instant;
+use serde_json::json;
+use tokio::{sync::OwnedSemaphorePermit, time::Instant};
+use tracing::Instrument as _;
 
 use super::{
     backup_cache::RequestReads,
     conns::Activity,
     fields::{log_field, LOG_FIELD_MAX},
-    limits::BodyError,
-    metrics::{truncate, Decision, Operation, RejectReason, Webhook},
+    limits::{BodyError, Held, RequestSlot},
+    metrics::{truncate, Answer, OperationLabel, RejectReason},
     reads::{self, Fetched},
     App, ClientAuthScope, PeerIdentity,
 };
-use crate::admission::{self, lookup as hcp_lookup, DecisionInput, Target};
-use crate::rules::{
-    self,
-    credentials::{self, SecretData},
+use crate::{
+    admission::{self, plan::without_preflight, DecisionInput, ParsedReview, ReadPlan, Target},
+    lookup::Lookup,
+    settings::Settings,
 };
-use crate::settings::Settings;
 
 pub use super::limits::MAX_BODY;
 
-/// Bodies at least this large are decided on the blocking pool, so a big
-/// review never holds up the async workers (probes, accepts, small reviews).
-const BLOCKING_DECISION_BYTES: usize = 256 * 1024;
-
 pub fn router(app: Arc<App>) -> Router {
-    Router::new()
-        .route("/validate/hcpetcdbackups", post(|s, r| admit(s, r, Target::HcpEtcdBackups, Webhook::HcpEtcdBackups)))
-        .route("/validate/hostedclusters", post(|s, r| admit(s, r, Target::HostedClusters, Webhook::HostedClusters)))
-        .route(
-            "/validate/hostedcontrolplanes",
-            post(|s, r| admit(s, r, Target::HostedControlPlanes, Webhook::HostedControlPlanes)),
-        )
-        .route(
-            "/mutate/etcd-statefulsets",
-            post(|s, r| admit(s, r, Target::EtcdStatefulSets, Webhook::EtcdStatefulSets)),
-        )
-        .route(
-            "/validate/etcd-backup-secrets",
-            post(|s, r| admit(s, r, Target::EtcdBackupSecrets, Webhook::EtcdBackupSecrets)),
-        )
+    let mut router = Router::new();
+    for target in Target::ALL {
+        router = router.route(&target.path(), post(move |s, r| admit(s, r, target)));
+    }
+    router
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such path; see the README for the webhook paths") })
+        .fallback(|| async {
+            Refused::new(StatusCode::NOT_FOUND, "no such path; see the README for the webhook paths").render()
+        })
         .with_state(app)
 }
 
@@ -69,13 +62,86 @@ pub fn plain_router(app: Arc<App>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "this port serves only /healthz, /readyz and /metrics") })
+        .fallback(|| async {
+            Refused::new(StatusCode::NOT_FOUND, "this port serves only /healthz, /readyz and /metrics").render()
+        })
         .with_state(app)
 }
 
-fn error(code: StatusCode, message: impl Into<String>) -> Response {
-    let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code.as_u16(), "message": message.into()});
-    (code, Json(body)).into_response()
+/// Every answer that is not an AdmissionReview: an HTTP status with a
+/// `metav1.Status` body (what the apiserver shows as the webhook's error),
+/// how it is counted, and whether the client is told when to come back.
+#[derive(Debug)]
+struct Refused {
+    code: StatusCode,
+    message: String,
+    /// Counted in `rejected_requests` under this reason.
+    reason: Option<RejectReason>,
+    /// `Retry-After: 1`.
+    retry: bool,
+}
+
+impl Refused {
+    fn new(code: StatusCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into(), reason: None, retry: false }
+    }
+
+    /// Turned away for `reason` (counted), telling the client to retry.
+    fn busy(code: StatusCode, reason: RejectReason, message: impl Into<String>) -> Self {
+        Self { reason: Some(reason), retry: true, ..Self::new(code, message) }
+    }
+
+    /// Turned away for `reason` (counted).
+    fn rejected(code: StatusCode, reason: RejectReason, message: impl Into<String>) -> Self {
+        Self { reason: Some(reason), ..Self::new(code, message) }
+    }
+
+    fn bytes(&self) -> Bytes {
+        let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": self.code.as_u16(), "message": self.message});
+        Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+    }
+
+    fn headers(&self, r: &mut Response) {
+        *r.status_mut() = self.code;
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if self.retry {
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+    }
+
+    /// The Status answer.
+    fn render(self) -> Response {
+        let mut r = Response::new(Body::from(self.bytes()));
+        self.headers(&mut r);
+        r
+    }
+
+    /// The Status answer, sent before the unread request body is dropped (at
+    /// most [`ANSWER_HOLD`] later).
+    fn render_before(self, request: Body) -> Response {
+        let (sent, answered) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(ANSWER_HOLD, answered).await;
+            drop(request);
+        });
+        let mut r = Response::new(Body::new(AnswerFirst { answer: Some(self.bytes()), _sent: sent }));
+        self.headers(&mut r);
+        r
+    }
+
+    /// Counts and logs the refusal of an admission request (inside its span).
+    fn count(&self, app: &App, target: Target, started: Instant) {
+        if let Some(reason) = self.reason {
+            app.metrics.rejected(reason);
+        }
+        app.metrics.observe(target, OperationLabel::Other, Answer::Error, started.elapsed().as_secs_f64());
+        tracing::info!(
+            code = self.code.as_u16(),
+            reason = self.reason.map_or("", RejectReason::as_str),
+            message = %log_field(&self.message),
+            "admission request refused"
+        );
+    }
 }
 
 /// Longest the unread request body is kept waiting for the answer to go out.
@@ -113,39 +179,13 @@ impl HttpBody for AnswerFirst {
     }
 }
 
-/// [`error`] (with `Retry-After` when `retry`), sent before the unread
-/// request body is dropped (at most [`ANSWER_HOLD`] later).
-fn error_before_body(code: StatusCode, message: String, request: Body, retry: bool) -> Response {
-    let body =
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code.as_u16(), "message": message});
-    let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
-    let (sent, answered) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let _ = tokio::time::timeout(ANSWER_HOLD, answered).await;
-        drop(request);
-    });
-    let mut r = Response::new(Body::new(AnswerFirst { answer: Some(bytes), _sent: sent }));
-    *r.status_mut() = code;
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if retry {
-        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    r
-}
-
-/// An error that tells the client when to come back.
-fn busy(code: StatusCode, message: impl Into<String>) -> Response {
-    let mut r = error(code, message);
-    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    r
-}
-
 async fn readyz(State(app): State<Arc<App>>) -> Response {
     if app.draining.load(std::sync::atomic::Ordering::Acquire) {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "not ready: shutting down (draining)");
+        return Refused::new(StatusCode::SERVICE_UNAVAILABLE, "not ready: shutting down (draining)").render();
     }
     if app.hcp_cache.as_ref().is_some_and(|c| !c.synced()) {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "not ready: HostedControlPlane cache not synced yet");
+        return Refused::new(StatusCode::SERVICE_UNAVAILABLE, "not ready: HostedControlPlane cache not synced yet")
+            .render();
     }
     // The backup preflight's caches do not gate readiness: until they sync
     // (or when their RBAC is missing) the preflight is skipped with a warning,
@@ -153,7 +193,8 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
     if app.ready.load(std::sync::atomic::Ordering::Acquire) {
         "ok".into_response()
     } else {
-        error(StatusCode::SERVICE_UNAVAILABLE, "not ready: rules not compiled or certificate not loaded")
+        Refused::new(StatusCode::SERVICE_UNAVAILABLE, "not ready: rules not compiled or certificate not loaded")
+            .render()
     }
 }
 
@@ -163,8 +204,9 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 }
 
 /// Who may call an admission path, when client certificates are configured
-/// (every admission path, or only the mutating one).
-fn authorize(app: &App, req: &Request<Body>, target: Target) -> Result<(), (StatusCode, String)> {
+/// (every admission path, or only the mutating one). Counted here, and not
+/// as an answer: a caller without a certificate is not a webhook client.
+fn authorize(app: &App, req: &Request<Body>, target: Target) -> Result<(), Refused> {
     let Some(auth) = &app.client_auth else { return Ok(()) };
     if auth.scope == ClientAuthScope::Mutating && target != Target::EtcdStatefulSets {
         return Ok(());
@@ -172,9 +214,9 @@ fn authorize(app: &App, req: &Request<Body>, target: Target) -> Result<(), (Stat
     let peer = req.extensions().get::<Arc<PeerIdentity>>();
     let Some(peer) = peer.filter(|p| !p.names.is_empty() || p.verified) else {
         app.metrics.rejected(RejectReason::Unauthenticated);
-        return Err((
+        return Err(Refused::new(
             StatusCode::UNAUTHORIZED,
-            "a client certificate signed by the configured client CA is required on admission paths".into(),
+            "a client certificate signed by the configured client CA is required on admission paths",
         ));
     };
     if auth.allowed.is_empty() || peer.names.iter().any(|n| auth.allowed.iter().any(|a| a == n)) {
@@ -183,245 +225,269 @@ fn authorize(app: &App, req: &Request<Body>, target: Target) -> Result<(), (Stat
     app.metrics.rejected(RejectReason::Forbidden);
     tracing::warn!(client = %log_field(&peer.names.join(",")), "client certificate identity not in --allowed-client-names");
     let what = if auth.sans { "CN or SAN" } else { "CN" };
-    Err((
+    Err(Refused::new(
         StatusCode::FORBIDDEN,
         format!("this client certificate's identity ({what}) is not allowed to call admission paths"),
     ))
 }
 
-async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target, webhook: Webhook) -> Response {
+/// One admission request, in its span from the first line on, so every
+/// answer (a refusal at any stage, or the review) is logged with it.
+async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target) -> Response {
     let started = Instant::now();
-    let deadline = started + app.limits.opts.request_timeout;
-    if let Err((code, message)) = authorize(&app, &req, target) {
-        return error_before_body(code, message, req.into_body(), false);
-    }
     let conn = req.extensions().get::<Arc<Activity>>().cloned();
     let source = conn.as_ref().map_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |c| c.source());
-    let reject = |reason: RejectReason| {
-        app.metrics.rejected(reason);
-        app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
-    };
-    let Some(in_flight) = app.limits.request_slot(source).await else {
-        reject(RejectReason::Requests);
-        let msg = "too many requests in flight; retry".to_string();
-        return error_before_body(StatusCode::SERVICE_UNAVAILABLE, msg, req.into_body(), true);
-    };
-    let max = app.limits.opts.max_body;
-    let declared =
-        req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
-    // The body is read completely (bounded in size and time) before a decision
-    // slot is taken: a client that stalls its body holds no decision slot.
-    // Meanwhile its connection counts as reading a body (the costliest kind
-    // at the connection cap).
-    let body_deadline = deadline.min(started + app.limits.opts.body_timeout);
-    let reading = conn.as_ref().map(|c| c.reading());
-    let read = app.limits.read_body(req.into_body(), declared, body_deadline, &in_flight).await;
-    drop(reading);
-    let (bytes, _held) = match read {
-        Ok(b) => b,
-        Err((BodyError::TooLarge, rest)) => {
-            reject(RejectReason::BodyTooLarge);
-            // Read (and discard) a moderately oversize body to its end before
-            // answering: an HTTP/2 client still uploading treats an early
-            // answer plus RST_STREAM as a stream error (curl does), and an
-            // HTTP/1.1 connection stays usable. A body far over the limit is
-            // answered at once.
-            let rest = discard(rest, declared, max, body_deadline).await;
-            return error_before_body(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body over the {max}-byte limit"),
-                rest,
-                false,
+    let span = tracing::info_span!("admission", webhook = target.label(), source = %source);
+    let deadline = started + app.limits.opts.request_timeout;
+    Admission { app, target, started, deadline, source, conn }.run(req).instrument(span).await
+}
+
+/// The request being admitted: what every stage needs.
+struct Admission {
+    app: Arc<App>,
+    target: Target,
+    started: Instant,
+    deadline: Instant,
+    source: IpAddr,
+    conn: Option<Arc<Activity>>,
+}
+
+impl Admission {
+    async fn run(self, req: Request<Body>) -> Response {
+        if let Err(refused) = authorize(&self.app, &req, self.target) {
+            return refused.render_before(req.into_body());
+        }
+        let Some(in_flight) = self.app.limits.request_slot(self.source).await else {
+            let refused = Refused::busy(
+                StatusCode::SERVICE_UNAVAILABLE,
+                RejectReason::Requests,
+                "too many requests in flight; retry",
             );
+            return self.refuse_before(refused, req.into_body());
+        };
+        let (bytes, _held) = match self.read_body(req, &in_flight).await {
+            Ok(read) => read,
+            Err((refused, rest)) => return self.refuse_before(refused, rest),
+        };
+        match self.review(bytes).await {
+            Ok(response) => response,
+            Err(refused) => self.refuse(refused),
         }
-        Err((BodyError::Timeout, rest)) => {
-            reject(RejectReason::BodyTimeout);
-            let msg = format!("the request body did not arrive within {:?}", body_deadline - started);
-            return error_before_body(StatusCode::REQUEST_TIMEOUT, msg, rest, false);
+    }
+
+    fn refuse(&self, refused: Refused) -> Response {
+        refused.count(&self.app, self.target, self.started);
+        refused.render()
+    }
+
+    fn refuse_before(&self, refused: Refused, rest: Body) -> Response {
+        refused.count(&self.app, self.target, self.started);
+        refused.render_before(rest)
+    }
+
+    /// The body, read completely (bounded in size and time) before a
+    /// decision slot is taken: a client that stalls its body holds no
+    /// decision slot. Meanwhile its connection counts as reading a body (the
+    /// costliest kind at the connection cap).
+    async fn read_body(&self, req: Request<Body>, in_flight: &RequestSlot) -> Result<(Bytes, Held), (Refused, Body)> {
+        let opts = &self.app.limits.opts;
+        let max = opts.max_body;
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        let body_deadline = self.deadline.min(self.started + opts.body_timeout);
+        let reading = self.conn.as_ref().map(|c| c.reading());
+        let read = self.app.limits.read_body(req.into_body(), declared, body_deadline, in_flight).await;
+        drop(reading);
+        let (e, rest) = match read {
+            Ok(read) => return Ok(read),
+            Err(failed) => failed,
+        };
+        let refused = match e {
+            BodyError::TooLarge => {
+                // Read (and discard) a moderately oversize body to its end
+                // before answering: an HTTP/2 client still uploading treats an
+                // early answer plus RST_STREAM as a stream error (curl does),
+                // and an HTTP/1.1 connection stays usable. A body far over the
+                // limit is answered at once.
+                let rest = discard(rest, declared, max, body_deadline).await;
+                let message = format!("request body over the {max}-byte limit");
+                return Err((
+                    Refused::rejected(StatusCode::PAYLOAD_TOO_LARGE, RejectReason::BodyTooLarge, message),
+                    rest,
+                ));
+            }
+            BodyError::Timeout => Refused::rejected(
+                StatusCode::REQUEST_TIMEOUT,
+                RejectReason::BodyTimeout,
+                format!("the request body did not arrive within {:?}", body_deadline - self.started),
+            ),
+            BodyError::Evicted => Refused::rejected(
+                StatusCode::REQUEST_TIMEOUT,
+                RejectReason::BodyEvicted,
+                format!(
+                    "the request body was still arriving after {:?} when every in-flight slot was taken; \
+                     the slowest body was dropped for a newer request",
+                    self.started.elapsed()
+                ),
+            ),
+            BodyError::Budget => Refused::busy(
+                StatusCode::SERVICE_UNAVAILABLE,
+                RejectReason::BodyBudget,
+                "request body buffers are full; retry",
+            ),
+            BodyError::Read(e) => Refused::new(
+                StatusCode::BAD_REQUEST,
+                format!("reading the request body: {}", truncate(&e, LOG_FIELD_MAX)),
+            ),
+        };
+        Err((refused, rest))
+    }
+
+    /// From the read body to the answer: parse once, plan the reads, read
+    /// what the caches cannot answer (no decision slot held), decide.
+    async fn review(&self, bytes: Bytes) -> Result<Response, Refused> {
+        let len = bytes.len();
+        let slot = self.decision_slot(len).await?;
+        let big = len >= BLOCKING_DECISION_BYTES;
+        let parsed = Arc::new(if big {
+            tokio::task::spawn_blocking(move || parse(&bytes)).await.map_err(task_failed)??
+        } else {
+            parse(&bytes)?
+        });
+        let plan = plan_reads(&self.app, &parsed, self.target);
+        if plan.is_empty() {
+            let reviewed = self.decide(&parsed, Fetched::default(), self.app.settings.clone(), big, slot).await?;
+            return Ok(answer(&self.app, &parsed, reviewed, self.target, self.started));
         }
-        Err((BodyError::Evicted, rest)) => {
-            reject(RejectReason::BodyEvicted);
-            let msg = format!(
-                "the request body was still arriving after {:?} when every in-flight slot was taken; \
-                 the slowest body was dropped for a newer request",
-                started.elapsed()
-            );
-            return error_before_body(StatusCode::REQUEST_TIMEOUT, msg, rest, false);
-        }
-        Err((BodyError::Budget, rest)) => {
-            reject(RejectReason::BodyBudget);
-            let msg = "request body buffers are full; retry".to_string();
-            return error_before_body(StatusCode::SERVICE_UNAVAILABLE, msg, rest, true);
-        }
-        Err((BodyError::Read(e), rest)) => {
-            app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
-            let msg = format!("reading the request body: {}", truncate(&e, LOG_FIELD_MAX));
-            return error_before_body(StatusCode::BAD_REQUEST, msg, rest, false);
-        }
-    };
-    let units = bytes.len();
-    let Some(slot) = decision_slot(&app, units, deadline).await else {
-        reject(RejectReason::Decisions);
-        return busy(StatusCode::TOO_MANY_REQUESTS, "every decision slot is busy; retry");
-    };
-    let big = bytes.len() >= BLOCKING_DECISION_BYTES;
-    let parsed = if big {
-        tokio::task::spawn_blocking(move || parse(&bytes)).await.unwrap_or_else(|e| Err(task_failed(e)))
-    } else {
-        parse(&bytes)
-    };
-    let parsed = match parsed {
-        Ok(p) => p,
-        Err((code, message)) => {
-            app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
-            return error(code, message);
-        }
-    };
-    // What the decision needs read live (a cache miss, the credentials
-    // Secret, a live confirmation). Reads happen with no decision slot held,
-    // under the live-read budget and the request deadline; an HCPEtcdBackup
-    // the decision denies without its preflight is answered unread.
-    let plan = reads::plan(&app, &parsed, target);
-    let (slot, fetched) = if plan.is_empty() {
-        (slot, Fetched::default())
-    } else {
         if plan.decide_first {
-            let settings = Settings { backup_preflight: false, ..app.settings.clone() };
-            let first = match decide_in(&app, parsed.clone(), Fetched::default(), settings, target, big, slot, deadline)
-                .await
-            {
-                Ok(r) => r,
-                Err(answer) => return failed(&app, webhook, started, answer),
-            };
+            // Nothing is read for a review denied without the reads.
+            let settings = without_preflight(&self.app.settings);
+            let first = self.decide(&parsed, Fetched::default(), settings, big, slot).await?;
             if first.decision.denial().is_some() {
-                return answer(&app, first, webhook, target, started, None);
+                return Ok(answer(&self.app, &parsed, first, self.target, self.started));
             }
         } else {
             drop(slot);
         }
-        let fetched = app.reads.execute(&app, &plan, source, deadline).await;
-        let Some(slot) = decision_slot(&app, units, deadline).await else {
-            reject(RejectReason::Decisions);
-            return busy(StatusCode::TOO_MANY_REQUESTS, "every decision slot is busy; retry");
-        };
-        (slot, fetched)
-    };
-    let gauge = credentials_gauge(&fetched);
-    let reviewed = match decide_in(&app, parsed, fetched, app.settings.clone(), target, big, slot, deadline).await {
-        Ok(r) => r,
-        Err(answer) => return failed(&app, webhook, started, answer),
-    };
-    answer(&app, reviewed, webhook, target, started, gauge)
-}
+        let fetched = self.app.reads.execute(&self.app, &plan, self.source, self.deadline).await;
+        let slot = self.decision_slot(len).await?;
+        let reviewed = self.decide(&parsed, fetched, self.app.settings.clone(), big, slot).await?;
+        Ok(answer(&self.app, &parsed, reviewed, self.target, self.started))
+    }
 
-/// A decision slot for a body of `len` bytes, within the queue wait and `deadline`.
-async fn decision_slot(app: &App, len: usize, deadline: Instant) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    tokio::time::timeout_at(deadline, app.limits.decision_slot(len)).await.ok().flatten()
-}
+    /// A decision slot for a body of `len` bytes, within the queue wait and the deadline.
+    async fn decision_slot(&self, len: usize) -> Result<OwnedSemaphorePermit, Refused> {
+        let slot = tokio::time::timeout_at(self.deadline, self.app.limits.decision_slot(len)).await.ok().flatten();
+        slot.ok_or_else(|| {
+            Refused::busy(StatusCode::TOO_MANY_REQUESTS, RejectReason::Decisions, "every decision slot is busy; retry")
+        })
+    }
 
-/// Why a decision produced no review: an HTTP answer, and whether it was the deadline.
-enum NotDecided {
-    Deadline,
-    Error(StatusCode, String),
-}
-
-fn failed(app: &App, webhook: Webhook, started: Instant, why: NotDecided) -> Response {
-    match why {
-        NotDecided::Deadline => {
-            app.metrics.rejected(RejectReason::Deadline);
-            app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
-            busy(StatusCode::SERVICE_UNAVAILABLE, "the review was not decided within the request deadline")
+    /// Decides `parsed` on what was read, holding `slot` (a big review on
+    /// the blocking pool, within the deadline).
+    async fn decide(
+        &self,
+        parsed: &Arc<ParsedReview>,
+        fetched: Fetched,
+        settings: Settings,
+        big: bool,
+        slot: OwnedSemaphorePermit,
+    ) -> Result<admission::Reviewed, Refused> {
+        if !big {
+            let reviewed = decide(&self.app, parsed, &fetched, &settings, self.target);
+            drop(slot);
+            return reviewed;
         }
-        NotDecided::Error(code, message) => {
-            app.metrics.observe(webhook, Operation::Other, Decision::Error, started.elapsed().as_secs_f64());
-            error(code, message)
+        let (app, parsed, target) = (self.app.clone(), parsed.clone(), self.target);
+        let task = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            decide(&app, &parsed, &fetched, &settings, target)
+        });
+        match tokio::time::timeout_at(self.deadline, task).await {
+            Ok(joined) => joined.map_err(task_failed)?,
+            Err(_) => Err(Refused::busy(
+                StatusCode::SERVICE_UNAVAILABLE,
+                RejectReason::Deadline,
+                "the review was not decided within the request deadline",
+            )),
         }
     }
 }
 
-/// Decides `parsed` on what was read, holding `slot` (a big review on the
-/// blocking pool, within `deadline`).
-#[allow(clippy::too_many_arguments)]
-async fn decide_in(
-    app: &Arc<App>,
-    parsed: Value,
-    fetched: Fetched,
-    settings: Settings,
+/// Bodies at least this large are parsed and decided on the blocking pool,
+/// so a big review never holds up the async workers (probes, accepts, small
+/// reviews).
+const BLOCKING_DECISION_BYTES: usize = 256 * 1024;
+
+/// The body as an AdmissionReview, parsed once.
+fn parse(bytes: &[u8]) -> Result<ParsedReview, Refused> {
+    let value = serde_json::from_slice(bytes)
+        .map_err(|e| Refused::new(StatusCode::BAD_REQUEST, format!("body is not JSON: {e}")))?;
+    ParsedReview::parse(value).map_err(|e| Refused::new(StatusCode::BAD_REQUEST, e.to_string()))
+}
+
+/// What this review needs read live: the core's read plan for it, less what
+/// the server's caches answer ([`reads::live`]).
+fn plan_reads(app: &App, parsed: &ParsedReview, target: Target) -> ReadPlan {
+    reads::live(app, parsed.plan(&app.settings, Some(target)))
+}
+
+fn task_failed(e: tokio::task::JoinError) -> Refused {
+    Refused::new(StatusCode::INTERNAL_SERVER_ERROR, format!("decision task failed: {e}"))
+}
+
+/// The core's decision on `parsed`, on the caches and what was read for it.
+fn decide(
+    app: &App,
+    parsed: &ParsedReview,
+    fetched: &Fetched,
+    settings: &Settings,
     target: Target,
-    big: bool,
-    slot: tokio::sync::OwnedSemaphorePermit,
-    deadline: Instant,
-) -> Result<admission::Reviewed, NotDecided> {
-    if !big {
-        let o = decide(app, &parsed, &fetched, &settings, target);
-        drop(slot);
-        return o.map_err(|(c, m)| NotDecided::Error(c, m));
-    }
-    let app = app.clone();
-    let task = tokio::task::spawn_blocking(move || {
-        let _slot = slot;
-        decide(&app, &parsed, &fetched, &settings, target)
-    });
-    match tokio::time::timeout_at(deadline, task).await {
-        Ok(Ok(o)) => o.map_err(|(c, m)| NotDecided::Error(c, m)),
-        Ok(Err(e)) => {
-            let (c, m) = task_failed(e);
-            Err(NotDecided::Error(c, m))
-        }
-        Err(_) => Err(NotDecided::Deadline),
-    }
-}
-
-/// The credentials gauge value a read Secret gives: (namespace, name, usable);
-/// `None` when it was not read (no value is better than a wrong one).
-fn credentials_gauge(fetched: &Fetched) -> Option<(String, String, bool)> {
-    let (ns, name, read) = fetched.secret.as_ref()?;
-    let storage = fetched.storage?;
-    let valid = match read.as_ref().ok()? {
-        Some(s) => credentials::detect(storage, &SecretData::from_secret(s)).usable(),
-        None => false,
+) -> Result<admission::Reviewed, Refused> {
+    let reads = RequestReads {
+        inner: app.lookup.as_deref().map(|l| l as &dyn Lookup),
+        hcps: fetched.hcps.as_ref(),
+        backups: fetched.backups.clone(),
+        secret: fetched.secret.clone(),
     };
-    Some((ns.clone(), name.clone(), valid))
+    let lookup = reads.any().then_some(&reads as &dyn Lookup);
+    let input = DecisionInput { settings, lookup, now: crate::time::system_now(), expect: Some(target) };
+    admission::review_parsed(parsed, &input).map_err(|e| Refused::new(StatusCode::BAD_REQUEST, e.to_string()))
 }
 
-/// Counts, logs and sends a decided review. Metric series keyed by names
-/// come only from allowed reviews that are not dry runs, and only for names
-/// that are Kubernetes object names in the operator namespace.
+/// Counts, logs and sends a decided review, all from the typed request and
+/// decision (bounded label sets). The credentials gauge is keyed by names:
+/// set only from allowed reviews that are not dry runs, and only for
+/// Secrets of the operator namespace.
 fn answer(
     app: &App,
+    parsed: &ParsedReview,
     reviewed: admission::Reviewed,
-    webhook: Webhook,
     target: Target,
     started: Instant,
-    gauge: Option<(String, String, bool)>,
 ) -> Response {
     let elapsed = started.elapsed();
-    let req = reviewed.request.as_ref();
-    // Labels from the typed request and decision: bounded sets.
-    let operation = Operation::from_request(req.map(|r| r.operation));
-    let decision = match reviewed.decision.denial() {
-        None => Decision::Allowed,
-        Some(d) if d.reason == admission::DenialReason::BadRequest => Decision::CannotDecide,
-        Some(_) => Decision::Denied,
+    let req = parsed.request();
+    let decision = &reviewed.decision;
+    let operation = OperationLabel::from_request(req.map(|r| r.operation));
+    let outcome = match decision.denial() {
+        None => Answer::Allowed,
+        Some(d) if d.reason == admission::DenialReason::BadRequest => Answer::CannotDecide,
+        Some(_) => Answer::Denied,
     };
-    app.metrics.observe(webhook, operation, decision, elapsed.as_secs_f64());
-    app.metrics.rule_results(webhook, &reviewed.decision.rules);
+    app.metrics.observe(target, operation, outcome, elapsed.as_secs_f64());
+    app.metrics.rule_results(target, &decision.rules);
+    if let Some(o) = &decision.etcd_init {
+        let (outcome, reason) = o.labels();
+        app.metrics.etcd_init(outcome, reason);
+    }
     let dry_run = req.and_then(|r| r.dry_run).unwrap_or(false);
-    if decision == Decision::Allowed && !dry_run {
-        let operator_ns = app.settings.operator_namespace.as_str();
-        if let Some((ns, name, valid)) = gauge.filter(|(ns, _, _)| ns == operator_ns) {
-            app.metrics.credentials_valid(&ns, &name, valid);
-        }
-        if target == Target::EtcdBackupSecrets && matches!(operation, Operation::Create | Operation::Update) {
-            if let Some((r, obj)) = req.and_then(|r| r.object.as_ref().map(|o| (r, o))) {
-                let ns = r.namespace.as_deref().or_else(|| obj.pointer("/metadata/namespace").and_then(Value::as_str));
-                let name = obj.pointer("/metadata/name").and_then(Value::as_str).or(r.name.as_deref());
-                if let (Some(ns), Some(name), Some(valid)) = (ns, name, rules::secret::usable(obj)) {
-                    if ns == operator_ns {
-                        app.metrics.credentials_valid(ns, name, valid);
-                    }
-                }
-            }
+    if let Some(seen) = decision.credentials.as_ref().filter(|_| outcome == Answer::Allowed && !dry_run) {
+        if seen.namespace == app.settings.operator_namespace {
+            app.metrics.credentials_valid(&seen.namespace, &seen.name, seen.usable);
         }
     }
     let field = |v: Option<&str>| log_field(v.unwrap_or_default());
@@ -432,28 +498,14 @@ fn answer(
         name = field(req.and_then(|r| r.name.as_deref())),
         operation = req.map_or("", |r| r.operation.as_str()),
         dry_run,
-        decision = decision.as_str(),
+        decision = outcome.as_str(),
         user = field(req.and_then(|r| r.user_info.as_ref()).map(|u| u.username.as_str())),
-        rules = rule_list(&reviewed.decision.rules),
+        rules = rule_list(&decision.rules),
         latency_us = elapsed.as_micros() as u64,
         "admission review"
     );
     Json(reviewed.review).into_response()
 }
-
-/// The findings of a decision for the log line: `rule=result` pairs from
-/// closed sets, at most [`MAX_LOGGED_RULES`] (then `+N more`).
-fn rule_list(results: &[crate::enforcement::RuleResult]) -> String {
-    let mut out: Vec<String> =
-        results.iter().take(MAX_LOGGED_RULES).map(|r| format!("{}={}", r.rule, r.outcome.as_str())).collect();
-    if results.len() > MAX_LOGGED_RULES {
-        out.push(format!("+{} more", results.len() - MAX_LOGGED_RULES));
-    }
-    out.join(",")
-}
-
-/// Most findings named in one review log line.
-const MAX_LOGGED_RULES: usize = 16;
 
 /// Reads and drops what is left of a body of at most twice `max` bytes, until
 /// `deadline`; hands back what could not be read (the answer goes first).
@@ -482,36 +534,16 @@ async fn discard(mut body: Body, declared: Option<usize>, max: usize, deadline: 
     body
 }
 
-fn parse(bytes: &[u8]) -> Result<Value, (StatusCode, String)> {
-    serde_json::from_slice(bytes).map_err(|e| (StatusCode::BAD_REQUEST, format!("body is not JSON: {e}")))
-}
-
-fn task_failed(e: tokio::task::JoinError) -> (StatusCode, String) {
-    (StatusCode::INTERNAL_SERVER_ERROR, format!("decision task failed: {e}"))
-}
-
-/// Decides a parsed review (counting what the etcd-init mutation did): the
-/// typed request and decision, and the wire answer. An HTTP error when it is
-/// not a review.
-fn decide(
-    app: &App,
-    parsed: &Value,
-    fetched: &Fetched,
-    settings: &Settings,
-    target: Target,
-) -> Result<admission::Reviewed, (StatusCode, String)> {
-    let reads = RequestReads {
-        inner: app.lookup.as_deref().map(|l| l as &dyn hcp_lookup::Lookup),
-        hcps: fetched.hcps.as_ref(),
-        backups: fetched.backups.clone(),
-        secret: fetched.secret.clone(),
-    };
-    let lookup = reads.any().then_some(&reads as &dyn hcp_lookup::Lookup);
-    let decision = DecisionInput { settings, lookup, now: crate::time::system_now(), expect: Some(target) };
-    let reviewed = admission::review_typed(parsed, &decision).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
-    if let Some(o) = &reviewed.decision.etcd_init {
-        let (outcome, reason) = o.labels();
-        app.metrics.etcd_init(outcome, reason);
+/// The findings of a decision for the log line: `rule=result` pairs from
+/// closed sets, at most [`MAX_LOGGED_RULES`] (then `+N more`).
+fn rule_list(results: &[crate::enforcement::RuleResult]) -> String {
+    let mut out: Vec<String> =
+        results.iter().take(MAX_LOGGED_RULES).map(|r| format!("{}={}", r.rule, r.outcome.as_str())).collect();
+    if results.len() > MAX_LOGGED_RULES {
+        out.push(format!("+{} more", results.len() - MAX_LOGGED_RULES));
     }
-    Ok(reviewed)
+    out.join(",")
 }
+
+/// Most findings named in one review log line.
+const MAX_LOGGED_RULES: usize = 16;

@@ -1,0 +1,146 @@
+//! The accept and drain loop: every accepted TCP connection gets a place in
+//! the connection table ([`super::conns`]; at a cap another connection is
+//! closed for it, a newcomer is never refused) and a task of its own
+//! ([`super::connection`]). On the shutdown signal `/readyz` turns 503 at
+//! once and the loop keeps accepting for the drain delay; then it stops
+//! accepting and lets in-flight requests finish within the shutdown grace.
+
+use std::{sync::atomic::Ordering, time::Duration};
+
+use hyper_util::{
+    rt::{TokioExecutor, TokioTimer},
+    server::conn::auto::Builder,
+};
+use tokio::sync::Semaphore;
+
+use super::{
+    connection::Connection,
+    conns::{ConnTable, Evicted},
+    limits::LimitOptions,
+    metrics, plain, routes, tls, Server,
+};
+
+impl Server {
+    /// Serves until `shutdown` resolves, keeps serving (not ready) for the
+    /// drain delay, then stops accepting and drains in-flight requests.
+    pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) {
+        let Server { listener, metrics_listener, acceptor, app, opts, resolver, client_verifier, last_source } = self;
+        let plain = metrics_listener.map(|l| tokio::spawn(plain::serve_plain(l, app.clone())));
+        let reloader = tokio::spawn(tls::reload_loop(
+            tls::ReloadTargets {
+                cert: opts.tls_cert.clone(),
+                key: opts.tls_key.clone(),
+                expect_sans: opts.expect_sans.clone(),
+                resolver,
+                client_ca: opts.client_ca.clone().zip(client_verifier),
+            },
+            last_source,
+            opts.reload_interval,
+            app.metrics.clone(),
+        ));
+        let router = routes::router(app.clone());
+        let lim = &app.limits.opts;
+        let max_conns = lim.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+        let conns = ConnTable::new(max_conns, lim.max_connections_per_source);
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
+        let builder = http_builder(lim);
+        let drain_until = tokio::time::sleep(Duration::MAX / 4);
+        tokio::pin!(shutdown, drain_until);
+        let mut draining = false;
+        loop {
+            let (tcp, peer) = tokio::select! {
+                _ = &mut shutdown, if !draining => {
+                    draining = true;
+                    app.draining.store(true, Ordering::Release);
+                    let _ = drain_tx.send(true);
+                    app.metrics.set_draining(true);
+                    drain_until.as_mut().reset(tokio::time::Instant::now() + opts.drain_delay);
+                    tracing::info!(
+                        drain_s = opts.drain_delay.as_secs_f64(),
+                        "shutdown signal: /readyz now 503; still serving until endpoints drop this pod"
+                    );
+                    continue;
+                }
+                _ = &mut drain_until, if draining => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            // Never refused: at a cap another connection is closed for it.
+            let (place, evicted) = conns.admit(peer.ip());
+            match evicted {
+                Some(Evicted::Fullest) => app.metrics.rejected(metrics::RejectReason::ConnectionEvicted),
+                Some(Evicted::OwnSource) => app.metrics.rejected(metrics::RejectReason::ConnectionSourceShare),
+                None => {}
+            }
+            let _ = tcp.set_nodelay(true);
+            let conn = Connection {
+                app: app.clone(),
+                acceptor: acceptor.clone(),
+                router: router.clone(),
+                builder: builder.clone(),
+                stop: stop_rx.clone(),
+                drain: drain_rx.clone(),
+            };
+            tokio::spawn(async move {
+                conn.run(tcp, peer, &place).await;
+                drop(place);
+            });
+        }
+        drop(listener);
+        app.ready.store(false, Ordering::Release);
+        tracing::info!("drain delay over: not accepting; finishing in-flight requests");
+        let _ = stop_tx.send(true);
+        if tokio::time::timeout(opts.shutdown_grace, conns.empty()).await.is_err() {
+            tracing::warn!(
+                grace_s = opts.shutdown_grace.as_secs(),
+                "in-flight requests did not finish before the deadline"
+            );
+        }
+        reloader.abort();
+        if let Some(p) = plain {
+            p.abort();
+        }
+    }
+}
+
+/// The HTTP/1.1 and HTTP/2 connection settings: bounded headers, small fixed
+/// HTTP/2 windows, keep-alive pings.
+fn http_builder(lim: &LimitOptions) -> Builder<TokioExecutor> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    // HTTP/1.1 (what kube-apiserver uses for webhooks): hyper's header-read
+    // timer also runs while a keep-alive connection waits for its next
+    // request, so it is the idle timeout there; a new connection's first
+    // request is bounded by the shorter header-read timeout (see the connection).
+    // The read buffer bounds what a client sending endless headers makes
+    // the server hold (hyper answers 431 and closes above it).
+    let header_bytes = lim.max_header_bytes.max(8192);
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(lim.idle_timeout)
+        .keep_alive(true)
+        .max_buf_size(header_bytes);
+    // Small fixed receive windows: a client that sends body data and never
+    // lets it be read pins at most one window per connection.
+    let window = lim.h2_window.max(65_535);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(lim.h2_max_streams)
+        .max_header_list_size(u32::try_from(header_bytes).unwrap_or(u32::MAX))
+        .initial_stream_window_size(window)
+        .initial_connection_window_size(window)
+        .adaptive_window(false)
+        .max_send_buf_size(64 * 1024)
+        .max_pending_accept_reset_streams(Some(16))
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(10));
+    builder
+}

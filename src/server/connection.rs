@@ -1,0 +1,148 @@
+//! One accepted connection: the TLS handshake (bounded in time, given up
+//! when the connection table closes the connection for a newer one), the
+//! caller's identity from its client certificate, and the HTTP connection
+//! until it is idle, reaches its maximum age, the drain closes it, or the
+//! server shuts down. Each request on it goes to the router
+//! ([`super::routes`]).
+
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{atomic::Ordering, Arc},
+    time::Duration,
+};
+
+use axum::body::Body;
+use hyper::{body::Incoming, header, http::HeaderValue, Request, Response, Version};
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto::Builder,
+};
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt as _;
+
+use super::{conns::Place, tls, App, PeerIdentity};
+
+/// One accepted TCP connection.
+pub(super) struct Connection {
+    pub app: Arc<App>,
+    pub acceptor: TlsAcceptor,
+    pub router: axum::Router,
+    pub builder: Builder<TokioExecutor>,
+    pub stop: tokio::sync::watch::Receiver<bool>,
+    /// Turns true when the drain starts.
+    pub drain: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Connection {
+    pub(super) async fn run(mut self, tcp: tokio::net::TcpStream, peer: SocketAddr, place: &Place) {
+        let app = self.app.clone();
+        app.metrics.connection_opened();
+        let _closed = scopeguard(app.clone());
+        let lim = &app.limits.opts;
+        let activity = place.activity.clone();
+        let handshake = tokio::time::timeout(lim.tls_handshake_timeout, self.acceptor.accept(tcp));
+        let tls = tokio::select! {
+            r = handshake => match r {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            },
+            _ = activity.kill.notified() => {
+                tracing::debug!(%peer, "connection cap: closed during its TLS handshake for a newer connection");
+                return;
+            }
+        };
+        activity.handshake_done();
+        let identity = Arc::new(match tls.get_ref().1.peer_certificates().and_then(|c| c.first()) {
+            Some(leaf) => tls::client_identity(leaf.as_ref(), app.client_auth.as_ref().is_some_and(|a| a.sans)),
+            None => PeerIdentity::default(),
+        });
+        // The connection ends at its maximum age, or when the client
+        // certificate expires if that is sooner: a rotated client CA or an
+        // expired certificate takes effect on every connection.
+        let max_age = identity
+            .not_after
+            .map(|t| Duration::from_secs(u64::try_from(t.saturating_sub(tls::unix_now())).unwrap_or(0)))
+            .map_or(lim.max_connection_age, |left| left.min(lim.max_connection_age));
+        let router = self.router.clone();
+        let svc_activity = activity.clone();
+        let svc_app = app.clone();
+        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            let guard = svc_activity.begin();
+            req.extensions_mut().insert(identity.clone());
+            req.extensions_mut().insert(svc_activity.clone());
+            let h1 = req.version() < Version::HTTP_2;
+            let router = router.clone();
+            let app = svc_app.clone();
+            async move {
+                let mut resp: Response<Body> = match router.oneshot(req.map(Body::new)).await {
+                    Ok(r) => r,
+                    Err(e) => match e {},
+                };
+                // While draining, HTTP/1.1 clients are told to reconnect (and
+                // so reach a pod that is still in the endpoints).
+                if h1 && app.draining.load(Ordering::Acquire) {
+                    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                drop(guard);
+                Ok::<_, Infallible>(resp)
+            }
+        });
+        let conn = self.builder.serve_connection(TokioIo::new(tls), service);
+        tokio::pin!(conn);
+        let (header_read, idle) = (lim.header_read_timeout, lim.idle_timeout);
+        let why = tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            _ = activity.idle(header_read, idle) => "idle",
+            _ = tokio::time::sleep(max_age) => "max age",
+            _ = self.stop.wait_for(|s| *s) => "shutdown",
+            // The drain: a pooled keep-alive connection is closed as soon as
+            // it has nothing in flight, so the client's next request opens a
+            // new connection (to a pod still in the endpoints) instead of
+            // finding this one closed under it later.
+            _ = async {
+                let _ = self.drain.wait_for(|d| *d).await;
+                activity.quiet().await;
+            } => "drain",
+            _ = activity.kill.notified() => {
+                tracing::debug!(%peer, "connection cap: closed for a newer connection");
+                return;
+            }
+        };
+        tracing::debug!(%peer, why, "closing connection");
+        // HTTP/1.1: close once the current exchange is done; HTTP/2: GOAWAY.
+        conn.as_mut().graceful_shutdown();
+        // Idle: nothing is in flight, so a peer halfway through headers (which
+        // graceful shutdown does not interrupt) is dropped after a second. On
+        // shutdown in-flight requests end by their deadline.
+        let wait = if why == "idle" { Duration::from_secs(1) } else { lim.request_timeout + Duration::from_secs(1) };
+        if tokio::time::timeout(wait, conn.as_mut()).await.is_err() {
+            tracing::debug!(%peer, "connection did not close in time; dropped");
+        }
+    }
+}
+
+/// Counts the connection closed when dropped.
+struct ConnGauge(Arc<App>);
+
+impl Drop for ConnGauge {
+    fn drop(&mut self) {
+        self.0.metrics.connection_closed();
+    }
+}
+
+fn scopeguard(app: Arc<App>) -> ConnGauge {
+    ConnGauge(app)
+}

@@ -221,6 +221,47 @@ impl ContextObjects {
     }
 }
 
+/// The answers to a read plan, read before the decision
+/// (`admission::ReadPlan::read_from`): the decision runs on these alone, and
+/// anything the plan did not name is not provided.
+#[derive(Debug, Clone, Default)]
+pub struct Answers {
+    pub hcps: Option<(String, Result<Vec<Value>, LookupError>)>,
+    pub backups: Option<(String, Result<Vec<Value>, LookupError>)>,
+    pub etcd_stateful_set: Option<(String, Result<Option<Value>, LookupError>)>,
+    /// (namespace, name, what the read gave).
+    pub secret: Option<(String, String, Result<Option<Value>, LookupError>)>,
+}
+
+/// The answer read for `key`, or not provided.
+fn answered<T: Clone>(read: &Option<(String, Result<T, LookupError>)>, key: &str) -> Result<T, LookupError> {
+    match read {
+        Some((k, answer)) if k == key => answer.clone(),
+        _ => Err(LookupError::NotProvided),
+    }
+}
+
+impl Lookup for Answers {
+    fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
+        answered(&self.hcps, namespace)
+    }
+
+    fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
+        answered(&self.backups, namespace)
+    }
+
+    fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, LookupError> {
+        match &self.secret {
+            Some((ns, n, answer)) if ns == namespace && n == name => answer.clone(),
+            _ => Err(LookupError::NotProvided),
+        }
+    }
+
+    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, LookupError> {
+        answered(&self.etcd_stateful_set, namespace)
+    }
+}
+
 /// A lookup answer fetched before the decision (the server's live read on a
 /// cache miss): the same answer for every namespace asked.
 #[derive(Debug, Clone)]

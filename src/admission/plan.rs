@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::{AdmissionRequest, Target};
 use crate::{
     api::StorageType,
-    lookup::{Freshness, LookupError},
+    lookup::{Answers, Freshness, Lookup, LookupError},
     rules::preflight,
     settings::Settings,
 };
@@ -29,9 +29,10 @@ pub struct ReadPlan {
     /// its name, in the operator namespace. Read only once the namespace is
     /// known to have a HostedControlPlane ([`ReadPlan::hosted`]).
     pub credentials_secret: Option<CredentialsSecret>,
-    /// The namespace's HCPEtcdBackups (the preflight's serial guard); read,
-    /// like the Secret, only for a hosted namespace.
+    /// The namespace's HCPEtcdBackups (the preflight's serial guard).
     pub backups: Option<String>,
+    /// The namespace's etcd StatefulSet (the preflight's readiness warning).
+    pub etcd_stateful_set: Option<String>,
     /// The decision can deny without these reads (schema, CEL and the other
     /// rules of an HCPEtcdBackup): a shell that pays for a read runs the
     /// decision without them first ([`without_preflight`]), and reads
@@ -49,11 +50,14 @@ pub struct CredentialsSecret {
 
 impl ReadPlan {
     pub fn is_empty(&self) -> bool {
-        self.hosted_control_planes.is_none() && self.credentials_secret.is_none() && self.backups.is_none()
+        self.hosted_control_planes.is_none()
+            && self.credentials_secret.is_none()
+            && self.backups.is_none()
+            && self.etcd_stateful_set.is_none()
     }
 
-    /// Whether the reads that wait for a hosted namespace (the Secret, the
-    /// backups) may go ahead, given what the HostedControlPlane read gave:
+    /// Whether the read that waits for a hosted namespace (the credentials
+    /// Secret) may go ahead, given what the HostedControlPlane read gave:
     /// only a namespace with a HostedControlPlane is, so that naming any
     /// namespace never makes a shell read the operator namespace's Secrets.
     pub fn hosted(&self, hcps: Option<&Result<Vec<Value>, LookupError>>) -> bool {
@@ -89,19 +93,52 @@ pub fn plan(req: &AdmissionRequest, settings: &Settings, expect: Option<Target>)
             plan.hosted_control_planes = freshness.map(|f| (namespace.to_string(), f));
         }
         Some(Target::HcpEtcdBackups) if req.creates_main_resource() => {
-            let Some(reads) = preflight::reads(object, namespace, settings) else { return plan };
+            let Some(secret) = preflight::reads(object, namespace, settings) else { return plan };
             plan.hosted_control_planes = Some((namespace.to_string(), Freshness::Cached));
-            plan.credentials_secret = reads.secret.map(|(storage, name)| CredentialsSecret {
+            plan.credentials_secret = secret.map(|(storage, name)| CredentialsSecret {
                 storage,
                 namespace: settings.operator_namespace.clone(),
                 name,
             });
-            plan.backups = reads.backups.then(|| namespace.to_string());
+            plan.backups = Some(namespace.to_string());
+            plan.etcd_stateful_set = Some(namespace.to_string());
             plan.decide_first = true;
         }
         _ => {}
     }
     plan
+}
+
+impl ReadPlan {
+    /// Carries the plan out on `source`, in the order the decision reads:
+    /// the HCPEtcdBackups first (when they cannot be read the preflight is
+    /// skipped, and nothing else of it is read), the HostedControlPlanes,
+    /// the credentials Secret only for a hosted namespace, the etcd
+    /// StatefulSet. A shell whose source does I/O (Kubewarden's host calls)
+    /// reads here, before the decision; the decision then runs on the
+    /// answers alone.
+    pub fn read_from(&self, source: &dyn Lookup) -> Answers {
+        let mut answers = Answers::default();
+        if let Some(ns) = &self.backups {
+            let read = source.hcp_etcd_backups(ns);
+            let unread = read.is_err();
+            answers.backups = Some((ns.clone(), read));
+            if unread {
+                return answers;
+            }
+        }
+        if let Some((ns, _)) = &self.hosted_control_planes {
+            answers.hcps = Some((ns.clone(), source.hosted_control_planes(ns)));
+        }
+        let hosted = self.hosted(answers.hcps.as_ref().map(|(_, read)| read));
+        if let Some(s) = self.credentials_secret.as_ref().filter(|_| hosted) {
+            answers.secret = Some((s.namespace.clone(), s.name.clone(), source.secret(&s.namespace, &s.name)));
+        }
+        if let Some(ns) = &self.etcd_stateful_set {
+            answers.etcd_stateful_set = Some((ns.clone(), source.etcd_stateful_set(ns)));
+        }
+        answers
+    }
 }
 
 /// The settings of the decision a shell runs before paying for the
@@ -147,6 +184,7 @@ mod tests {
         let p = plan(&request("statefulsets", "CREATE", sts("etcd", None)), &s, Some(Target::EtcdStatefulSets));
         assert_eq!(p.hosted_control_planes, Some(("clusters-a".into(), Freshness::Live)));
         assert!(!p.decide_first && p.credentials_secret.is_none() && p.backups.is_none());
+        assert!(p.etcd_stateful_set.is_none());
         let p = plan(&request("statefulsets", "UPDATE", sts("etcd", Some("u1"))), &s, None);
         assert_eq!(
             p.hosted_control_planes,
@@ -171,9 +209,10 @@ mod tests {
             CredentialsSecret { storage: StorageType::S3, namespace: "hypershift".into(), name: "creds".into() };
         assert_eq!(p.credentials_secret, Some(secret));
         assert_eq!(p.backups.as_deref(), Some("clusters-a"));
+        assert_eq!(p.etcd_stateful_set.as_deref(), Some("clusters-a"));
         assert!(p.decide_first);
-        // A name that is not an object name is never read; an UPDATE reads nothing; preflight off reads nothing.
-        let p = plan(&request("hcpetcdbackups", "CREATE", backup("../x")), &s, None);
+        // No credentials name: no Secret; an UPDATE reads nothing; preflight off reads nothing.
+        let p = plan(&request("hcpetcdbackups", "CREATE", backup("")), &s, None);
         assert!(p.credentials_secret.is_none() && p.hosted_control_planes.is_some());
         assert!(plan(&request("hcpetcdbackups", "UPDATE", backup("creds")), &s, None).is_empty());
         let off = Settings { backup_preflight: false, ..Settings::default() };
@@ -193,5 +232,50 @@ mod tests {
         let running = json!({"status": {"conditions": [{"type": "BackupCompleted", "status": "False", "reason": "BackupInProgress"}]}});
         assert!(ReadPlan::confirm_backups(&[json!({}), running]));
         assert!(!ReadPlan::confirm_backups(&[json!({})]));
+    }
+
+    /// A source that counts what it was asked.
+    #[derive(Default)]
+    struct Counting {
+        hcps: Vec<Value>,
+        asked: std::cell::RefCell<Vec<&'static str>>,
+    }
+
+    impl Lookup for Counting {
+        fn hosted_control_planes(&self, _: &str) -> Result<Vec<Value>, LookupError> {
+            self.asked.borrow_mut().push("hcps");
+            Ok(self.hcps.clone())
+        }
+        fn hcp_etcd_backups(&self, _: &str) -> Result<Vec<Value>, LookupError> {
+            self.asked.borrow_mut().push("backups");
+            Ok(Vec::new())
+        }
+        fn secret(&self, _: &str, _: &str) -> Result<Option<Value>, LookupError> {
+            self.asked.borrow_mut().push("secret");
+            Ok(None)
+        }
+        fn etcd_stateful_set(&self, _: &str) -> Result<Option<Value>, LookupError> {
+            self.asked.borrow_mut().push("etcd");
+            Ok(None)
+        }
+    }
+
+    #[test]
+    fn a_plan_is_read_in_order_and_answers_only_what_it_planned() {
+        let s = Settings::default();
+        let p = plan(&request("hcpetcdbackups", "CREATE", backup("creds")), &s, None);
+        let hosted = Counting { hcps: vec![json!({"kind": "HostedControlPlane"})], ..Counting::default() };
+        let answers = p.read_from(&hosted);
+        assert_eq!(*hosted.asked.borrow(), ["backups", "hcps", "secret", "etcd"]);
+        assert_eq!(answers.secret("hypershift", "creds"), Ok(None));
+        assert_eq!(answers.secret("hypershift", "other"), Err(LookupError::NotProvided), "not planned");
+        assert_eq!(answers.hosted_control_planes("elsewhere"), Err(LookupError::NotProvided));
+        let empty = Counting::default();
+        let answers = p.read_from(&empty);
+        assert!(
+            !empty.asked.borrow().contains(&"secret"),
+            "no Secret read for a namespace without a HostedControlPlane"
+        );
+        assert_eq!(answers.secret("hypershift", "creds"), Err(LookupError::NotProvided));
     }
 }

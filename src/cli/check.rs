@@ -333,6 +333,35 @@ impl Judge<'_> {
     }
 
     /// Judges one object.
+    /// The review `check` judges `o` as: a CREATE, or with `--audit` a no-op
+    /// UPDATE of itself (the apiserver's judgement of the object's next write).
+    fn request_for(&self, o: Object, target: Target, served: &str) -> AdmissionRequest {
+        let (group, version) = served.split_once('/').unwrap_or(("", served));
+        let operation = if self.args.audit { Operation::Update } else { Operation::Create };
+        let old_object = self.args.audit.then(|| o.value.clone());
+        AdmissionRequest {
+            uid: format!("check-{}", o.origin()),
+            kind: GroupVersionKind {
+                group: group.to_string(),
+                version: version.to_string(),
+                kind: target.kind().to_string(),
+            },
+            resource: GroupVersionResource {
+                group: group.to_string(),
+                version: version.to_string(),
+                resource: target.resource().split('.').next().unwrap_or_default().to_string(),
+            },
+            sub_resource: None,
+            name: Some(str_at(&o.value, "/metadata/name").to_string()),
+            namespace: Some(str_at(&o.value, "/metadata/namespace").to_string()),
+            operation,
+            object: Some(o.value),
+            old_object,
+            dry_run: Some(true),
+            user_info: None,
+        }
+    }
+
     fn judge(&self, o: Object, inline: &[Value]) -> Report {
         let v = &o.value;
         let mut report = Report {
@@ -367,30 +396,14 @@ impl Judge<'_> {
             );
             return report;
         }
-        let (group, version) = served.split_once('/').unwrap_or(("", served));
-        let lookup = CheckLookup { given: self.given, inline };
-        let decision = DecisionInput { settings: self.settings, lookup: Some(&lookup), now: self.now, expect: None };
-        let operation = if self.args.audit { Operation::Update } else { Operation::Create };
-        let old_object = self.args.audit.then(|| o.value.clone());
-        let mut req = AdmissionRequest {
-            uid: format!("check-{}", o.origin()),
-            kind: GroupVersionKind { group: group.to_string(), version: version.to_string(), kind: kind.clone() },
-            resource: GroupVersionResource {
-                group: group.to_string(),
-                version: version.to_string(),
-                resource: target.resource().split('.').next().unwrap_or_default().to_string(),
-            },
-            sub_resource: None,
-            name: Some(report.name.clone()),
-            namespace: Some(report.namespace.clone()),
-            operation,
-            object: Some(o.value),
-            old_object,
-            dry_run: Some(true),
-            user_info: None,
-        };
+        let mut req = self.request_for(o, target, served);
+        // The objects the decision reads, read first from the context files
+        // (given and inline): the decision runs on the answers, as in every shell.
+        let source = CheckLookup { given: self.given, inline };
+        let answers = admission::plan(&req, self.settings, None).read_from(&source);
+        let decision = DecisionInput { settings: self.settings, lookup: Some(&answers), now: self.now, expect: None };
         let decided = admission::decide(&req, &decision);
-        report.operation = Some(operation.as_str());
+        report.operation = Some(req.operation.as_str());
         report.result = if decided.allowed() { "allowed" } else { "denied" };
         if let Some(denial) = decided.denial() {
             report.message = denial.message.clone();

@@ -5,7 +5,7 @@
 
 use std::{io::Write as _, path::PathBuf};
 
-use hcp_etcd_admission::admission::{self, DecisionInput};
+use hcp_etcd_admission::admission::{self, DecisionInput, ParsedReview};
 
 use super::{input, redact, ClockArgs, DecisionArgs};
 
@@ -38,8 +38,13 @@ pub fn run(args: &ReviewArgs) -> anyhow::Result<i32> {
         anyhow::bail!("{}: expected exactly one AdmissionReview, found {} documents", args.file.display(), docs.len());
     };
     let context = args.decision.context()?;
-    let decision = DecisionInput { settings: &settings, lookup: Some(&context), now, expect: None };
-    match admission::review(doc, &decision) {
+    let reviewed = ParsedReview::parse(doc.clone()).and_then(|parsed| {
+        // What the decision reads, read first from the context files.
+        let answers = parsed.plan(&settings, None).read_from(&context);
+        let decision = DecisionInput { settings: &settings, lookup: Some(&answers), now, expect: None };
+        admission::review_parsed(&parsed, &decision)
+    });
+    match reviewed.map(|r| r.review) {
         Ok(mut response) => {
             if !args.show_secrets {
                 redact::review(&mut response);

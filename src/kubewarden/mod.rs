@@ -22,7 +22,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::{
-    admission::{self, lookup::Lookup, DecisionInput},
+    admission::{self, DecisionInput},
+    lookup::Lookup,
     settings::Settings,
 };
 
@@ -96,6 +97,9 @@ pub fn validate(payload: &[u8], lookup: Option<&dyn Lookup>, now: crate::time::N
         Ok(r) => r,
         Err(problem) => return reject(problem, 400),
     };
+    // The host calls the decision needs, made before it (the decision does no I/O).
+    let answers = lookup.map(|source| admission::plan(&request, &settings, None).read_from(source));
+    let lookup = answers.as_ref().map(|a| a as &dyn Lookup);
     let input = DecisionInput { settings: &settings, lookup, now, expect: None };
     let decision = admission::decide(&request, &input);
     let mutated_object = match (&decision.patch, &request.object) {

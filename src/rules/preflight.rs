@@ -13,7 +13,7 @@ use super::{
 };
 use crate::{
     api::{
-        names, StorageType, CREDENTIALS_WAIT, REASON_BACKUP_FAILED, REASON_BACKUP_IN_PROGRESS, REASON_BACKUP_REJECTED,
+        StorageType, CREDENTIALS_WAIT, REASON_BACKUP_FAILED, REASON_BACKUP_IN_PROGRESS, REASON_BACKUP_REJECTED,
         REASON_BACKUP_WAITING_FOR_CREDENTIALS,
     },
     lookup::Lookup,
@@ -123,28 +123,17 @@ fn terminal(status: Option<&str>, reason: Option<&str>) -> bool {
 }
 
 /// What the preflight of an HCPEtcdBackup CREATE reads, besides the
-/// namespace's HostedControlPlanes (read first: the rest is read only for a
-/// namespace that has one, see [`check`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reads {
-    /// The credentials Secret: its name, in the operator namespace
-    /// (`None`: the backup names none that could exist).
-    pub secret: Option<(StorageType, String)>,
-    /// The namespace's HCPEtcdBackups, when the namespace is a namespace name.
-    pub backups: bool,
-}
-
-/// What [`check`] reads for `obj` in `namespace` (`None`: the preflight does
-/// not run). Only names that are Kubernetes object names are ever read.
-pub fn reads(obj: &Value, namespace: &str, settings: &Settings) -> Option<Reads> {
+/// namespace's HostedControlPlanes (read first: the Secret is read only for
+/// a namespace that has one, see [`check`]), the namespace's HCPEtcdBackups
+/// and its etcd StatefulSet: the credentials Secret it names, in the
+/// operator namespace (`None`: it names none).
+pub fn reads(obj: &Value, namespace: &str, settings: &Settings) -> Option<Option<(StorageType, String)>> {
     if !settings.backup_preflight || namespace.is_empty() {
         return None;
     }
-    let secret = StorageType::of_backup(obj).and_then(|storage| {
-        let name = storage.credentials_name(obj).filter(|n| names::is_dns1123_subdomain(n))?;
-        Some((storage, name.to_string()))
-    });
-    Some(Reads { secret, backups: names::is_dns1123_label(namespace) })
+    let secret = StorageType::of_backup(obj)
+        .and_then(|storage| storage.credentials_name(obj).map(|name| (storage, name.to_string())));
+    Some(secret)
 }
 
 /// The preflight of an HCPEtcdBackup CREATE in `namespace`.

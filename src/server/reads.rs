@@ -43,7 +43,7 @@ use tokio::{
 use super::{fields::log_field, limits::LimitOptions, metrics::RejectReason, App};
 use crate::{
     admission::ReadPlan,
-    api::names::is_dns1123_label,
+    api::names::{is_dns1123_label, is_dns1123_subdomain},
     lookup::{LookupError, Prefetched},
 };
 
@@ -71,6 +71,13 @@ pub struct Fetched {
 /// read for a preflight this server cannot serve (no backup watch: the core
 /// skips the preflight and says so).
 pub fn live(app: &App, mut plan: ReadPlan) -> ReadPlan {
+    // The backup watch holds the etcd StatefulSets; only an object name
+    // reaches an apiserver URL (anything else is answered by the caches as
+    // not there).
+    plan.etcd_stateful_set = None;
+    if plan.credentials_secret.as_ref().is_some_and(|s| !is_dns1123_subdomain(&s.name)) {
+        plan.credentials_secret = None;
+    }
     match &app.backup_cache {
         None if plan.decide_first => return ReadPlan::default(),
         None => {

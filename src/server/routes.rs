@@ -547,3 +547,146 @@ fn rule_list(results: &[crate::enforcement::RuleResult]) -> String {
 
 /// Most findings named in one review log line.
 const MAX_LOGGED_RULES: usize = 16;
+
+/// In-process router tests (`Router` + `oneshot`): routing, what a review
+/// makes the server read, and how every failure maps to an HTTP answer. The
+/// real-TLS suites (`tests/server*.rs`) cover the same paths on the wire.
+#[cfg(test)]
+mod tests {
+    use std::{path::PathBuf, time::Duration};
+
+    use http_body_util::BodyExt as _;
+    use serde_json::Value;
+    use tower::ServiceExt as _;
+
+    use super::*;
+    use crate::server::{limits::LimitOptions, metrics::Metrics, LookupSource, ServeOptions};
+
+    fn options(lookups: LookupSource) -> ServeOptions {
+        ServeOptions {
+            listen: "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")),
+            tls_cert: PathBuf::new(),
+            tls_key: PathBuf::new(),
+            client_ca: None,
+            settings: Settings::default(),
+            reload_interval: Duration::from_secs(60),
+            limits: LimitOptions { max_body: 64 * 1024, ..LimitOptions::default() },
+            drain_delay: Duration::ZERO,
+            shutdown_grace: Duration::from_secs(1),
+            expect_sans: Vec::new(),
+            allowed_client_names: Vec::new(),
+            client_auth_scope: Default::default(),
+            client_identity_sans: false,
+            lookups,
+            metrics_listen: None,
+        }
+    }
+
+    fn app(lookups: LookupSource) -> Arc<App> {
+        let app = App::new(&options(lookups), Arc::new(Metrics::new()));
+        app.ready.store(true, std::sync::atomic::Ordering::Release);
+        Arc::new(app)
+    }
+
+    /// An apiserver that is not there: the watch caches never sync and every
+    /// live read fails, so an answer that needed a read says so.
+    fn nowhere() -> LookupSource {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap_or_else(|e| panic!("{e}")));
+        LookupSource::Cluster(kube::Client::try_from(config).unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    fn review(name: &str) -> Value {
+        let path = format!("{}/tests/reviews/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    async fn call(app: &Arc<App>, method: &str, path: &str, body: Vec<u8>) -> (StatusCode, Option<String>, Value) {
+        let req = Request::builder().method(method).uri(path).body(Body::from(body));
+        let req = req.unwrap_or_else(|e| panic!("{e}"));
+        let resp = router(app.clone()).oneshot(req).await.unwrap_or_else(|e| match e {});
+        let status = resp.status();
+        let retry = resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let bytes = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        (status, retry, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    fn json(v: &Value) -> Vec<u8> {
+        serde_json::to_vec(v).unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn every_webhook_path_answers_its_review_and_nothing_else_is_routed() {
+        let app = app(LookupSource::None);
+        for target in Target::ALL {
+            let mut r = review("hcpetcdbackup-create-s3.json");
+            let (status, _, body) = call(&app, "POST", &target.path(), json(&r)).await;
+            assert_eq!(status, StatusCode::OK, "{}", target.path());
+            assert_eq!(body["response"]["uid"], r["request"]["uid"], "{}", target.path());
+            // The backup is what the backup path validates; elsewhere it is the wrong resource.
+            let allowed = body["response"]["allowed"].as_bool();
+            match target {
+                Target::HcpEtcdBackups => assert_eq!(allowed, Some(true), "{body}"),
+                // The mutating path never blocks what it was not meant to see.
+                Target::EtcdStatefulSets => assert_eq!(allowed, Some(true), "{body}"),
+                _ => assert_eq!(body["response"]["status"]["code"], 400, "{}: {body}", target.path()),
+            }
+            r["request"]["uid"] = "other".into();
+        }
+        let (status, _, body) = call(&app, "POST", "/validate/pods", b"{}".to_vec()).await;
+        assert_eq!((status, body["kind"].as_str()), (StatusCode::NOT_FOUND, Some("Status")));
+        let (status, _, _) = call(&app, "GET", "/validate/hcpetcdbackups", Vec::new()).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        let (status, _, _) = call(&app, "GET", "/healthz", Vec::new()).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn failures_map_to_status_answers_and_are_counted() {
+        let app = app(LookupSource::None);
+        let path = Target::HcpEtcdBackups.path();
+        let (status, retry, body) = call(&app, "POST", &path, b"not json".to_vec()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(retry.is_none());
+        assert_eq!((body["kind"].as_str(), body["code"].as_u64()), (Some("Status"), Some(400)));
+        assert!(body["message"].as_str().is_some_and(|m| m.starts_with("body is not JSON")), "{body}");
+        let (status, _, body) = call(&app, "POST", &path, b"{\"kind\": \"Pod\"}".to_vec()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(body["message"].as_str().is_some_and(|m| m.contains("not an AdmissionReview")), "{body}");
+        let (status, _, body) = call(&app, "POST", &path, vec![b' '; 64 * 1024 + 1]).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+        let metrics = app.metrics.render();
+        assert!(metrics.contains(r#"rejected_requests_total{reason="body_too_large"} 1"#), "{metrics}");
+        let errors = r#"admission_requests_total{webhook="hcpetcdbackups",operation="other",decision="error"} 3"#;
+        assert!(metrics.contains(errors), "{metrics}");
+        // Not ready (draining): the probe says why.
+        app.draining.store(true, std::sync::atomic::Ordering::Release);
+        let (status, _, body) = call(&app, "GET", "/readyz", Vec::new()).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body["message"].as_str().is_some_and(|m| m.contains("draining")), "{body}");
+    }
+
+    #[tokio::test]
+    async fn reads_are_planned_by_the_core_and_skipped_for_a_review_denied_without_them() {
+        let app = app(nowhere());
+        // An HCPEtcdBackup CREATE: the caches have not synced, so the
+        // HostedControlPlanes are read live, after a decision without them.
+        let parse = |v: &Value| ParsedReview::parse(v.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let good = review("hcpetcdbackup-create-s3.json");
+        let plan = plan_reads(&app, &parse(&good), Target::HcpEtcdBackups);
+        assert!(plan.decide_first && plan.hosted_control_planes.is_some(), "{plan:?}");
+        assert!(plan.etcd_stateful_set.is_none(), "the backup watch answers the etcd StatefulSet");
+        // The wrong endpoint plans nothing.
+        assert!(plan_reads(&app, &parse(&good), Target::HostedClusters).is_empty());
+        // A backup its schema denies is answered without the (failing) reads.
+        let bad = review("hcpetcdbackup-create-invalid.json");
+        let (status, _, body) = call(&app, "POST", &Target::HcpEtcdBackups.path(), json(&bad)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["response"]["allowed"], false, "{body}");
+        assert!(!body.to_string().contains("could not be looked up"), "read for a denied review: {body}");
+        // The good one goes on to the preflight, which cannot read (nothing synced) and says so.
+        let (_, _, body) = call(&app, "POST", &Target::HcpEtcdBackups.path(), json(&good)).await;
+        assert_eq!(body["response"]["allowed"], true, "{body}");
+        assert!(body.to_string().contains("could not be looked up"), "{body}");
+    }
+}

@@ -212,12 +212,12 @@ pub fn review(input: &Value, decision: &DecisionInput<'_>) -> Result<Value, Revi
 
 /// Decides one parsed request, with the `enforcement` settings applied.
 pub fn decide(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> Decision {
-    let (raw, mutating) = decide_raw(req, decision);
+    let (raw, mutating) = unenforced(req, decision);
     enforce::apply(raw, req, &decision.settings.enforcement, mutating)
 }
 
 /// The decision before enforcement, and whether the etcd mutation made it.
-fn decide_raw(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> (Decision, bool) {
+fn unenforced(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> (Decision, bool) {
     let target = Target::of(&req.resource);
     if decision.expect == Some(Target::EtcdStatefulSets) && target != Some(Target::EtcdStatefulSets) {
         // A mutating endpoint never blocks a request it was not meant to see.
@@ -228,7 +228,7 @@ fn decide_raw(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> (Decision
         return (Decision::allow(vec![warning]), true);
     }
     if target == Some(Target::EtcdStatefulSets) && decision.expect.is_none_or(|e| e == Target::EtcdStatefulSets) {
-        return (mutating::decide(req, decision), true);
+        return (mutating::mutation(req, decision), true);
     }
-    (validate::decide(req, decision), false)
+    (validate::validation(req, decision), false)
 }

@@ -7,9 +7,9 @@
 use serde_json::Value;
 
 use super::{AdmissionRequest, Decision, DecisionInput, Operation};
-use crate::mutate::{self, Denial, Outcome};
+use crate::mutate::{self, Outcome, Refusal};
 
-pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
+pub fn mutation(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
     let allow = |warnings: Vec<String>| Decision::allow(warnings).with_etcd_init(Outcome::NotApplicable);
     if !req.writes_main_resource() {
         return allow(Vec::new());
@@ -22,8 +22,8 @@ pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
     let old = req.old_object.as_ref().filter(|_| req.operation == Operation::Update);
     let m = mutate::etcd_init_at(sts, old, namespace, input.lookup, input.settings, Some(&input.now));
     let decision = match (m.denial, m.patch) {
-        (Some(Denial::Lookup(reason)), _) => Decision::forbidden("statefulsets", "apps", name, &reason, m.warnings),
-        (Some(Denial::Template(errors)), _) => Decision::invalid("StatefulSet", "apps", name, &errors, m.warnings),
+        (Some(Refusal::Lookup(reason)), _) => Decision::forbidden("statefulsets", "apps", name, &reason, m.warnings),
+        (Some(Refusal::Template(errors)), _) => Decision::invalid("StatefulSet", "apps", name, &errors, m.warnings),
         (None, Some(patch)) => Decision::mutate(patch, m.warnings),
         (None, None) => Decision::allow(m.warnings),
     };

@@ -60,7 +60,7 @@ pub fn warm_up() -> Result<(), WarmUpError> {
 }
 
 /// Decides a request.
-pub fn decide(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
+pub fn validation(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
     let wrong_endpoint = |expected: Target| {
         Decision::bad_request(format!(
             "this endpoint validates {}, but the request is for {}; check the webhook configuration's rules",

@@ -80,14 +80,57 @@ pub fn build_init_container(
         return Err(vec![FieldError::required("spec.template.spec.containers[name=etcd]")
             .with_detail("the etcd StatefulSet has no container named \"etcd\"")]);
     };
-    let base = format!("spec.template.spec.containers[{index}]");
-    let id = identity::read(etcd, index)?;
-    let mut problems = Vec::new();
-    let mounts: Vec<Value> = etcd.get("volumeMounts").and_then(Value::as_array).cloned().unwrap_or_default();
+    let template = Template {
+        etcd,
+        base: format!("spec.template.spec.containers[{index}]"),
+        id: identity::read(etcd, index)?,
+        mounts: etcd.get("volumeMounts").and_then(Value::as_array).cloned().unwrap_or_default(),
+    };
+    let layout = template.layout(sts, settings)?;
+    let own_mounts = template.own_mounts(&layout);
+    let restore = Restore {
+        url,
+        generation,
+        stage: format!("{}/{STAGE_DIR_NAME}", template.mount_path(layout.data)),
+        wal_stage: layout
+            .wal
+            .filter(|i| *i != layout.data)
+            .map(|i| format!("{}/{STAGE_DIR_NAME}-wal", template.mount_path(i))),
+    };
+    let env = init_env(&template, &own_mounts, &restore, settings)?;
+    Ok(container(layout.image, env, own_mounts, etcd, settings))
+}
 
-    // Data dir and WAL dir: absolute, literal paths on a mounted volume.
-    let dir_of = |key: Key, problems: &mut Vec<FieldError>| -> Option<(String, usize)> {
-        let setting = id.get(key)?;
+/// The etcd container of the template, as admission reads it.
+struct Template<'a> {
+    etcd: &'a Value,
+    /// `spec.template.spec.containers[i]`.
+    base: String,
+    id: Identity,
+    mounts: Vec<Value>,
+}
+
+/// Where the restore goes: the volume mounts (indexes into the etcd
+/// container's) of the data dir and the WAL dir, and the image it runs.
+struct Layout {
+    data: usize,
+    wal: Option<usize>,
+    image: String,
+}
+
+/// What this restore is: its URL and generation, and where it stages.
+struct Restore<'a> {
+    url: &'a str,
+    generation: &'a str,
+    stage: String,
+    wal_stage: Option<String>,
+}
+
+impl Template<'_> {
+    /// A data or WAL dir: an absolute, literal path on a mounted volume
+    /// (`Ok(None)`: not set).
+    fn dir(&self, key: Key, problems: &mut Vec<FieldError>) -> Option<(String, usize)> {
+        let setting = self.id.get(key)?;
         let field = setting.field.clone();
         let Some(raw) = setting.source.literal() else {
             problems.push(FieldError::forbidden(
@@ -105,112 +148,132 @@ pub fn build_init_container(
             return None;
         }
         let path = if raw.len() > 1 { raw.trim_end_matches('/') } else { raw };
-        match mount_for(&mounts, path) {
-            Some((i, _)) => Some((path.to_string(), i)),
-            None => {
+        let Some((i, _)) = mount_for(&self.mounts, path) else {
+            problems.push(FieldError::invalid(
+                field,
+                go_quote(raw),
+                format!("{path} is on no volume mount of the etcd container: a restore there would be lost with the container"),
+            ));
+            return None;
+        };
+        Some((path.to_string(), i))
+    }
+
+    /// The layout, or every reason the template has none a restore can use.
+    fn layout(&self, sts: &Value, settings: &Settings) -> Result<Layout, Vec<FieldError>> {
+        let mut problems = Vec::new();
+        if self.id.get(Key::DataDir).is_none() {
+            problems.push(FieldError::required(format!("{}.env[name=ETCD_DATA_DIR]", self.base)).with_detail(
+                "the etcd container sets no data dir (env ETCD_DATA_DIR or --data-dir): etcd would use <name>.etcd in its working directory, which admission cannot place on a volume",
+            ));
+        }
+        let data = self.dir(Key::DataDir, &mut problems);
+        let wal = self.dir(Key::WalDir, &mut problems);
+        if let (Some((d, _)), Some((w, _))) = (&data, &wal) {
+            if w == d || w.starts_with(&format!("{d}/")) || d.starts_with(&format!("{w}/")) {
                 problems.push(FieldError::invalid(
-                    field,
-                    go_quote(raw),
-                    format!("{path} is on no volume mount of the etcd container: a restore there would be lost with the container"),
+                    self.id.get(Key::WalDir).map(|s| s.field.clone()).unwrap_or_default(),
+                    go_quote(w),
+                    format!("the WAL dir must be outside the data dir {d} (and the other way round)"),
                 ));
-                None
             }
         }
-    };
-    if id.get(Key::DataDir).is_none() {
-        problems.push(FieldError::required(format!("{base}.env[name=ETCD_DATA_DIR]")).with_detail(
-            "the etcd container sets no data dir (env ETCD_DATA_DIR or --data-dir): etcd would use <name>.etcd in its working directory, which admission cannot place on a volume",
-        ));
+        self.check_identity(sts, &mut problems);
+        let image = settings
+            .etcd_init_image
+            .clone()
+            .or_else(|| self.etcd.get("image").and_then(Value::as_str).map(str::to_string));
+        if image.is_none() {
+            problems.push(
+                FieldError::required(format!("{}.image", self.base))
+                    .with_detail("the etcd container has no image and no etcdInitImage setting is set"),
+            );
+        }
+        match (data, image, problems.is_empty()) {
+            (Some((_, data)), Some(image), true) => Ok(Layout { data, wal: wal.map(|(_, i)| i), image }),
+            _ => Err(problems),
+        }
     }
-    let data = dir_of(Key::DataDir, &mut problems);
-    let wal = dir_of(Key::WalDir, &mut problems);
-    if let (Some((d, _)), Some((w, _))) = (&data, &wal) {
-        if w == d || w.starts_with(&format!("{d}/")) || d.starts_with(&format!("{w}/")) {
-            problems.push(FieldError::invalid(
-                id.get(Key::WalDir).map(|s| s.field.clone()).unwrap_or_default(),
-                go_quote(w),
-                format!("the WAL dir must be outside the data dir {d} (and the other way round)"),
+
+    /// Identity exactly as etcd has it, never guessed: etcd names a member
+    /// "default" and advertises http://localhost:2380 unless told otherwise,
+    /// so a template without a name (or, with several members, without the
+    /// initial cluster and this member's peer URL) has no identity a restore
+    /// could match.
+    fn check_identity(&self, sts: &Value, problems: &mut Vec<FieldError>) {
+        let base = &self.base;
+        if let Some(r) = sts.pointer("/spec/replicas").filter(|r| r.as_u64().is_none_or(|r| r > MAX_MEMBERS)) {
+            if !r.is_null() {
+                problems.push(FieldError::invalid(
+                    "spec.replicas",
+                    r.to_string(),
+                    format!(
+                        "an etcd cluster restored by etcd-init has 1 to {MAX_MEMBERS} members (etcd recommends 3 or 5)"
+                    ),
+                ));
+            }
+        }
+        let replicas = sts.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1);
+        if self.id.get(Key::Name).is_none() {
+            problems.push(FieldError::required(format!("{base}.env[name=ETCD_NAME]")).with_detail(
+                "the etcd container sets no member name (env ETCD_NAME or --name; etcd would call every member \"default\"): set ETCD_NAME=$(HOSTNAME) with HOSTNAME from metadata.name",
+            ));
+        }
+        if replicas > 1 && self.id.get(Key::InitialCluster).is_none() {
+            problems.push(FieldError::required(format!("{base}.env[name=ETCD_INITIAL_CLUSTER]")).with_detail(format!(
+                "the etcd container sets no initial cluster (env ETCD_INITIAL_CLUSTER or --initial-cluster) for {replicas} replicas: etcd would start every member as a cluster of its own"
+            )));
+        }
+        if self.id.get(Key::InitialCluster).is_some() && self.id.get(Key::InitialAdvertisePeerUrls).is_none() {
+            problems.push(FieldError::required(format!("{base}.env[name=ETCD_INITIAL_ADVERTISE_PEER_URLS]")).with_detail(
+                "the etcd container sets an initial cluster but not this member's peer URL (env ETCD_INITIAL_ADVERTISE_PEER_URLS or --initial-advertise-peer-urls; etcd's default http://localhost:2380 is in no multi-member cluster)",
             ));
         }
     }
-    if let Some(r) = sts.pointer("/spec/replicas").filter(|r| r.as_u64().is_none_or(|r| r > MAX_MEMBERS)) {
-        if !r.is_null() {
-            problems.push(FieldError::invalid(
-                "spec.replicas",
-                r.to_string(),
-                format!(
-                    "an etcd cluster restored by etcd-init has 1 to {MAX_MEMBERS} members (etcd recommends 3 or 5)"
-                ),
-            ));
-        }
-    }
-    // Identity exactly as etcd has it, never guessed: etcd names a member
-    // "default" and advertises http://localhost:2380 unless told otherwise,
-    // so a template without a name (or, with several members, without the
-    // initial cluster and this member's peer URL) has no identity a restore
-    // could match.
-    let replicas = sts.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1);
-    if id.get(Key::Name).is_none() {
-        problems.push(FieldError::required(format!("{base}.env[name=ETCD_NAME]")).with_detail(
-            "the etcd container sets no member name (env ETCD_NAME or --name; etcd would call every member \"default\"): set ETCD_NAME=$(HOSTNAME) with HOSTNAME from metadata.name",
-        ));
-    }
-    if replicas > 1 && id.get(Key::InitialCluster).is_none() {
-        problems.push(FieldError::required(format!("{base}.env[name=ETCD_INITIAL_CLUSTER]")).with_detail(format!(
-            "the etcd container sets no initial cluster (env ETCD_INITIAL_CLUSTER or --initial-cluster) for {replicas} replicas: etcd would start every member as a cluster of its own"
-        )));
-    }
-    if id.get(Key::InitialCluster).is_some() && id.get(Key::InitialAdvertisePeerUrls).is_none() {
-        problems.push(FieldError::required(format!("{base}.env[name=ETCD_INITIAL_ADVERTISE_PEER_URLS]")).with_detail(
-            "the etcd container sets an initial cluster but not this member's peer URL (env ETCD_INITIAL_ADVERTISE_PEER_URLS or --initial-advertise-peer-urls; etcd's default http://localhost:2380 is in no multi-member cluster)",
-        ));
-    }
-    let image =
-        settings.etcd_init_image.clone().or_else(|| etcd.get("image").and_then(Value::as_str).map(str::to_string));
-    if image.is_none() {
-        problems.push(
-            FieldError::required(format!("{base}.image"))
-                .with_detail("the etcd container has no image and no etcdInitImage setting is set"),
-        );
-    }
-    let (Some((_, data_mount)), Some(image), true) = (data, image, problems.is_empty()) else {
-        return Err(problems);
-    };
 
-    // Mounts: the data volume (with its subPath), the WAL volume, and the
-    // volumes holding the client and peer TLS files (read-only) for the
-    // liveness probe.
-    let mut own_mounts: Vec<Value> = Vec::new();
-    let mut push_mount = |i: usize, read_only: bool| {
-        let Some(m) = mounts.get(i) else { return };
-        let mut m = m.clone();
-        if let (true, Some(o)) = (read_only, m.as_object_mut()) {
-            o.insert("readOnly".into(), json!(true));
+    /// Mounts: the data volume (with its subPath), the WAL volume, and the
+    /// volumes holding the client and peer TLS files (read-only) for the
+    /// liveness probe.
+    fn own_mounts(&self, layout: &Layout) -> Vec<Value> {
+        let mut own: Vec<Value> = Vec::new();
+        let mut push = |i: usize, read_only: bool| {
+            let Some(m) = self.mounts.get(i) else { return };
+            let mut m = m.clone();
+            if let (true, Some(o)) = (read_only, m.as_object_mut()) {
+                o.insert("readOnly".into(), json!(true));
+            }
+            if !own.iter().any(|o| o.get("mountPath") == m.get("mountPath")) {
+                own.push(m);
+            }
+        };
+        push(layout.data, false);
+        if let Some(i) = layout.wal {
+            push(i, false);
         }
-        if !own_mounts.iter().any(|o| o.get("mountPath") == m.get("mountPath")) {
-            own_mounts.push(m);
+        let tls = [
+            Key::CertFile,
+            Key::KeyFile,
+            Key::TrustedCaFile,
+            Key::PeerCertFile,
+            Key::PeerKeyFile,
+            Key::PeerTrustedCaFile,
+        ];
+        for k in tls {
+            if let Some((i, _)) = self.id.literal(k).and_then(|p| mount_for(&self.mounts, p)) {
+                push(i, true);
+            }
         }
-    };
-    push_mount(data_mount, false);
-    if let Some((_, i)) = &wal {
-        push_mount(*i, false);
+        own
     }
-    for k in
-        [Key::CertFile, Key::KeyFile, Key::TrustedCaFile, Key::PeerCertFile, Key::PeerKeyFile, Key::PeerTrustedCaFile]
-    {
-        if let Some((i, _)) = id.literal(k).and_then(|p| mount_for(&mounts, p)) {
-            push_mount(i, true);
-        }
+
+    /// The mount path of volume mount `i`, without a trailing `/`.
+    fn mount_path(&self, i: usize) -> &str {
+        self.mounts.get(i).and_then(|m| m.get("mountPath")).and_then(Value::as_str).unwrap_or("/").trim_end_matches('/')
     }
-    let mount_path = |i: usize| {
-        mounts.get(i).and_then(|m| m.get("mountPath")).and_then(Value::as_str).unwrap_or("/").trim_end_matches('/')
-    };
-    let stage = format!("{}/{STAGE_DIR_NAME}", mount_path(data_mount));
-    let wal_stage =
-        wal.as_ref().filter(|(_, i)| *i != data_mount).map(|(_, i)| format!("{}/{STAGE_DIR_NAME}-wal", mount_path(*i)));
+}
 
-    let env = init_env(etcd, &id, &own_mounts, &base, (url, generation), settings, &stage, wal_stage.as_deref())?;
-
+/// The container object, every field the apiserver would default written out.
+fn container(image: String, env: Vec<Value>, mounts: Vec<Value>, etcd: &Value, settings: &Settings) -> Value {
     let mut c = Map::new();
     c.insert("name".into(), json!(INIT_CONTAINER));
     c.insert("image".into(), json!(image));
@@ -224,14 +287,14 @@ pub fn build_init_container(
             "limits": {"memory": settings.restore_memory_limit},
         }),
     );
-    c.insert("volumeMounts".into(), Value::Array(own_mounts));
+    c.insert("volumeMounts".into(), Value::Array(mounts));
     c.insert("securityContext".into(), security_context(etcd.get("securityContext")));
     c.insert("terminationMessagePath".into(), json!("/dev/termination-log"));
     // etcd-init writes its one-line result (RESTORED / SKIPPED / HANDED OFF /
     // FAILED) there; should it not get to, the last lines of the log become
     // the termination message, so `kubectl describe pod` shows what happened.
     c.insert("terminationMessagePolicy".into(), json!("FallbackToLogsOnError"));
-    Ok(Value::Object(c))
+    Value::Object(c)
 }
 
 /// A hardened security context: a network-facing container holding a bearer
@@ -252,17 +315,15 @@ fn security_context(etcd: Option<&Value>) -> Value {
     Value::Object(sc)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The init container's env: the etcd container's identity entries and
+/// what they reference, the identity flags as env, then etcd-init's own.
 fn init_env(
-    etcd: &Value,
-    id: &Identity,
+    template: &Template<'_>,
     mounts: &[Value],
-    base: &str,
-    (url, generation): (&str, &str),
+    restore: &Restore<'_>,
     settings: &Settings,
-    stage: &str,
-    wal_stage: Option<&str>,
 ) -> Result<Vec<Value>, Vec<FieldError>> {
+    let (etcd, id, base) = (template.etcd, &template.id, &template.base);
     let etcd_env: Vec<Value> = etcd.get("env").and_then(Value::as_array).cloned().unwrap_or_default();
     // The identity's env entries and every entry they, the flag values and
     // subPathExpr reference through $(VAR), transitively.
@@ -306,12 +367,12 @@ fn init_env(
             env.push(json!({"name": s.key.env(), "value": v}));
         }
     }
-    env.push(json!({"name": "ETCD_INIT_STAGE_DIR", "value": escape_env(stage)}));
-    if let Some(w) = wal_stage {
+    env.push(json!({"name": "ETCD_INIT_STAGE_DIR", "value": escape_env(&restore.stage)}));
+    if let Some(w) = &restore.wal_stage {
         env.push(json!({"name": "ETCD_INIT_WAL_STAGE_DIR", "value": escape_env(w)}));
     }
-    env.push(json!({"name": "RESTORE_URL_ETCD", "value": escape_env(url)}));
-    env.push(json!({"name": "ETCD_INIT_RESTORE_GENERATION", "value": generation}));
+    env.push(json!({"name": "RESTORE_URL_ETCD", "value": escape_env(restore.url)}));
+    env.push(json!({"name": "ETCD_INIT_RESTORE_GENERATION", "value": restore.generation}));
     env.push(json!({"name": "RESTORE_MAX_BYTES", "value": settings.restore_max_bytes.to_string()}));
     env.push(json!({"name": "RESTORE_MAX_TIME_SECONDS", "value": settings.restore_max_time_seconds.to_string()}));
     env.push(json!({

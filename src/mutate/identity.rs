@@ -199,90 +199,129 @@ fn script_mentions(script: &str, key: Key) -> bool {
 
 /// Reads the identity of the container at `spec.template.spec.containers[index]`.
 pub fn read(container: &Value, index: usize) -> Result<Identity, Vec<FieldError>> {
-    let base = format!("spec.template.spec.containers[{index}]");
-    let mut problems = Vec::new();
-    if container.get("envFrom").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
-        problems.push(FieldError::forbidden(
-            format!("{base}.envFrom"),
-            "etcd settings may come from envFrom, which admission cannot read: set ETCD_* identity (ETCD_NAME, ETCD_DATA_DIR, ETCD_INITIAL_CLUSTER, ...) in env or as flags",
-        ));
-    }
-    // Env, as the kubelet builds it: a later entry of the same name wins.
-    let env: Vec<Value> = container.get("env").and_then(Value::as_array).cloned().unwrap_or_default();
-    let mut from_env: Vec<(Key, usize, Value)> = Vec::new();
-    for (i, e) in env.iter().enumerate() {
-        let name = e.get("name").and_then(Value::as_str).unwrap_or_default();
-        if name == "ETCD_CONFIG_FILE" {
-            problems.push(FieldError::forbidden(
-                format!("{base}.env[{i}]"),
-                "etcd reads its settings from a config file, which admission cannot read: set the identity in env or flags",
-            ));
-        }
-        if let Some(k) = KEYS.into_iter().find(|k| k.env() == name) {
-            from_env.retain(|(kk, _, _)| *kk != k);
-            from_env.push((k, i, e.clone()));
-        }
-    }
-    // Flags.
     let command = strings(container.get("command"));
     let args = strings(container.get("args"));
+    let mut r = Reader {
+        base: format!("spec.template.spec.containers[{index}]"),
+        command_len: command.len(),
+        problems: Vec::new(),
+    };
+    let from_env = r.env(container);
     let argv: Vec<String> = command.iter().chain(args.iter()).cloned().collect();
-    let field_of = |pos: usize| {
-        if pos < command.len() {
-            format!("{base}.command[{pos}]")
-        } else {
-            format!("{base}.args[{}]", pos - command.len())
+    let from_flags = match shell_script(&argv) {
+        Some((pos, script)) => {
+            r.script(pos, script);
+            Vec::new()
+        }
+        None => {
+            r.hidden_scripts(&argv);
+            // argv[0] is the program, unless the image's entrypoint is (args only).
+            let program_is_etcd = command.first().is_none_or(|p| p.rsplit('/').next() == Some("etcd"));
+            r.flags(&argv, usize::from(!command.is_empty()), program_is_etcd)
         }
     };
-    let mut from_flags: Vec<(Key, usize, String)> = Vec::new();
-    if let Some((pos, script)) = shell_script(&argv) {
+    let id = r.combine(&from_env, &from_flags);
+    if r.problems.is_empty() {
+        Ok(id)
+    } else {
+        Err(r.problems)
+    }
+}
+
+/// Where an identity setting was found: its key, its position, its value.
+type Found<T> = Vec<(Key, usize, T)>;
+
+/// Reads one container's identity, collecting every problem.
+struct Reader {
+    /// `spec.template.spec.containers[i]`.
+    base: String,
+    /// How many of argv's elements are `command` (the rest are `args`).
+    command_len: usize,
+    problems: Vec<FieldError>,
+}
+
+const CONFIG_FILE: &str =
+    "etcd reads its settings from a config file, which admission cannot read: set the identity in env or flags";
+
+impl Reader {
+    /// The field of argv element `pos`.
+    fn field_of(&self, pos: usize) -> String {
+        if pos < self.command_len {
+            format!("{}.command[{pos}]", self.base)
+        } else {
+            format!("{}.args[{}]", self.base, pos - self.command_len)
+        }
+    }
+
+    /// Env, as the kubelet builds it: a later entry of the same name wins.
+    fn env(&mut self, container: &Value) -> Found<Value> {
+        let base = &self.base;
+        if container.get("envFrom").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
+            self.problems.push(FieldError::forbidden(
+                format!("{base}.envFrom"),
+                "etcd settings may come from envFrom, which admission cannot read: set ETCD_* identity (ETCD_NAME, ETCD_DATA_DIR, ETCD_INITIAL_CLUSTER, ...) in env or as flags",
+            ));
+        }
+        let mut found: Found<Value> = Vec::new();
+        let env = container.get("env").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        for (i, e) in env.iter().enumerate() {
+            let name = e.get("name").and_then(Value::as_str).unwrap_or_default();
+            if name == "ETCD_CONFIG_FILE" {
+                self.problems.push(FieldError::forbidden(format!("{base}.env[{i}]"), CONFIG_FILE));
+            }
+            if let Some(k) = KEYS.into_iter().find(|k| k.env() == name) {
+                found.retain(|(kk, _, _)| *kk != k);
+                found.push((k, i, e.clone()));
+            }
+        }
+        found
+    }
+
+    /// A shell script as the command: an identity setting inside it cannot be read exactly.
+    fn script(&mut self, pos: usize, script: &str) {
         for k in KEYS {
             if script_mentions(script, k) {
-                problems.push(FieldError::forbidden(
-                    field_of(pos),
+                let (flag, env) = (k.flag(), k.env());
+                self.problems.push(FieldError::forbidden(
+                    self.field_of(pos),
                     format!(
-                        "the etcd container sets --{} (or {}) inside a shell script, which admission cannot read exactly: pass it as a command/args element (--{}=<value>) or as env {}",
-                        k.flag(),
-                        k.env(),
-                        k.flag(),
-                        k.env()
+                        "the etcd container sets --{flag} (or {env}) inside a shell script, which admission cannot read exactly: pass it as a command/args element (--{flag}=<value>) or as env {env}"
                     ),
                 ));
             }
         }
         if script.split_whitespace().any(|w| w.trim_start_matches('-').starts_with("config-file")) {
-            problems.push(FieldError::forbidden(field_of(pos), "etcd reads its settings from a config file, which admission cannot read: set the identity in env or flags"));
+            self.problems.push(FieldError::forbidden(self.field_of(pos), CONFIG_FILE));
         }
-    } else {
-        // A wrapper (env, tini, dumb-init, nice, a shell behind one of them)
-        // may hand a script to a shell: an element that reads like one and
-        // mentions an identity setting hides it.
+    }
+
+    /// A wrapper (env, tini, dumb-init, nice, a shell behind one of them)
+    /// may hand a script to a shell: an element that reads like one and
+    /// mentions an identity setting hides it.
+    fn hidden_scripts(&mut self, argv: &[String]) {
         for (pos, a) in argv.iter().enumerate() {
             if !a.chars().any(|c| c.is_whitespace() || c == ';') {
                 continue;
             }
-            for k in KEYS {
-                if script_mentions(a, k) {
-                    problems.push(FieldError::forbidden(
-                        field_of(pos),
-                        format!(
-                            "this element reads like a shell script that sets --{} (or {}), which admission cannot read exactly: pass it as a command/args element (--{}=<value>) or as env {}",
-                            k.flag(),
-                            k.env(),
-                            k.flag(),
-                            k.env()
-                        ),
-                    ));
-                }
+            for k in KEYS.into_iter().filter(|k| script_mentions(a, *k)) {
+                let (flag, env) = (k.flag(), k.env());
+                self.problems.push(FieldError::forbidden(
+                    self.field_of(pos),
+                    format!(
+                        "this element reads like a shell script that sets --{flag} (or {env}), which admission cannot read exactly: pass it as a command/args element (--{flag}=<value>) or as env {env}"
+                    ),
+                ));
             }
         }
-        // argv[0] is the program, unless the image's entrypoint is (args only).
-        let mut i = usize::from(!command.is_empty());
-        // etcd (Go's flag package) stops at "--": what follows is no flag. A
-        // wrapper's "--" (tini --) only ends the wrapper's own options.
-        let program_is_etcd = command.first().is_none_or(|p| p.rsplit('/').next() == Some("etcd"));
-        while i < argv.len() {
-            let a = &argv[i];
+    }
+
+    /// The identity flags of argv from `start`. etcd (Go's flag package)
+    /// stops at "--": what follows is no flag. A wrapper's "--" (tini --)
+    /// only ends the wrapper's own options.
+    fn flags(&mut self, argv: &[String], start: usize, program_is_etcd: bool) -> Found<String> {
+        let mut found: Found<String> = Vec::new();
+        let mut i = start;
+        while let Some(a) = argv.get(i) {
             let bare = a.trim_start_matches('-');
             let dashes = a.len() - bare.len();
             if a == "--" && program_is_etcd {
@@ -297,10 +336,7 @@ pub fn read(container: &Value, index: usize) -> Result<Identity, Vec<FieldError>
                 None => (bare, None),
             };
             if flag == "config-file" {
-                problems.push(FieldError::forbidden(
-                    field_of(i),
-                    "etcd reads its settings from a config file, which admission cannot read: set the identity in env or flags",
-                ));
+                self.problems.push(FieldError::forbidden(self.field_of(i), CONFIG_FILE));
             }
             let Some(k) = Key::of_flag(flag) else {
                 i += 1;
@@ -311,35 +347,40 @@ pub fn read(container: &Value, index: usize) -> Result<Identity, Vec<FieldError>
                 None => (argv.get(i + 1).cloned(), i + 2),
             };
             let Some(value) = value else {
-                problems.push(FieldError::invalid(field_of(i), go_quote(a), format!("--{flag} has no value")));
+                self.problems.push(FieldError::invalid(
+                    self.field_of(i),
+                    go_quote(a),
+                    format!("--{flag} has no value"),
+                ));
                 break;
             };
-            if let Some((_, first, v)) = from_flags.iter().find(|(kk, _, _)| *kk == k) {
-                if *v != value {
-                    problems.push(FieldError::invalid(
-                        field_of(i),
-                        go_quote(&value),
-                        format!(
-                            "--{flag} is given twice with different values ({v:?} at {}); etcd's identity must be unambiguous",
-                            field_of(*first)
-                        ),
-                    ));
+            match found.iter().find(|(kk, _, _)| *kk == k) {
+                Some((_, first, v)) if *v != value => {
+                    let message = format!(
+                        "--{flag} is given twice with different values ({v:?} at {}); etcd's identity must be unambiguous",
+                        self.field_of(*first)
+                    );
+                    self.problems.push(FieldError::invalid(self.field_of(i), go_quote(&value), message));
                 }
-            } else {
-                from_flags.push((k, i, value));
+                Some(_) => {}
+                None => found.push((k, i, value)),
             }
             i = next;
         }
+        found
     }
-    let mut id = Identity::default();
-    for k in KEYS {
-        let env = from_env.iter().find(|(kk, _, _)| *kk == k);
-        let flag = from_flags.iter().find(|(kk, _, _)| *kk == k);
-        match (env, flag) {
-            (Some((_, ei, e)), Some((_, fi, f))) => {
-                if e.get("value").and_then(Value::as_str) != Some(f.as_str()) {
-                    problems.push(FieldError::invalid(
-                        field_of(*fi),
+
+    /// Env and flags together: each setting once, or a problem where they disagree.
+    fn combine(&mut self, from_env: &Found<Value>, from_flags: &Found<String>) -> Identity {
+        let base = self.base.clone();
+        let mut id = Identity::default();
+        for k in KEYS {
+            let env = from_env.iter().find(|(kk, _, _)| *kk == k);
+            let flag = from_flags.iter().find(|(kk, _, _)| *kk == k);
+            let setting = match (env, flag) {
+                (Some((_, ei, e)), Some((_, fi, f))) if e.get("value").and_then(Value::as_str) != Some(f.as_str()) => {
+                    self.problems.push(FieldError::invalid(
+                        self.field_of(*fi),
                         go_quote(f),
                         format!(
                             "--{} contradicts env {} ({base}.env[{ei}]); etcd's identity must be unambiguous: set it once",
@@ -347,27 +388,19 @@ pub fn read(container: &Value, index: usize) -> Result<Identity, Vec<FieldError>
                             k.env(),
                         ),
                     ));
-                } else {
-                    id.settings.push(Setting {
-                        key: k,
-                        source: Source::Env(e.clone()),
-                        field: format!("{base}.env[{ei}]"),
-                    });
+                    continue;
                 }
-            }
-            (Some((_, ei, e)), None) => {
-                id.settings.push(Setting { key: k, source: Source::Env(e.clone()), field: format!("{base}.env[{ei}]") })
-            }
-            (None, Some((_, fi, f))) => {
-                id.settings.push(Setting { key: k, source: Source::Flag(f.clone()), field: field_of(*fi) })
-            }
-            (None, None) => {}
+                (Some((_, ei, e)), _) => {
+                    Setting { key: k, source: Source::Env(e.clone()), field: format!("{base}.env[{ei}]") }
+                }
+                (None, Some((_, fi, f))) => {
+                    Setting { key: k, source: Source::Flag(f.clone()), field: self.field_of(*fi) }
+                }
+                (None, None) => continue,
+            };
+            id.settings.push(setting);
         }
-    }
-    if problems.is_empty() {
-        Ok(id)
-    } else {
-        Err(problems)
+        id
     }
 }
 

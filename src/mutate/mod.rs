@@ -45,7 +45,7 @@ pub const ETCD_STATEFULSET: &str = "etcd";
 
 /// Why an etcd StatefulSet was denied (a closed set: metrics label it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DenyReason {
+pub enum Blocker {
     /// The shell has no HostedControlPlane lookup at all.
     NoLookupSource,
     /// The lookup failed (API error, RBAC, host capability missing).
@@ -60,25 +60,25 @@ pub enum DenyReason {
     Template,
 }
 
-impl DenyReason {
-    pub const ALL: [DenyReason; 6] = [
-        DenyReason::NoLookupSource,
-        DenyReason::LookupFailed,
-        DenyReason::CacheNotSynced,
-        DenyReason::NoHostedControlPlane,
-        DenyReason::SeveralHostedControlPlanes,
-        DenyReason::Template,
+impl Blocker {
+    pub const ALL: [Blocker; 6] = [
+        Blocker::NoLookupSource,
+        Blocker::LookupFailed,
+        Blocker::CacheNotSynced,
+        Blocker::NoHostedControlPlane,
+        Blocker::SeveralHostedControlPlanes,
+        Blocker::Template,
     ];
 
     /// The metrics label value.
     pub fn label(self) -> &'static str {
         match self {
-            DenyReason::NoLookupSource => "no_lookup_source",
-            DenyReason::LookupFailed => "lookup_failed",
-            DenyReason::CacheNotSynced => "cache_not_synced",
-            DenyReason::NoHostedControlPlane => "no_hostedcontrolplane",
-            DenyReason::SeveralHostedControlPlanes => "several_hostedcontrolplanes",
-            DenyReason::Template => "template",
+            Blocker::NoLookupSource => "no_lookup_source",
+            Blocker::LookupFailed => "lookup_failed",
+            Blocker::CacheNotSynced => "cache_not_synced",
+            Blocker::NoHostedControlPlane => "no_hostedcontrolplane",
+            Blocker::SeveralHostedControlPlanes => "several_hostedcontrolplanes",
+            Blocker::Template => "template",
         }
     }
 }
@@ -102,7 +102,7 @@ pub enum Outcome {
     /// (a label, an annotation, a finalizer removed at deletion).
     SpecUnchanged,
     /// Denied.
-    Denied(DenyReason),
+    Denied(Blocker),
 }
 
 impl Outcome {
@@ -122,7 +122,7 @@ impl Outcome {
 
 /// Why the StatefulSet is denied.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Denial {
+pub enum Refusal {
     /// The HostedControlPlane could not be established (403 Forbidden shape).
     Lookup(String),
     /// The template's identity/layout: field errors (422 Invalid shape).
@@ -137,7 +137,7 @@ pub struct Mutation {
     pub warnings: Vec<String>,
     pub outcome: Outcome,
     /// Set exactly when `outcome` is `Denied`.
-    pub denial: Option<Denial>,
+    pub denial: Option<Refusal>,
 }
 
 impl Mutation {
@@ -145,7 +145,7 @@ impl Mutation {
         Self { patch, outcome, ..Self::default() }
     }
 
-    fn denied(reason: DenyReason, denial: Denial) -> Self {
+    fn denied(reason: Blocker, denial: Refusal) -> Self {
         Self { outcome: Outcome::Denied(reason), denial: Some(denial), ..Self::default() }
     }
 }
@@ -183,14 +183,14 @@ pub fn etcd_init_at(
     settings: &Settings,
     now: Option<&crate::time::Now>,
 ) -> Mutation {
-    let m = decide(sts, old, namespace, lookup, settings, now);
+    let m = restore_decision(sts, old, namespace, lookup, settings, now);
     let spec_unchanged = old.is_some_and(|o| o.is_object() && o.get("spec") == sts.get("spec"));
     if !spec_unchanged {
         return m;
     }
     let why = match &m.denial {
-        Some(Denial::Lookup(reason)) => reason.clone(),
-        Some(Denial::Template(errors)) => errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+        Some(Refusal::Lookup(reason)) => reason.clone(),
+        Some(Refusal::Template(errors)) => errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
         None => return m,
     };
     let mut allowed = Mutation::outcome(Outcome::SpecUnchanged, None);
@@ -244,7 +244,7 @@ fn quorum_ready(old: Option<&Value>) -> Option<(u64, u64)> {
     (replicas > 0 && ready > replicas / 2).then_some((ready, replicas))
 }
 
-fn decide(
+fn restore_decision(
     sts: &Value,
     old: Option<&Value>,
     namespace: &str,
@@ -255,50 +255,9 @@ fn decide(
     if sts.pointer("/metadata/name").and_then(Value::as_str) != Some(ETCD_STATEFULSET) {
         return Mutation::default();
     }
-    let hcp = match lookup::hosted_control_plane(lookup, namespace) {
-        HcpLookup::One(hcp) => hcp,
-        HcpLookup::NoSource => {
-            return Mutation::denied(
-                DenyReason::NoLookupSource,
-                Denial::Lookup(lookup_denial(
-                    namespace,
-                    "this webhook has no HostedControlPlane lookup (no cluster watch, no --context, or a Kubewarden policy that is not context aware)",
-                )),
-            )
-        }
-        HcpLookup::NotSynced => {
-            return Mutation::denied(
-                DenyReason::CacheNotSynced,
-                Denial::Lookup(lookup_denial(
-                    namespace,
-                    "the HostedControlPlane cache has not synced and a live read did not answer",
-                )),
-            )
-        }
-        HcpLookup::Failed(why) => {
-            return Mutation::denied(
-                DenyReason::LookupFailed,
-                Denial::Lookup(lookup_denial(
-                    namespace,
-                    &format!("the HostedControlPlanes of namespace {namespace:?} could not be read ({why})"),
-                )),
-            )
-        }
-        HcpLookup::NotFound => {
-            return Mutation::denied(
-                DenyReason::NoHostedControlPlane,
-                Denial::Lookup(lookup_denial(namespace, &format!("no HostedControlPlane found in namespace {namespace:?}"))),
-            )
-        }
-        HcpLookup::Several(n) => {
-            return Mutation::denied(
-                DenyReason::SeveralHostedControlPlanes,
-                Denial::Lookup(lookup_denial(
-                    namespace,
-                    &format!("{n} HostedControlPlanes found in namespace {namespace:?}, expected exactly one"),
-                )),
-            )
-        }
+    let hcp = match the_hosted_control_plane(lookup, namespace) {
+        Ok(hcp) => hcp,
+        Err(refused) => return refused,
     };
     let url = restore_snapshot_url(&hcp);
     let running = quorum_ready(old);
@@ -330,7 +289,7 @@ fn decide(
     let generation = restore_generation(&hcp, namespace, url);
     let container = match build_init_container(sts, &generation, url, settings) {
         Ok(c) => c,
-        Err(errors) => return Mutation::denied(DenyReason::Template, Denial::Template(errors)),
+        Err(errors) => return Mutation::denied(Blocker::Template, Refusal::Template(errors)),
     };
     let mut m = match init_container_patch(sts, container) {
         Some(patch) => Mutation::outcome(Outcome::Injected, Some(patch)),
@@ -338,6 +297,34 @@ fn decide(
     };
     m.warnings.extend(now.and_then(|now| crate::rules::restore_url_injection_warning(url, now, settings)));
     m
+}
+
+/// The one HostedControlPlane of `namespace`, or the mutation that refuses
+/// the StatefulSet because it cannot be established (never a guess).
+fn the_hosted_control_plane(lookup: Option<&dyn Lookup>, namespace: &str) -> Result<Value, Mutation> {
+    let (reason, what) = match lookup::hosted_control_plane(lookup, namespace) {
+        HcpLookup::One(hcp) => return Ok(hcp),
+        HcpLookup::NoSource => (
+            Blocker::NoLookupSource,
+            "this webhook has no HostedControlPlane lookup (no cluster watch, no --context, or a Kubewarden policy that is not context aware)".to_string(),
+        ),
+        HcpLookup::NotSynced => (
+            Blocker::CacheNotSynced,
+            "the HostedControlPlane cache has not synced and a live read did not answer".to_string(),
+        ),
+        HcpLookup::Failed(why) => (
+            Blocker::LookupFailed,
+            format!("the HostedControlPlanes of namespace {namespace:?} could not be read ({why})"),
+        ),
+        HcpLookup::NotFound => {
+            (Blocker::NoHostedControlPlane, format!("no HostedControlPlane found in namespace {namespace:?}"))
+        }
+        HcpLookup::Several(n) => (
+            Blocker::SeveralHostedControlPlanes,
+            format!("{n} HostedControlPlanes found in namespace {namespace:?}, expected exactly one"),
+        ),
+    };
+    Err(Mutation::denied(reason, Refusal::Lookup(lookup_denial(namespace, &what))))
 }
 
 const LIST: &str = "/spec/template/spec/initContainers";
@@ -430,18 +417,18 @@ mod tests {
     #[test]
     fn every_lookup_failure_is_a_denial_with_its_reason() {
         let s = Settings::default();
-        let cases: Vec<(Option<Prefetched>, DenyReason, &str)> = vec![
-            (None, DenyReason::NoLookupSource, "no HostedControlPlane lookup"),
-            (Some(Prefetched(Err(LookupError::NotSynced))), DenyReason::CacheNotSynced, "has not synced"),
+        let cases: Vec<(Option<Prefetched>, Blocker, &str)> = vec![
+            (None, Blocker::NoLookupSource, "no HostedControlPlane lookup"),
+            (Some(Prefetched(Err(LookupError::NotSynced))), Blocker::CacheNotSynced, "has not synced"),
             (
                 Some(Prefetched(Err(LookupError::Failed("forbidden: RBAC".into())))),
-                DenyReason::LookupFailed,
+                Blocker::LookupFailed,
                 "could not be read (forbidden: RBAC)",
             ),
-            (Some(Prefetched(Ok(vec![]))), DenyReason::NoHostedControlPlane, "no HostedControlPlane found"),
+            (Some(Prefetched(Ok(vec![]))), Blocker::NoHostedControlPlane, "no HostedControlPlane found"),
             (
                 Some(Prefetched(Ok(vec![json!({}), json!({})]))),
-                DenyReason::SeveralHostedControlPlanes,
+                Blocker::SeveralHostedControlPlanes,
                 "2 HostedControlPlanes",
             ),
         ];
@@ -450,7 +437,7 @@ mod tests {
             assert_eq!(m.outcome, Outcome::Denied(reason));
             assert!(m.patch.is_none());
             match m.denial {
-                Some(Denial::Lookup(msg)) => {
+                Some(Refusal::Lookup(msg)) => {
                     assert!(msg.contains(needle), "{msg}");
                     assert!(msg.contains("control-plane-operator retries"), "{msg}");
                 }
@@ -504,7 +491,7 @@ mod tests {
             t
         };
         let denial = |t: &Value| match etcd_init(t, None, "ns", Some(&inject), &s).denial {
-            Some(Denial::Template(e)) => e.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"),
+            Some(Refusal::Template(e)) => e.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"),
             other => panic!("{other:?}"),
         };
         let msg = denial(&without(&["ETCD_NAME"], 1));
@@ -550,17 +537,17 @@ mod tests {
         // ... but any spec change (replicas, template) is decided as ever.
         let mut scaled = old.clone();
         scaled["spec"]["replicas"] = json!(3);
-        assert_eq!(etcd_init(&scaled, Some(&old), "ns", None, &s).outcome, Outcome::Denied(DenyReason::NoLookupSource));
+        assert_eq!(etcd_init(&scaled, Some(&old), "ns", None, &s).outcome, Outcome::Denied(Blocker::NoLookupSource));
         let mut retemplated = old.clone();
         retemplated["spec"]["template"]["metadata"] = json!({"annotations": {"x": "y"}});
         assert_eq!(
             etcd_init(&retemplated, Some(&old), "ns", None, &s).outcome,
-            Outcome::Denied(DenyReason::NoLookupSource)
+            Outcome::Denied(Blocker::NoLookupSource)
         );
         // A decidable metadata-only UPDATE is decided normally (injected).
         assert_eq!(etcd_init(&relabelled, Some(&old), "ns", Some(&inject), &s).outcome, Outcome::Injected);
         // CREATE has no old object: denied.
-        assert_eq!(etcd_init(&relabelled, None, "ns", None, &s).outcome, Outcome::Denied(DenyReason::NoLookupSource));
+        assert_eq!(etcd_init(&relabelled, None, "ns", None, &s).outcome, Outcome::Denied(Blocker::NoLookupSource));
     }
 
     #[test]
@@ -604,7 +591,7 @@ mod tests {
             {"name": "ETCD_NAME", "value": "$(RESTORE_URL_ETCD)"}
         ]);
         match etcd_init(&t, None, "ns", Some(&inject), &s).denial {
-            Some(Denial::Template(e)) => {
+            Some(Refusal::Template(e)) => {
                 assert!(e[0].to_string().contains("env[name=RESTORE_URL_ETCD]: Forbidden"), "{e:?}")
             }
             other => panic!("{other:?}"),
@@ -678,9 +665,9 @@ mod tests {
                 assert_eq!(m.outcome, Outcome::Injected, "{replicas}");
                 continue;
             }
-            assert_eq!(m.outcome, Outcome::Denied(DenyReason::Template), "{replicas}");
+            assert_eq!(m.outcome, Outcome::Denied(Blocker::Template), "{replicas}");
             match m.denial {
-                Some(Denial::Template(e)) => {
+                Some(Refusal::Template(e)) => {
                     let msg = e[0].to_string();
                     assert!(msg.contains(&format!("spec.replicas: Invalid value: {replicas}")), "{msg}");
                     assert!(msg.contains("1 to 9 members"), "{msg}");

@@ -288,7 +288,7 @@ impl Metrics {
             etcd_init.clone(),
         );
         // Every label pair exists from the start (at 0), so alerts can rate() them.
-        use crate::mutate::{DenyReason, Outcome};
+        use crate::mutate::{Blocker, Outcome};
         for o in [
             Outcome::NotApplicable,
             Outcome::Injected,
@@ -298,7 +298,7 @@ impl Metrics {
             Outcome::SpecUnchanged,
         ]
         .into_iter()
-        .chain(DenyReason::ALL.into_iter().map(Outcome::Denied))
+        .chain(Blocker::ALL.into_iter().map(Outcome::Denied))
         {
             let (outcome, reason) = o.labels();
             let _ = etcd_init.get_or_create(&EtcdInitLabels { outcome, reason });

@@ -3,7 +3,7 @@
 //! slot, [`parse`] (once: the typed review serves the plan, the decision
 //! and the log line), [`plan_reads`] (the core's read plan, less what the
 //! caches answer; [`super::reads`] carries it out with no decision slot
-//! held), [`decide`] (the core, with no I/O) and [`answer`] (metrics and
+//! held), [`core_decision`] (the core, with no I/O) and [`answer`] (metrics and
 //! the log line from the typed decision). Every answer that is not an
 //! AdmissionReview is a [`Refused`]. `docs/request-lifecycle.md` walks the
 //! whole way, from the accept loop to the answer.
@@ -359,13 +359,13 @@ impl Admission {
         });
         let plan = plan_reads(&self.app, &parsed, self.target);
         if plan.is_empty() {
-            let reviewed = self.decide(&parsed, Fetched::default(), self.app.settings.clone(), big, slot).await?;
+            let reviewed = self.decision(&parsed, Fetched::default(), self.app.settings.clone(), big, slot).await?;
             return Ok(answer(&self.app, &parsed, reviewed, self.target, self.started));
         }
         if plan.decide_first {
             // Nothing is read for a review denied without the reads.
             let settings = without_preflight(&self.app.settings);
-            let first = self.decide(&parsed, Fetched::default(), settings, big, slot).await?;
+            let first = self.decision(&parsed, Fetched::default(), settings, big, slot).await?;
             if first.decision.denial().is_some() {
                 return Ok(answer(&self.app, &parsed, first, self.target, self.started));
             }
@@ -374,7 +374,7 @@ impl Admission {
         }
         let fetched = self.app.reads.execute(&self.app, &plan, self.source, self.deadline).await;
         let slot = self.decision_slot(len).await?;
-        let reviewed = self.decide(&parsed, fetched, self.app.settings.clone(), big, slot).await?;
+        let reviewed = self.decision(&parsed, fetched, self.app.settings.clone(), big, slot).await?;
         Ok(answer(&self.app, &parsed, reviewed, self.target, self.started))
     }
 
@@ -388,7 +388,7 @@ impl Admission {
 
     /// Decides `parsed` on what was read, holding `slot` (a big review on
     /// the blocking pool, within the deadline).
-    async fn decide(
+    async fn decision(
         &self,
         parsed: &Arc<ParsedReview>,
         fetched: Fetched,
@@ -397,14 +397,14 @@ impl Admission {
         slot: OwnedSemaphorePermit,
     ) -> Result<admission::Reviewed, Refused> {
         if !big {
-            let reviewed = decide(&self.app, parsed, &fetched, &settings, self.target);
+            let reviewed = core_decision(&self.app, parsed, &fetched, &settings, self.target);
             drop(slot);
             return reviewed;
         }
         let (app, parsed, target) = (self.app.clone(), parsed.clone(), self.target);
         let task = tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            decide(&app, &parsed, &fetched, &settings, target)
+            core_decision(&app, &parsed, &fetched, &settings, target)
         });
         match tokio::time::timeout_at(self.deadline, task).await {
             Ok(joined) => joined.map_err(task_failed)?,
@@ -440,7 +440,7 @@ fn task_failed(e: tokio::task::JoinError) -> Refused {
 }
 
 /// The core's decision on `parsed`, on the caches and what was read for it.
-fn decide(
+fn core_decision(
     app: &App,
     parsed: &ParsedReview,
     fetched: &Fetched,

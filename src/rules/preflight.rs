@@ -171,6 +171,19 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
         Ok(_) => {}
         Err(_) => skipped_part(&mut f, "metadata.namespace", "the HostedControlPlane"),
     }
+    serial_guard(obj, namespace, &backups, &mut f);
+    // Unread HostedControlPlanes: the Secret is not read either, and the
+    // answer says so (its format check, a denial, did not run).
+    if hosted.is_some() || hcps_unread {
+        check_credentials(obj, hosted, settings, &mut f);
+    }
+    etcd_ready(lookup, namespace, &mut f);
+    f
+}
+
+/// The controller's serial guard: another backup in progress denies, one
+/// that has not finished for another reason warns.
+fn serial_guard(obj: &Value, namespace: &str, backups: &[Value], f: &mut Findings) {
     let own = obj.pointer("/metadata/name").and_then(Value::as_str);
     let mut others: Vec<(&str, Option<&str>, Option<&str>)> = backups
         .iter()
@@ -202,11 +215,10 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
             );
         }
     }
-    // Unread HostedControlPlanes: the Secret is not read either, and the
-    // answer says so (its format check, a denial, did not run).
-    if hosted.is_some() || hcps_unread {
-        check_credentials(obj, hosted, settings, &mut f);
-    }
+}
+
+/// The etcd StatefulSet the backup Job needs: missing or not fully ready warns.
+fn etcd_ready(lookup: &dyn Lookup, namespace: &str, f: &mut Findings) {
     match lookup.etcd_stateful_set(namespace) {
         Ok(None) => f.warn(
             &ETCD_READY,
@@ -225,9 +237,8 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
                 );
             }
         }
-        Err(_) => skipped_part(&mut f, "metadata.namespace", "the etcd StatefulSet"),
+        Err(_) => skipped_part(f, "metadata.namespace", "the etcd StatefulSet"),
     }
-    f
 }
 
 /// The credentials Secret rules; `lookup` is `None` when the Secret must not

@@ -374,54 +374,10 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
         check_enum(schema, value, shown, out);
         return;
     }
-    let format = schema.get("format").and_then(Value::as_str).filter(|f| !f.is_empty());
-    let type_ok = match schema.get("type").and_then(Value::as_str) {
-        // kube-openapi's typeValidator with a format (the apiserver keeps
-        // only string formats): a list passes the type check, anything else
-        // of the wrong type is named by its Go format (`must be of type
-        // date-time: "int64"`).
-        Some(t) if t == "string" && format.is_some() && !type_matches(t, value) => {
-            let (actual, actual_format) = go_format(value);
-            let float_int = actual == "number" && t == "integer" && value.as_f64().is_some_and(|f| f.fract() == 0.0);
-            let int_float = actual == "integer" && t == "number";
-            let stringish = value.is_string() || value.is_array();
-            let f = format.unwrap_or_default();
-            if !(stringish || actual_format == f || float_int || int_float) {
-                out.errors.push(FieldError::type_invalid(
-                    shown,
-                    format!("\"{actual_format}\""),
-                    format!("{shown} in body must be of type {f}: \"{actual_format}\""),
-                ));
-                false
-            } else if stringish && t != "number" && t != "integer" {
-                // Passes the type check; no other check applies to it.
-                check_enum(schema, value, shown, out);
-                return;
-            } else if !(float_int || int_float) {
-                out.errors.push(FieldError::type_invalid(
-                    shown,
-                    format!("\"{actual}\""),
-                    format!("{shown} in body must be of type {t}: \"{actual}\""),
-                ));
-                false
-            } else {
-                true
-            }
-        }
-        Some(t) if !type_matches(t, value) => {
-            let actual = json_type(value);
-            out.errors.push(FieldError::type_invalid(
-                shown,
-                format!("\"{actual}\""),
-                format!("{shown} in body must be of type {t}: \"{actual}\""),
-            ));
-            false
-        }
-        _ => true,
-    };
-    if !type_ok {
-        check_enum(schema, value, shown, out);
-        return;
+    match check_type(schema, value, shown, out) {
+        Typed::Yes => {}
+        Typed::No => return check_enum(schema, value, shown, out),
+        Typed::Settled => return,
     }
     match value {
         Value::String(s) => {
@@ -449,6 +405,64 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
             check_object(schema, obj, old, path, out);
         }
         _ => check_enum(schema, value, shown, out),
+    }
+}
+
+/// What the type check left to do.
+enum Typed {
+    /// The type matches: every other check applies.
+    Yes,
+    /// A type error was reported: only the enum check still applies.
+    No,
+    /// Passed as kube-openapi's format quirk lets it, and fully checked.
+    Settled,
+}
+
+/// The type check (with a string format: kube-openapi's typeValidator,
+/// which keeps only string formats: a list passes the type check, anything
+/// else of the wrong type is named by its Go format, `must be of type
+/// date-time: "int64"`).
+fn check_type(schema: &Value, value: &Value, shown: &str, out: &mut SchemaOutcome) -> Typed {
+    let format = schema.get("format").and_then(Value::as_str).filter(|f| !f.is_empty());
+    match schema.get("type").and_then(Value::as_str) {
+        Some(t) if t == "string" && format.is_some() && !type_matches(t, value) => {
+            let (actual, actual_format) = go_format(value);
+            let float_int = actual == "number" && t == "integer" && value.as_f64().is_some_and(|f| f.fract() == 0.0);
+            let int_float = actual == "integer" && t == "number";
+            let stringish = value.is_string() || value.is_array();
+            let f = format.unwrap_or_default();
+            if !(stringish || actual_format == f || float_int || int_float) {
+                out.errors.push(FieldError::type_invalid(
+                    shown,
+                    format!("\"{actual_format}\""),
+                    format!("{shown} in body must be of type {f}: \"{actual_format}\""),
+                ));
+                Typed::No
+            } else if stringish && t != "number" && t != "integer" {
+                // Passes the type check; no other check applies to it.
+                check_enum(schema, value, shown, out);
+                Typed::Settled
+            } else if !(float_int || int_float) {
+                out.errors.push(FieldError::type_invalid(
+                    shown,
+                    format!("\"{actual}\""),
+                    format!("{shown} in body must be of type {t}: \"{actual}\""),
+                ));
+                Typed::No
+            } else {
+                Typed::Yes
+            }
+        }
+        Some(t) if !type_matches(t, value) => {
+            let actual = json_type(value);
+            out.errors.push(FieldError::type_invalid(
+                shown,
+                format!("\"{actual}\""),
+                format!("{shown} in body must be of type {t}: \"{actual}\""),
+            ));
+            Typed::No
+        }
+        _ => Typed::Yes,
     }
 }
 

@@ -26,18 +26,14 @@ impl Server {
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) {
         let Server { listener, metrics_listener, acceptor, app, opts, resolver, client_verifier, last_source } = self;
         let plain = metrics_listener.map(|l| tokio::spawn(plain::serve_plain(l, app.clone())));
-        let reloader = tokio::spawn(tls::reload_loop(
-            tls::ReloadTargets {
-                cert: opts.tls_cert.clone(),
-                key: opts.tls_key.clone(),
-                expect_sans: opts.expect_sans.clone(),
-                resolver,
-                client_ca: opts.client_ca.clone().zip(client_verifier),
-            },
-            last_source,
-            opts.reload_interval,
-            app.metrics.clone(),
-        ));
+        let targets = tls::ReloadTargets {
+            cert: opts.tls_cert.clone(),
+            key: opts.tls_key.clone(),
+            expect_sans: opts.expect_sans.clone(),
+            resolver,
+            client_ca: opts.client_ca.clone().zip(client_verifier),
+        };
+        let reloader = tokio::spawn(tls::reload_loop(targets, last_source, opts.reload_interval, app.metrics.clone()));
         let router = routes::router(app.clone());
         let lim = &app.limits.opts;
         let max_conns = lim.max_connections.clamp(1, Semaphore::MAX_PERMITS);
@@ -52,14 +48,8 @@ impl Server {
             let (tcp, peer) = tokio::select! {
                 _ = &mut shutdown, if !draining => {
                     draining = true;
-                    app.draining.store(true, Ordering::Release);
-                    let _ = drain_tx.send(true);
-                    app.metrics.set_draining(true);
+                    begin_drain(&app, &drain_tx, opts.drain_delay);
                     drain_until.as_mut().reset(tokio::time::Instant::now() + opts.drain_delay);
-                    tracing::info!(
-                        drain_s = opts.drain_delay.as_secs_f64(),
-                        "shutdown signal: /readyz now 503; still serving until endpoints drop this pod"
-                    );
                     continue;
                 }
                 _ = &mut drain_until, if draining => break,
@@ -72,13 +62,7 @@ impl Server {
                     }
                 },
             };
-            // Never refused: at a cap another connection is closed for it.
-            let (place, evicted) = conns.admit(peer.ip());
-            match evicted {
-                Some(Evicted::Fullest) => app.metrics.rejected(metrics::RejectReason::ConnectionEvicted),
-                Some(Evicted::OwnSource) => app.metrics.rejected(metrics::RejectReason::ConnectionSourceShare),
-                None => {}
-            }
+            let place = admit(&conns, &app, peer.ip());
             let _ = tcp.set_nodelay(true);
             let conn = Connection {
                 app: app.clone(),
@@ -108,6 +92,29 @@ impl Server {
             p.abort();
         }
     }
+}
+
+/// A place in the connection table for a connection from `source`: never
+/// refused; at a cap another connection is closed for it (counted).
+fn admit(conns: &std::sync::Arc<ConnTable>, app: &super::App, source: std::net::IpAddr) -> super::conns::Place {
+    let (place, evicted) = conns.admit(source);
+    match evicted {
+        Some(Evicted::Fullest) => app.metrics.rejected(metrics::RejectReason::ConnectionEvicted),
+        Some(Evicted::OwnSource) => app.metrics.rejected(metrics::RejectReason::ConnectionSourceShare),
+        None => {}
+    }
+    place
+}
+
+/// The drain starts: `/readyz` answers 503, connections are told.
+fn begin_drain(app: &super::App, drain: &tokio::sync::watch::Sender<bool>, delay: Duration) {
+    app.draining.store(true, Ordering::Release);
+    let _ = drain.send(true);
+    app.metrics.set_draining(true);
+    tracing::info!(
+        drain_s = delay.as_secs_f64(),
+        "shutdown signal: /readyz now 503; still serving until endpoints drop this pod"
+    );
 }
 
 /// The HTTP/1.1 and HTTP/2 connection settings: bounded headers, small fixed

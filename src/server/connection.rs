@@ -21,7 +21,10 @@ use hyper_util::{
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
-use super::{conns::Place, tls, App, PeerIdentity};
+use super::{
+    conns::{Activity, Place},
+    tls, App, PeerIdentity,
+};
 
 /// One accepted TCP connection.
 pub(super) struct Connection {
@@ -41,24 +44,7 @@ impl Connection {
         let _closed = scopeguard(app.clone());
         let lim = &app.limits.opts;
         let activity = place.activity.clone();
-        let handshake = tokio::time::timeout(lim.tls_handshake_timeout, self.acceptor.accept(tcp));
-        let tls = tokio::select! {
-            r = handshake => match r {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            },
-            _ = activity.kill.notified() => {
-                tracing::debug!(%peer, "connection cap: closed during its TLS handshake for a newer connection");
-                return;
-            }
-        };
+        let Some(tls) = self.handshake(tcp, peer, &activity).await else { return };
         activity.handshake_done();
         let identity = Arc::new(match tls.get_ref().1.peer_certificates().and_then(|c| c.first()) {
             Some(leaf) => tls::client_identity(leaf.as_ref(), app.client_auth.as_ref().is_some_and(|a| a.sans)),
@@ -71,30 +57,7 @@ impl Connection {
             .not_after
             .map(|t| Duration::from_secs(u64::try_from(t.saturating_sub(tls::unix_now())).unwrap_or(0)))
             .map_or(lim.max_connection_age, |left| left.min(lim.max_connection_age));
-        let router = self.router.clone();
-        let svc_activity = activity.clone();
-        let svc_app = app.clone();
-        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-            let guard = svc_activity.begin();
-            req.extensions_mut().insert(identity.clone());
-            req.extensions_mut().insert(svc_activity.clone());
-            let h1 = req.version() < Version::HTTP_2;
-            let router = router.clone();
-            let app = svc_app.clone();
-            async move {
-                let mut resp: Response<Body> = match router.oneshot(req.map(Body::new)).await {
-                    Ok(r) => r,
-                    Err(e) => match e {},
-                };
-                // While draining, HTTP/1.1 clients are told to reconnect (and
-                // so reach a pod that is still in the endpoints).
-                if h1 && app.draining.load(Ordering::Acquire) {
-                    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-                }
-                drop(guard);
-                Ok::<_, Infallible>(resp)
-            }
-        });
+        let service = self.service(identity, &activity);
         let conn = self.builder.serve_connection(TokioIo::new(tls), service);
         tokio::pin!(conn);
         let (header_read, idle) = (lim.header_read_timeout, lim.idle_timeout);
@@ -131,6 +94,69 @@ impl Connection {
         if tokio::time::timeout(wait, conn.as_mut()).await.is_err() {
             tracing::debug!(%peer, "connection did not close in time; dropped");
         }
+    }
+
+    /// The TLS handshake, within its timeout; given up when the connection
+    /// table closes this connection for a newer one.
+    async fn handshake(
+        &self,
+        tcp: tokio::net::TcpStream,
+        peer: SocketAddr,
+        activity: &Arc<Activity>,
+    ) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+        let handshake = tokio::time::timeout(self.app.limits.opts.tls_handshake_timeout, self.acceptor.accept(tcp));
+        tokio::select! {
+            r = handshake => match r {
+                Ok(Ok(s)) => Some(s),
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    None
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    None
+                }
+            },
+            _ = activity.kill.notified() => {
+                tracing::debug!(%peer, "connection cap: closed during its TLS handshake for a newer connection");
+                None
+            }
+        }
+    }
+
+    /// The per-request service: the caller's identity and the connection's
+    /// activity go with each request to the router; while draining, HTTP/1.1
+    /// clients are told to reconnect (and so reach a pod still in the endpoints).
+    fn service(
+        &self,
+        identity: Arc<PeerIdentity>,
+        activity: &Arc<Activity>,
+    ) -> impl hyper::service::Service<
+        Request<Incoming>,
+        Response = Response<Body>,
+        Error = Infallible,
+        Future = impl std::future::Future<Output = Result<Response<Body>, Infallible>> + Send,
+    > + Clone {
+        let (router, activity, app) = (self.router.clone(), activity.clone(), self.app.clone());
+        hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            let guard = activity.begin();
+            req.extensions_mut().insert(identity.clone());
+            req.extensions_mut().insert(activity.clone());
+            let h1 = req.version() < Version::HTTP_2;
+            let router = router.clone();
+            let app = app.clone();
+            async move {
+                let mut resp: Response<Body> = match router.oneshot(req.map(Body::new)).await {
+                    Ok(r) => r,
+                    Err(e) => match e {},
+                };
+                if h1 && app.draining.load(Ordering::Acquire) {
+                    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                drop(guard);
+                Ok::<_, Infallible>(resp)
+            }
+        })
     }
 }
 

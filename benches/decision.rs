@@ -32,7 +32,8 @@ use std::{hint::black_box, time::Duration};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use hcp_etcd_admission::{
-    admission::{lookup::ContextObjects, review, DecisionInput},
+    admission::{review, DecisionInput},
+    lookup::ContextObjects,
     settings::Settings,
     time::format_rfc3339,
 };

@@ -7,7 +7,8 @@ mod common;
 use std::process::Command;
 
 use hcp_etcd_admission::{
-    admission::{lookup::ContextObjects, review, DecisionInput},
+    admission::{review, DecisionInput},
+    lookup::ContextObjects,
     settings::Settings,
     time::parse_rfc3339,
 };

@@ -315,7 +315,7 @@ fn patched_in_process(sts: &Value, url: &str, settings: &Value) -> Value {
 
 /// The library's patch for `sts` with `hcp` as the namespace's HostedControlPlane.
 fn patched_for(sts: &Value, hcp: &Value, settings: &Value) -> Value {
-    use hcp_etcd_admission::{admission, admission::lookup::ContextObjects, settings::Settings};
+    use hcp_etcd_admission::{admission, lookup::ContextObjects, settings::Settings};
     let review = common::admission_review("f-uid", "statefulsets", None, "CREATE", Some(sts), None);
     let settings = Settings::from_json(settings).expect("settings");
     let ctx = ContextObjects::from_values([hcp.clone()]);

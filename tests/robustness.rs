@@ -6,8 +6,9 @@
 mod common;
 
 use hcp_etcd_admission::{
-    admission::{lookup::ContextObjects, review, DecisionInput},
+    admission::{review, DecisionInput},
     kubewarden,
+    lookup::ContextObjects,
     settings::Settings,
 };
 use serde_json::{json, Value};

@@ -22,7 +22,8 @@ use std::{
 use base64::Engine as _;
 use common::https::Client;
 use hcp_etcd_admission::{
-    admission::{lookup::ContextObjects, review, DecisionInput},
+    admission::{review, DecisionInput},
+    lookup::ContextObjects,
     settings::Settings,
     time::parse_rfc3339,
 };

@@ -20,7 +20,8 @@ mod wasm_host;
 use std::sync::OnceLock;
 
 use hcp_etcd_admission::{
-    admission::{lookup::ContextObjects, review, DecisionInput},
+    admission::{review, DecisionInput},
+    lookup::ContextObjects,
     settings::Settings,
     time::parse_rfc3339,
 };

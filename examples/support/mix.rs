@@ -98,7 +98,7 @@ pub fn recorded() -> Vec<(String, String)> {
 /// rotation, on one thread, in this process: `warmup` rounds, then `rounds`
 /// timed rounds.
 pub fn decision_cost(reqs: &[(String, String)], hcp: &Value, warmup: u32, rounds: u32) -> Duration {
-    use hcp_etcd_admission::{admission, admission::lookup::ContextObjects, settings::Settings};
+    use hcp_etcd_admission::{admission, lookup::ContextObjects, settings::Settings};
     let settings = Settings::default();
     let ctx = ContextObjects::from_values(vec![hcp.clone()]);
     let now =

@@ -9,7 +9,6 @@
 
 mod decision;
 pub mod enforce;
-pub mod lookup;
 mod mutating;
 pub mod plan;
 mod validate;

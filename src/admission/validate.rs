@@ -112,6 +112,19 @@ pub fn validation(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision
         let seen = rules::backup_secret_seen(object, req.namespace_or_object(), req.object_name());
         return finish(req, target, "", findings.errors, findings.warnings).with_credentials(seen);
     }
+    judge(req, input, target, object, old)
+}
+
+/// The schema (upstream rules, as the apiserver runs them) and the project
+/// rules on the object as the apiserver hands it to validation.
+fn judge(
+    req: &AdmissionRequest,
+    input: &DecisionInput<'_>,
+    target: Target,
+    object: &Value,
+    old: Option<&Value>,
+) -> Decision {
+    let subresource = req.subresource();
     let schema = match compiled(target) {
         Some(Ok(schema)) => schema,
         Some(Err(e)) => {

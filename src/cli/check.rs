@@ -19,12 +19,9 @@ mod emit;
 use std::path::PathBuf;
 
 use hcp_etcd_admission::{
-    admission::{
-        self,
-        lookup::{ContextObjects, Lookup, LookupError},
-        AdmissionRequest, DecisionInput, GroupVersionKind, GroupVersionResource, Operation, Target,
-    },
+    admission::{self, AdmissionRequest, DecisionInput, GroupVersionKind, GroupVersionResource, Operation, Target},
     catalog,
+    lookup::{ContextObjects, Lookup, LookupError},
     settings::Settings,
 };
 use serde::Serialize;

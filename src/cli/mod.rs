@@ -57,12 +57,12 @@ impl ClockArgs {
 
 impl DecisionArgs {
     /// The objects of the `--context` files.
-    pub fn context(&self) -> anyhow::Result<hcp_etcd_admission::admission::lookup::ContextObjects> {
+    pub fn context(&self) -> anyhow::Result<hcp_etcd_admission::lookup::ContextObjects> {
         let mut all = Vec::new();
         for path in &self.context {
             all.extend(input::read_documents(path)?);
         }
-        Ok(hcp_etcd_admission::admission::lookup::ContextObjects::from_values(all))
+        Ok(hcp_etcd_admission::lookup::ContextObjects::from_values(all))
     }
 
     pub fn settings(&self) -> anyhow::Result<Settings> {

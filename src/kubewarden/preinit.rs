@@ -20,10 +20,7 @@
 
 use serde_json::{json, Value};
 
-use crate::{
-    admission::{self, lookup::ContextObjects},
-    kubewarden,
-};
+use crate::{admission, kubewarden, lookup::ContextObjects};
 
 /// 2026-11-29T15:10:00Z: the fixed "now" of the sample decisions.
 const SAMPLE_NOW: i64 = 1_795_965_000;

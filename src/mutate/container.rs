@@ -250,15 +250,7 @@ impl Template<'_> {
         if let Some(i) = layout.wal {
             push(i, false);
         }
-        let tls = [
-            Key::CertFile,
-            Key::KeyFile,
-            Key::TrustedCaFile,
-            Key::PeerCertFile,
-            Key::PeerKeyFile,
-            Key::PeerTrustedCaFile,
-        ];
-        for k in tls {
+        for k in identity::TLS_FILES {
             if let Some((i, _)) = self.id.literal(k).and_then(|p| mount_for(&self.mounts, p)) {
                 push(i, true);
             }

@@ -28,6 +28,11 @@ pub enum Key {
     PeerTrustedCaFile,
 }
 
+/// The TLS files etcd reads (client and peer): their volumes are mounted
+/// read-only into etcd-init for its probes.
+pub const TLS_FILES: [Key; 6] =
+    [Key::CertFile, Key::KeyFile, Key::TrustedCaFile, Key::PeerCertFile, Key::PeerKeyFile, Key::PeerTrustedCaFile];
+
 pub const KEYS: [Key; 14] = [
     Key::Name,
     Key::DataDir,

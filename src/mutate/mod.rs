@@ -406,6 +406,12 @@ mod tests {
     use super::*;
     use crate::lookup::{LookupError, Prefetched};
 
+    /// A HostedControlPlane lookup with a restore pending.
+    fn restore_pending() -> Prefetched {
+        Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
+            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]))
+    }
+
     fn sts() -> Value {
         json!({"metadata": {"name": "etcd", "namespace": "ns"}, "spec": {"serviceName": "etcd-discovery", "template": {"spec": {
             "containers": [{"name": "etcd", "image": "etcd", "env": [{"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
@@ -480,8 +486,7 @@ mod tests {
     #[test]
     fn identity_is_never_guessed() {
         let s = Settings::default();
-        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
-            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]));
+        let inject = restore_pending();
         let without = |names: &[&str], replicas: u64| {
             let mut t = sts();
             t["spec"]["replicas"] = json!(replicas);
@@ -529,8 +534,7 @@ mod tests {
         if let Some(env) = nameless.pointer_mut("/spec/template/spec/containers/0/env").and_then(Value::as_array_mut) {
             env.retain(|e| e["name"] != "ETCD_NAME");
         }
-        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
-            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]));
+        let inject = restore_pending();
         let mut finalizing = nameless.clone();
         finalizing["metadata"]["finalizers"] = json!([]);
         assert_eq!(etcd_init(&finalizing, Some(&nameless), "ns", Some(&inject), &s).outcome, Outcome::SpecUnchanged);
@@ -553,8 +557,7 @@ mod tests {
     #[test]
     fn env_resolves_in_etcd_init_exactly_as_in_etcd() {
         let s = Settings::default();
-        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
-            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]));
+        let inject = restore_pending();
         let env_of = |env: Value| {
             let mut t = sts();
             t["spec"]["template"]["spec"]["containers"][0]["env"] = env;
@@ -620,8 +623,7 @@ mod tests {
     #[test]
     fn a_quorum_of_ready_members_ends_the_restore() {
         let s = Settings::default();
-        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
-            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]));
+        let inject = restore_pending();
         let mut three = sts();
         three["spec"]["replicas"] = json!(3);
         let patched = {
@@ -653,8 +655,7 @@ mod tests {
     #[test]
     fn replicas_are_bounded() {
         let s = Settings::default();
-        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
-            "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]));
+        let inject = restore_pending();
         for (replicas, ok) in
             [(json!(1), true), (json!(9), true), (json!(10), false), (json!(2147483647), false), (json!(-1), false)]
         {

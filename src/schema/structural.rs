@@ -408,6 +408,32 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
     }
 }
 
+/// minItems/maxItems or minProperties/maxProperties: go-openapi's
+/// TooFew*/TooMany* carry the actual count; apiextensions turns the second
+/// into field.TooMany.
+fn check_count(
+    schema: &Value,
+    (min_key, max_key, what): (&str, &str, &str),
+    len: usize,
+    shown: &str,
+    out: &mut SchemaOutcome,
+) {
+    if let Some(min) = schema.get(min_key).and_then(Value::as_u64) {
+        if (len as u64) < min {
+            out.errors.push(FieldError::invalid(
+                shown,
+                len.to_string(),
+                format!("{shown} in body should have at least {min} {what}"),
+            ));
+        }
+    }
+    if let Some(max) = schema.get(max_key).and_then(Value::as_u64) {
+        if len as u64 > max {
+            out.errors.push(FieldError::too_many(shown, len, max));
+        }
+    }
+}
+
 /// What the type check left to do.
 enum Typed {
     /// The type matches: every other check applies.
@@ -531,21 +557,7 @@ fn check_array(schema: &Value, items: &[Value], old: Option<&Value>, path: &str,
     if let Some(item_schema) = schema.get("items") {
         check_items(schema, item_schema, items, old, path, out);
     }
-    // go-openapi's TooFewItems/TooManyItems carry the actual count.
-    if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
-        if (items.len() as u64) < min {
-            out.errors.push(FieldError::invalid(
-                shown,
-                items.len().to_string(),
-                format!("{shown} in body should have at least {min} items"),
-            ));
-        }
-    }
-    if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
-        if items.len() as u64 > max {
-            out.errors.push(FieldError::too_many(shown, items.len(), max));
-        }
-    }
+    check_count(schema, ("minItems", "maxItems", "items"), items.len(), shown, out);
 }
 
 fn check_items(
@@ -665,22 +677,7 @@ const OBJECT_META_FIELDS: [&str; 15] = [
 
 fn check_object(schema: &Value, obj: &Map<String, Value>, old: Option<&Value>, path: &str, out: &mut SchemaOutcome) {
     let shown = display_path(path);
-    // go-openapi's TooFewProperties/TooManyProperties carry the actual count;
-    // apiextensions turns the second into field.TooMany.
-    if let Some(min) = schema.get("minProperties").and_then(Value::as_u64) {
-        if (obj.len() as u64) < min {
-            out.errors.push(FieldError::invalid(
-                shown,
-                obj.len().to_string(),
-                format!("{shown} in body should have at least {min} properties"),
-            ));
-        }
-    }
-    if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64) {
-        if obj.len() as u64 > max {
-            out.errors.push(FieldError::too_many(shown, obj.len(), max));
-        }
-    }
+    check_count(schema, ("minProperties", "maxProperties", "properties"), obj.len(), shown, out);
     // Unknown fields are not the walk's: the object it sees is pruned.
     let props = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties").filter(|a| a.is_object());

@@ -24,13 +24,16 @@ use std::sync::{
 use futures::StreamExt;
 use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Secret};
 use kube::{
-    api::{Api, ApiResource, DynamicObject, GroupVersionKind},
+    api::{Api, ApiResource, DynamicObject},
     runtime::{reflector, watcher, WatchStreamExt},
     Client,
 };
 use serde_json::Value;
 
-use crate::admission::lookup::{Lookup, LookupError, Prefetched};
+use crate::{
+    api::HCPEtcdBackup,
+    lookup::{Lookup, LookupError, Prefetched},
+};
 
 /// Longest a live Secret read may take before the preflight skips it.
 pub const SECRET_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
@@ -45,7 +48,9 @@ pub struct BackupCache {
     operator_namespace: String,
 }
 
-fn spawn_reflector(
+/// Starts a reflector over `api` (its errors logged as `what`, retried with
+/// backoff): the store, and a flag that turns true after the initial list.
+pub(super) fn spawn_reflector(
     api: Api<DynamicObject>,
     resource: ApiResource,
     config: watcher::Config,
@@ -77,8 +82,7 @@ fn spawn_reflector(
 impl BackupCache {
     /// Starts both reflectors on `client`; returns at once.
     pub fn start(client: Client, operator_namespace: String) -> Arc<Self> {
-        let gvk = GroupVersionKind::gvk(crate::api::GROUP, crate::api::VERSION, "HCPEtcdBackup");
-        let backups_res = ApiResource::from_gvk_with_plural(&gvk, "hcpetcdbackups");
+        let backups_res = ApiResource::erase::<HCPEtcdBackup>(&());
         let (backups, backups_synced) = spawn_reflector(
             Api::all_with(client.clone(), &backups_res),
             backups_res,
@@ -133,8 +137,7 @@ impl BackupCache {
         if !crate::api::names::is_dns1123_label(namespace) {
             return Err("the namespace is not a namespace name (a DNS-1123 label); not read".to_string());
         }
-        let gvk = GroupVersionKind::gvk(crate::api::GROUP, crate::api::VERSION, "HCPEtcdBackup");
-        let resource = ApiResource::from_gvk_with_plural(&gvk, "hcpetcdbackups");
+        let resource = ApiResource::erase::<HCPEtcdBackup>(&());
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &resource);
         match tokio::time::timeout(SECRET_READ_TIMEOUT, api.list(&kube::api::ListParams::default())).await {
             Err(_) => Err(format!("listing HCPEtcdBackups took longer than {SECRET_READ_TIMEOUT:?}")),

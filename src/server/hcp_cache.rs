@@ -20,17 +20,16 @@ use std::{
     time::Duration,
 };
 
-use futures::StreamExt;
 use kube::{
-    api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams},
-    runtime::{reflector, watcher, WatchStreamExt},
+    api::{Api, ApiResource, DynamicObject, ListParams},
+    runtime::{reflector, watcher},
     Client,
 };
 use serde_json::Value;
 
 use super::metrics::truncate;
 use crate::{
-    api::names::is_dns1123_label,
+    api::{names::is_dns1123_label, HostedControlPlane},
     lookup::{Freshness, Lookup, LookupError, Prefetched},
 };
 
@@ -50,29 +49,14 @@ impl HcpCache {
     /// Starts the reflector on `client`; returns at once, `synced()` turns
     /// true after the initial list.
     pub fn start(client: Client) -> Arc<Self> {
-        let gvk = GroupVersionKind::gvk(crate::api::GROUP, crate::api::VERSION, "HostedControlPlane");
-        let resource = ApiResource::from_gvk_with_plural(&gvk, "hostedcontrolplanes");
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
-        let reader = writer.as_reader();
-        let synced = Arc::new(AtomicBool::new(false));
-        let cache = Arc::new(Self { store: reader.clone(), synced: synced.clone(), client, resource });
-        let stream = watcher(api, watcher::Config::default()).default_backoff();
-        tokio::spawn(async move {
-            let mut events = std::pin::pin!(reflector(writer, stream));
-            while let Some(ev) = events.next().await {
-                if let Err(e) = ev {
-                    tracing::warn!(error = %e, "HostedControlPlane watch error (retrying with backoff)");
-                }
-            }
-        });
-        tokio::spawn(async move {
-            if reader.wait_until_ready().await.is_ok() {
-                synced.store(true, Ordering::Release);
-                tracing::info!(objects = reader.len(), "HostedControlPlane cache synced");
-            }
-        });
-        cache
+        let resource = ApiResource::erase::<HostedControlPlane>(&());
+        let (store, synced) = super::backup_cache::spawn_reflector(
+            Api::all_with(client.clone(), &resource),
+            resource.clone(),
+            watcher::Config::default(),
+            "HostedControlPlanes",
+        );
+        Arc::new(Self { store, synced, client, resource })
     }
 
     pub fn synced(&self) -> bool {

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use super::kube_apiserver::{Auth, Kube, KubeApiserver};
 use hcp_etcd_admission::{
-    admission::{lookup::ContextObjects, review, DecisionInput},
+    admission::{review, DecisionInput},
     crd,
+    lookup::ContextObjects,
     schema::{redact_urls_in, CompiledCrdSchema, KubernetesVersion, Scope},
     settings::Settings,
     time::parse_rfc3339,

@@ -3,7 +3,8 @@
 #![allow(dead_code)]
 
 use hcp_etcd_admission::{
-    admission::{lookup::ContextObjects, review, DecisionInput},
+    admission::{review, DecisionInput},
+    lookup::ContextObjects,
     settings::Settings,
 };
 use serde_json::{json, Value};

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::{crd, rules::BEYOND_RULES};
+use crate::{api::upstream_rules, crd, rules::BEYOND_RULES};
 
 /// One row of the catalog.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,11 +21,14 @@ fn collect(schema: &Value, path: &str, objects: &str, prefix: &str, out: &mut Ve
     if let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
         for (i, r) in rules.iter().enumerate() {
             let field = if path.is_empty() { "(root)".to_string() } else { path.to_string() };
+            let message = r.get("message").and_then(Value::as_str).unwrap_or_default();
             out.push(Entry {
-                id: format!("{prefix}.{field}#{}", i + 1),
+                // A rule without an id is caught by the tests; it still shows, by position.
+                id: upstream_rules::id(prefix, &field, message)
+                    .map_or_else(|| format!("{prefix}.{field}#{}", i + 1), str::to_string),
                 objects: objects.to_string(),
                 field,
-                message: r.get("message").and_then(Value::as_str).unwrap_or_default().to_string(),
+                message: message.to_string(),
                 origin: "upstream (CEL)",
                 severity: "deny",
             });
@@ -78,4 +81,23 @@ pub fn markdown_table() -> Result<String, crd::CrdError> {
         ));
     }
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_upstream_rule_has_one_stable_id_and_every_id_a_rule() {
+        let entries = entries().unwrap_or_else(|e| panic!("{e}"));
+        let upstream: Vec<&Entry> = entries.iter().filter(|e| e.origin.starts_with("upstream")).collect();
+        for e in &upstream {
+            assert!(!e.id.contains('#'), "upstream rule without an id in api/upstream_rules.rs: {e:?}");
+        }
+        assert_eq!(upstream.len(), upstream_rules::IDS.len(), "an id in api/upstream_rules.rs names no rule");
+        let mut ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), entries.len(), "rule ids are unique");
+    }
 }

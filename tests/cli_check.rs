@@ -419,7 +419,10 @@ fn every_output_format() {
     let run0 = &v["runs"][0];
     let ids: Vec<&str> =
         run0["tool"]["driver"]["rules"].as_array().expect("rules").iter().filter_map(|r| r["id"].as_str()).collect();
-    assert!(ids.contains(&"restore-url-s3-scheme") && ids.contains(&"upstream.hcpetcdbackup.spec#1"), "{ids:?}");
+    assert!(
+        ids.contains(&"restore-url-s3-scheme") && ids.contains(&"upstream.hcpetcdbackup.spec.immutable"),
+        "{ids:?}"
+    );
     let results = run0["results"].as_array().expect("results");
     let first = &results[0];
     assert_eq!(first["ruleId"], "hcpetcdbackup-s3-bucket-naming");

@@ -14,6 +14,7 @@ pub mod names;
 pub mod patterns;
 pub mod readers;
 pub mod secret_ref;
+pub mod upstream_rules;
 
 pub use condition::Condition;
 pub use etcdbackup::*;

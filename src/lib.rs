@@ -1,12 +1,16 @@
 //! hcp-etcd-admission: guards the etcd backup and restore path of HyperShift
 //! hosted control planes.
 //!
-//! Layers (dependencies point down only): [`api`] (types, CEL rules, field
-//! readers) → [`schema`] (apiserver-equivalent schema + CEL evaluation),
-//! [`rules`] (what CEL cannot express), [`mutate`] (the etcd-init injection) →
-//! [`admission`] (AdmissionReview in, typed decision, AdmissionReview out) →
-//! shells: `server` (feature `server`), `kubewarden` (feature `wasm`) and the
-//! CLI in `main.rs`.
+//! Layers (dependencies point down only; `tests/layers.rs` fails on an
+//! upward import): [`api`] (types, CEL rules, field readers, object names)
+//! → [`schema`] (apiserver-equivalent schema + CEL evaluation), [`lookup`]
+//! (the port the decisions read cluster objects through), [`rules`] (what
+//! CEL cannot express), [`mutate`] (the etcd-init injection) → [`admission`]
+//! (an AdmissionReview parsed once, the reads its decision needs planned,
+//! the typed decision, the AdmissionReview out) → shells: `server` (feature
+//! `server`), `kubewarden` (feature `wasm`) and the CLI in `src/cli/`. Each
+//! shell reads its input, carries out the core's read plan with its own
+//! source, calls the core and writes the output.
 //!
 //! The decision core (everything but the shells) is pure: no I/O, no clock,
 //! no tokio; `cargo build --lib --target wasm32-wasip1 --no-default-features`

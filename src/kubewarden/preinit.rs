@@ -7,8 +7,8 @@
 //! tables on first use, ≈ 1 ms), compiling every regex, first-touch
 //! allocations. [`warm_up`] does all of it; `scripts/build-wasm.sh` runs it at
 //! build time through wasmtime-wizer (the export `wizer-initialize` below)
-//! and ships the snapshot, so every instance starts with it done. The server
-//! calls it before it reports ready.
+//! and ships the snapshot, so every instance starts with it done. (The
+//! server and the CLI warm up once at start with [`admission::warm_up`].)
 //!
 //! What the snapshot holds is valid in every instance: compiled schemas,
 //! programs and regexes (pure functions of the code) and allocator state. The

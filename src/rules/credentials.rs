@@ -1,5 +1,5 @@
 //! The HyperShift Operator's credentials-mode detection for an HCPEtcdBackup
-//! (hypershift `controllers/etcdbackup/credentials.go`; hypershift-facts §6.1),
+//! (hypershift `controllers/etcdbackup/credentials.go`),
 //! re-implemented exactly, plus whether the Secret's content can work in the
 //! mode the controller will pick.
 //!
@@ -93,7 +93,7 @@ impl Detection {
         expected(self.storage)
     }
 
-    /// `keys: [a, b]` or `no keys`.
+    /// `keys [a, b]`, or `no data keys`.
     pub fn key_list(&self) -> String {
         if self.keys.is_empty() {
             "no data keys".to_string()

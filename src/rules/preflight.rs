@@ -1,5 +1,5 @@
 //! HCPEtcdBackup preflight: on CREATE, what the HyperShift Operator's
-//! controller checks at run time (hypershift-facts §2, §6.1), judged at
+//! controller checks at run time (its `controllers/etcdbackup` package), judged at
 //! admission from the objects a [`Lookup`] provides, so that whoever creates
 //! the backup sees the failure instead of a terminal condition nobody reads.
 //!

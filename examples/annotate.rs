@@ -1,11 +1,17 @@
 //! The annotate step of scripts/build-wasm.sh: writes a Kubewarden metadata
-//! file into a Wasm module as `kwctl annotate` does, a custom section named
-//! `kubewarden_metadata` holding the metadata as JSON, appended to the module
-//! (runtimes ignore custom sections). No registry and no kwctl needed.
+//! file into a Wasm module as `kwctl annotate` does: a custom section named
+//! `io.kubewarden.metadata` (the name Kubewarden's policy-evaluator reads)
+//! holding the metadata as JSON with the `protocolVersion` kwctl detects
+//! (`v1`: the policy's `protocol_version` export, checked by the tests),
+//! appended to the module (runtimes ignore custom sections). No registry and
+//! no kwctl needed.
 //!
 //! usage: cargo run --example annotate -- METADATA.yml IN.wasm OUT.wasm
 
-const SECTION: &[u8] = b"kubewarden_metadata";
+const SECTION: &[u8] = b"io.kubewarden.metadata";
+
+/// What the policy's `protocol_version` export answers (kwctl asks it).
+const PROTOCOL_VERSION: &str = "v1";
 
 fn leb128(mut n: usize, out: &mut Vec<u8>) {
     loop {
@@ -24,7 +30,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let [meta, src, dst] = args.as_slice() else {
         return Err("usage: annotate METADATA.yml IN.wasm OUT.wasm".into());
     };
-    let metadata: serde_json::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(meta)?)?;
+    let mut metadata: serde_json::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(meta)?)?;
+    let Some(fields) = metadata.as_object_mut() else {
+        return Err(format!("{meta}: the metadata is not a mapping").into());
+    };
+    fields.insert("protocolVersion".into(), PROTOCOL_VERSION.into());
     let payload = serde_json::to_vec(&metadata)?;
     let mut module = std::fs::read(src)?;
     if !module.starts_with(b"\0asm") {

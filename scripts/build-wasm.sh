@@ -9,7 +9,7 @@
 #           the module before pre-initialisation is kept beside it as
 #           hcp-etcd-admission.uninitialised.wasm (the benchmark's "before"),
 #           and the annotated module (metadata.yml written into its
-#           `kubewarden_metadata` section, as `kwctl annotate` does) as
+#           `io.kubewarden.metadata` section, as `kwctl annotate` does) as
 #           hcp-etcd-admission.annotated.wasm: what a release pushes.
 #   HCP_POLICY_OUT overrides the output directory.
 set -euo pipefail

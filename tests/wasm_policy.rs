@@ -256,8 +256,10 @@ fn the_shipped_module_is_a_plain_wapc_module_holding_the_pre_initialised_state()
 }
 
 /// The annotated module (scripts/build-wasm.sh's annotate step, as `kwctl
-/// annotate` does) carries metadata.yml in its `kubewarden_metadata` custom
-/// section and still loads and answers like the module it was made from.
+/// annotate` does) carries metadata.yml in its `io.kubewarden.metadata`
+/// custom section (the name policy-evaluator reads), with the protocol
+/// version the module reports, and still loads and answers like the module
+/// it was made from.
 #[test]
 fn the_annotated_module_carries_the_metadata_and_still_answers() {
     let path = wasm_host::module_path().with_file_name("hcp-etcd-admission.annotated.wasm");
@@ -288,21 +290,22 @@ fn the_annotated_module_carries_the_metadata_and_still_answers() {
         if id == 0 {
             let mut p = at;
             let len = leb(&bytes, &mut p);
-            if &bytes[p..p + len] == b"kubewarden_metadata" {
+            if &bytes[p..p + len] == b"io.kubewarden.metadata" {
                 found = Some(bytes[p + len..end].to_vec());
             }
         }
         at = end;
     }
-    let section = found.expect("a kubewarden_metadata custom section");
+    let section = found.expect("an io.kubewarden.metadata custom section");
     let got: Value = serde_json::from_slice(&section).expect("metadata JSON");
     let text = std::fs::read_to_string(common::root().join("metadata.yml")).expect("metadata.yml");
-    let want: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    let mut want: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    want["protocolVersion"] = json!("v1");
     assert_eq!(got, want);
     let module = PolicyModule::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let policy = module.instance(Some(0), context_handler(Vec::new())).expect("instance");
     let out = policy.call("protocol_version", b"").expect("protocol_version");
-    assert_eq!(serde_json::from_slice::<Value>(&out).expect("json"), json!("v1"));
+    assert_eq!(serde_json::from_slice::<Value>(&out).expect("json"), got["protocolVersion"], "as kwctl detects it");
 }
 
 /// Recorded host-capability sessions (tests/kubewarden/sessions/*.yaml): for

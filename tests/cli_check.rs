@@ -568,4 +568,38 @@ fn settings_errors_name_their_key_and_config_takes_the_shipped_files() {
     let o = run(&["check", "--now", NOW, "--config", s(&policy), "examples/invalid.yaml"]);
     let text = out(&o);
     assert!(text.contains("HostedCluster/clusters/restored: allowed"), "allowS3RestoreURL from the policy: {text}");
+    // A valid ConfigMap's settings take effect.
+    let cm = t.file(
+        "cm-ok.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: s}\ndata:\n  settings.yaml: |\n    allowS3RestoreURL: true\n",
+    );
+    let text = out(&run(&["check", "--now", NOW, "--config", s(&cm), "examples/invalid.yaml"]));
+    assert!(text.contains("HostedCluster/clusters/restored: allowed"), "allowS3RestoreURL from the ConfigMap: {text}");
+}
+
+/// `check` applies the `enforcement` settings as every shell does: warn mode
+/// allows with the denial's text as a warning, audit mode records it (shown
+/// as the response's audit annotation), an exempt namespace is recorded as
+/// exempt; deny (the default) denies.
+#[test]
+fn check_applies_enforcement_like_every_shell() {
+    let t = Tmp::new("enforcement");
+    let cfg = |name: &str, body: &str| t.file(name, body);
+    let base = out(&run(&["check", "--now", NOW, "examples/invalid.yaml"]));
+    assert!(base.contains("HCPEtcdBackup/clusters-prod/bad-s3: denied"), "{base}");
+    let warn = cfg("warn.yaml", "enforcement: {mode: warn}\n");
+    let o = run(&["check", "--now", NOW, "--config", s(&warn), "examples/invalid.yaml"]);
+    let text = out(&o);
+    assert_eq!(o.status.code(), Some(0), "warn mode denies nothing: {text}");
+    assert!(text.contains("HCPEtcdBackup/clusters-prod/bad-s3: allowed"), "{text}");
+    assert!(text.contains("  warning: spec.storage.s3.bucket: Invalid value: \"xn--backups\""), "{text}");
+    let audit = cfg("audit.yaml", "enforcement: {mode: audit}\n");
+    let text = out(&run(&["check", "--now", NOW, "--config", s(&audit), "examples/invalid.yaml"]));
+    assert!(text.contains("HCPEtcdBackup/clusters-prod/bad-s3: allowed"), "{text}");
+    assert!(text.contains("  audit: spec.storage.s3.bucket: Invalid value: \"xn--backups\""), "{text}");
+    assert!(!text.contains("warning: spec.storage.s3.bucket"), "audit mode does not warn: {text}");
+    let exempt = cfg("exempt.yaml", "enforcement: {exemptions: {namespaces: [clusters-prod]}}\n");
+    let o = run(&["check", "--now", NOW, "-o", "json", "--config", s(&exempt), "examples/invalid.yaml"]);
+    let text = out(&o);
+    assert!(text.contains("\"exempt\": \"namespace \\\"clusters-prod\\\": spec.storage.s3.bucket"), "{text}");
 }

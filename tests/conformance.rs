@@ -112,11 +112,7 @@ async fn enforcement_cases_through_the_server() {
         let lookups = LookupSource::Static(ContextObjects::from_values(case.context.clone()));
         let srv = common::running::start_settings(&dir, settings, lookups).await;
         let resource = case.review["request"]["resource"]["resource"].as_str().unwrap_or_default();
-        let path = if resource == "statefulsets" {
-            "/mutate/etcd-statefulsets".to_string()
-        } else {
-            format!("/validate/{resource}")
-        };
+        let path = common::webhook_path(resource);
         let reply = client.request(srv.addr, "POST", &path, case.review.to_string().into_bytes()).await;
         srv.stop().await;
         let got = match reply {

@@ -42,8 +42,13 @@ fn a_rule_that_denies_for_the_first_time_still_raises_the_spike_alert() {
     let text = std::fs::read_to_string(common::root().join("webhooks/components/monitoring/prometheusrule.yaml"))
         .expect("rule");
     let rule: Value = serde_yaml_ng::from_str(&text).expect("yaml");
-    let all: Vec<&Value> =
-        rule["spec"]["groups"].as_array().expect("groups").iter().flat_map(|g| g["rules"].as_array()).flatten().collect();
+    let all: Vec<&Value> = rule["spec"]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_array())
+        .flatten()
+        .collect();
     let spike = all.iter().find(|r| r["alert"] == "HcpEtcdAdmissionRuleDenialSpike").expect("the spike alert");
     let expr = spike["expr"].as_str().expect("expr");
     // `baseline or current * 0`: without a series the day before, the comparison is with 0.

@@ -55,10 +55,7 @@ async fn every_path_answers_like_review_on_the_wire() {
         } else {
             continue;
         };
-        let resource = match case.review["request"]["resource"]["resource"].as_str().unwrap_or_default() {
-            "secrets" => "etcd-backup-secrets".to_string(),
-            other => other.to_string(),
-        };
+        let resource = case.review["request"]["resource"]["resource"].as_str().unwrap_or_default();
         let now = Ok(hcp_etcd_admission::time::parse_rfc3339(&case.now).expect("now"));
         // The server reads the real clock: cases whose decision depends on a
         // presigned URL's expiry are left to the suites that fix the clock.
@@ -68,11 +65,7 @@ async fn every_path_answers_like_review_on_the_wire() {
         }
         // An etcd StatefulSet goes to the mutating path; this server has no
         // HostedControlPlane lookup, so it is denied exactly as the library denies it.
-        let path = if resource == "statefulsets" {
-            "/mutate/etcd-statefulsets".to_string()
-        } else {
-            format!("/validate/{resource}")
-        };
+        let path = common::webhook_path(resource);
         let reply = client.post_json(addr, &path, &case.review).await.expect("request");
         assert_eq!(reply.status, 200, "{}: {}", case.name, reply.text());
         let got = reply.json();

@@ -120,6 +120,10 @@ pub struct Report {
     causes: Vec<CauseReport>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     warnings: Vec<String>,
+    /// Findings enforcement recorded without denying or warning (audit mode,
+    /// exemptions): the response's audit annotations.
+    #[serde(rename = "auditAnnotations", skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    audit_annotations: std::collections::BTreeMap<String, String>,
 }
 
 impl Report {
@@ -424,6 +428,7 @@ impl Judge<'_> {
             report.patch.iter_mut().chain(report.patched.iter_mut()).for_each(redact::value);
         }
         report.warnings = decided.warnings;
+        report.audit_annotations = decided.audit_annotations;
         report
     }
 }

@@ -110,6 +110,19 @@ fn group_version(resource: &str) -> (&'static str, &'static str, &'static str) {
 }
 
 /// An AdmissionReview v1 exactly as kube-apiserver sends it.
+/// The server path of the webhook that receives reviews of `resource`.
+pub fn webhook_path(resource: &str) -> String {
+    use hcp_etcd_admission::admission::Target;
+    let target = match resource {
+        "statefulsets" => Target::EtcdStatefulSets,
+        "secrets" => Target::EtcdBackupSecrets,
+        "hcpetcdbackups" => Target::HcpEtcdBackups,
+        "hostedcontrolplanes" => Target::HostedControlPlanes,
+        _ => Target::HostedClusters,
+    };
+    target.path()
+}
+
 pub fn admission_review(
     uid: &str,
     resource: &str,

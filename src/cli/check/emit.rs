@@ -218,6 +218,9 @@ impl<'a, W: Write> Emitter<'a, W> {
                 writeln!(self.out, "  warning: {w}")?;
             }
         }
+        for (key, text) in &r.audit_annotations {
+            writeln!(self.out, "  {key}: {text}")?;
+        }
         if let Some(patched) = &r.patched {
             writeln!(self.out, "  patched:")?;
             let yaml = serde_yaml_ng::to_string(patched).map_err(std::io::Error::other)?;

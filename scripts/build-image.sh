@@ -66,9 +66,17 @@ grep -q "hcp-etcd-admission $version" <<<"$out"
 # groups, a read-only root, TLS files mounted group-0-readable. The image's
 # own binary serves and answers a review.
 uid=1000730000
-# The image's binary is copied out of the mount (buildah's storage
-# directories are root-only; in the image it is 0755 root:0, from the
-# Containerfile's COPY --chown=0:0 --chmod=0755).
+# The image's own file is what an arbitrary UID in group 0 must be able to
+# run: 0755 root:0 (the Containerfile's COPY --chown=0:0 --chmod=0755).
+mode=$(stat -c '%a %u:%g' "$mnt/hcp-etcd-admission")
+[ "$mode" = "755 0:0" ] || { echo "the image's binary is $mode, not 755 0:0" >&2; exit 1; }
+# The image itself, run as that UID with GID 0 (the image's root, chroot
+# isolation), answers a review given on stdin.
+out=$(b run --isolation chroot --user "$uid:0" "$ctr" -- /hcp-etcd-admission review - <tests/reviews/hcpetcdbackup-create-invalid.json)
+grep -Eq '"allowed": ?false' <<<"$out" || { echo "the image under uid $uid gid 0 did not answer: $out" >&2; exit 1; }
+# Serving needs TLS files the image does not hold: the binary is copied out
+# of the mount (buildah's storage directories are root-only) and served
+# under the same UID and GID.
 tls=$(mktemp -d)
 chmod 0755 "$tls"
 "$mnt/hcp-etcd-admission" certs --out "$tls" --service localhost --namespace x >/dev/null 2>&1

@@ -813,26 +813,30 @@ fn every_documented_combination_renders_and_validates_strictly() {
         dirs.push(d);
     }
     for flavour in ["openshift", "kubernetes"] {
-        for stage in ["workload", "registration"] {
+        for stage in ["workload", "registration", "gitops"] {
             dirs.push(common::root().join("webhooks/install").join(flavour).join(stage));
         }
     }
-    assert_eq!(dirs.len(), 2 * 3 * 2 * 3 + 3 + 4);
+    assert_eq!(dirs.len(), 2 * 3 * 2 * 3 + 3 + 6);
     let mut files: Vec<std::path::PathBuf> = Vec::new();
     for d in &dirs {
         let objects = render(d);
         let is_registration = d.file_name().is_some_and(|n| n.to_string_lossy().starts_with("registration"));
-        let webhooks =
-            objects.iter().filter(|o| o["kind"].as_str().is_some_and(|k| k.ends_with("WebhookConfiguration")));
+        // Both stages in one kustomization (one Argo CD Application): the waves keep the order.
+        let is_gitops = d.file_name().is_some_and(|n| n == "gitops");
+        let registration = |o: &Value| o["kind"].as_str().is_some_and(|k| k.ends_with("WebhookConfiguration"));
         assert_eq!(
-            webhooks.count(),
-            if is_registration { 2 } else { 0 },
+            objects.iter().filter(|o| registration(o)).count(),
+            if is_registration || is_gitops { 2 } else { 0 },
             "{}: registrations only in stage 2",
             d.display()
         );
+        if is_gitops {
+            assert!(objects.iter().any(|o| o["kind"] == "Deployment"), "{}: the workload too", d.display());
+        }
         for o in &objects {
             let wave = o["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"].as_str();
-            let want = if is_registration {
+            let want = if is_registration || registration(o) {
                 "5"
             } else if o["kind"] == "Namespace" {
                 "-1"

@@ -676,15 +676,36 @@ fn kubewarden_metadata_and_policies_agree() {
     assert!(pkg["containersImages"][0]["image"].as_str().expect("image").ends_with(&format!(":v{version}")));
     let questions = &docs(&root.join("questions-ui.yml"))[0];
     let defaults = serde_json::to_value(Settings::default()).expect("settings");
+    let mut asked = Vec::new();
     for q in questions["questions"].as_array().expect("questions") {
         let var = q["variable"].as_str().expect("variable");
         let pointer = format!("/{}", var.replace('.', "/"));
         let default = defaults.pointer(&pointer).unwrap_or_else(|| panic!("questions-ui: {var} is not a setting"));
         let want = match default {
-            Value::String(_) | Value::Bool(_) | Value::Number(_) | Value::Array(_) => default.clone(),
-            other => panic!("{var}: {other}"),
+            Value::String(_) | Value::Bool(_) | Value::Number(_) | Value::Array(_) | Value::Object(_) => default.clone(),
+            // Unset (etcdInitImage): the form's empty string.
+            Value::Null => Value::String(String::new()),
         };
         assert_eq!(q["default"], want, "questions-ui default of {var}");
+        asked.push(var.to_string());
+    }
+    // Every setting has a question: the leaves of the settings (a map such
+    // as `enforcement.rules` is one question).
+    fn leaves(v: &Value, path: &str, out: &mut Vec<String>) {
+        match v.as_object() {
+            Some(o) if path != "enforcement.rules" && !o.is_empty() => {
+                for (k, child) in o {
+                    let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                    leaves(child, &p, out);
+                }
+            }
+            _ => out.push(path.to_string()),
+        }
+    }
+    let mut settings = Vec::new();
+    leaves(&defaults, "", &mut settings);
+    for key in settings {
+        assert!(asked.contains(&key), "questions-ui.yml has no question for the setting {key}");
     }
 }
 

@@ -682,7 +682,9 @@ fn kubewarden_metadata_and_policies_agree() {
         let pointer = format!("/{}", var.replace('.', "/"));
         let default = defaults.pointer(&pointer).unwrap_or_else(|| panic!("questions-ui: {var} is not a setting"));
         let want = match default {
-            Value::String(_) | Value::Bool(_) | Value::Number(_) | Value::Array(_) | Value::Object(_) => default.clone(),
+            Value::String(_) | Value::Bool(_) | Value::Number(_) | Value::Array(_) | Value::Object(_) => {
+                default.clone()
+            }
             // Unset (etcdInitImage): the form's empty string.
             Value::Null => Value::String(String::new()),
         };

@@ -318,3 +318,27 @@ async fn serves_under_an_arbitrary_uid_with_gid_0() {
     assert!(gid_line.split_whitespace().nth(1) == Some("0"), "{gid_line}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Watching a cluster says which one and with which kubeconfig context,
+/// before anything is served (a "try it" `serve` must never watch a cluster
+/// silently).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watching_a_cluster_names_the_cluster_and_the_context() {
+    let dir = std::env::temp_dir().join(format!("hcp-serve-watch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let api = common::fake_apiserver::start(Vec::new(), Duration::ZERO).await;
+    let kc = api.kubeconfig(&dir).display().to_string();
+    let (mut child, log) = spawn_logged(
+        &dir,
+        &["--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "always"],
+        &[("KUBECONFIG", &kc)],
+    );
+    let _ = listening(&log).await;
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill").success());
+    let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+    let text = std::fs::read_to_string(&log).expect("log");
+    let line = text.lines().find(|l| l.starts_with("watching cluster ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains(&api.addr.to_string()) && line.ends_with("(context fake)"), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

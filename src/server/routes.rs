@@ -583,7 +583,11 @@ mod tests {
     }
 
     fn app(lookups: LookupSource) -> Arc<App> {
-        let app = App::new(&options(lookups), Arc::new(Metrics::new()));
+        app_with(lookups, Settings::default())
+    }
+
+    fn app_with(lookups: LookupSource, settings: Settings) -> Arc<App> {
+        let app = App::new(&ServeOptions { settings, ..options(lookups) }, Arc::new(Metrics::new()));
         app.ready.store(true, std::sync::atomic::Ordering::Release);
         Arc::new(app)
     }
@@ -664,6 +668,40 @@ mod tests {
         let (status, _, body) = call(&app, "GET", "/readyz", Vec::new()).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(body["message"].as_str().is_some_and(|m| m.contains("draining")), "{body}");
+    }
+
+    /// The per-rule result counter says what enforcement did with each
+    /// finding: denied, warned, audited, exempt, off.
+    #[tokio::test]
+    async fn rule_results_are_counted_as_enforcement_decided() {
+        let bad = review("hcpetcdbackup-create-invalid.json");
+        let settings = |json: Value| Settings::from_json(&json).unwrap_or_else(|e| panic!("{e}"));
+        let cases = [
+            (serde_json::json!({}), "denied", false),
+            (serde_json::json!({"enforcement": {"mode": "warn"}}), "warned", true),
+            (serde_json::json!({"enforcement": {"mode": "audit"}}), "audited", true),
+            (serde_json::json!({"enforcement": {"exemptions": {"namespaces": ["clusters-prod"]}}}), "exempt", true),
+        ];
+        for (config, result, allowed) in cases {
+            let app = app_with(LookupSource::None, settings(config.clone()));
+            let (_, _, body) = call(&app, "POST", &Target::HcpEtcdBackups.path(), json(&bad)).await;
+            assert_eq!(body["response"]["allowed"], allowed, "{config}: {body}");
+            let metrics = app.metrics.render();
+            let line = metrics.lines().find(|l| {
+                l.starts_with("hcp_etcd_admission_rule_results_total{") && l.contains(&format!("result=\"{result}\""))
+            });
+            assert!(
+                line.is_some_and(|l| l.contains("webhook=\"hcpetcdbackups\"") && !l.ends_with(" 0")),
+                "{config}: {metrics}"
+            );
+        }
+        // A rule turned off: counted as off.
+        let off = app_with(
+            LookupSource::None,
+            settings(serde_json::json!({"enforcement": {"rules": {"upstream-schema": "off"}}})),
+        );
+        let (_, _, _) = call(&off, "POST", &Target::HcpEtcdBackups.path(), json(&bad)).await;
+        assert!(off.metrics.render().contains("result=\"off\""), "{}", off.metrics.render());
     }
 
     #[tokio::test]

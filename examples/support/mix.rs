@@ -93,8 +93,9 @@ pub fn recorded() -> Vec<(String, String)> {
 }
 
 /// Mean time of what `serve` does per request beyond the floor's TLS and HTTP:
-/// parse the body, decide (`admission::review`, the HostedControlPlane from the
-/// same `--context` object), serialise the answer. The four reviews in
+/// parse the body once (`ParsedReview`), plan its reads and read them (the
+/// HostedControlPlane from the same `--context` object), decide
+/// (`admission::review_parsed`), serialise the answer. The four reviews in
 /// rotation, on one thread, in this process: `warmup` rounds, then `rounds`
 /// timed rounds.
 pub fn decision_cost(reqs: &[(String, String)], hcp: &Value, warmup: u32, rounds: u32) -> Duration {
@@ -103,11 +104,14 @@ pub fn decision_cost(reqs: &[(String, String)], hcp: &Value, warmup: u32, rounds
     let ctx = ContextObjects::from_values(vec![hcp.clone()]);
     let now =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
-    let input = admission::DecisionInput { settings: &settings, lookup: Some(&ctx), now: Ok(now), expect: None };
     let once = || {
         for (_, body) in reqs {
-            let parsed: Value = serde_json::from_slice(body.as_bytes()).unwrap_or_default();
-            let answer = admission::review(&parsed, &input).unwrap_or_default();
+            let value: Value = serde_json::from_slice(body.as_bytes()).unwrap_or_default();
+            let Ok(parsed) = admission::ParsedReview::parse(value) else { continue };
+            let answers = parsed.plan(&settings, None).read_from(&ctx);
+            let input =
+                admission::DecisionInput { settings: &settings, lookup: Some(&answers), now: Ok(now), expect: None };
+            let answer = admission::review_parsed(&parsed, &input).map(|r| r.review).unwrap_or_default();
             std::hint::black_box(serde_json::to_vec(&answer).unwrap_or_default());
         }
     };

@@ -1,6 +1,6 @@
-//! Kubernetes object names (`apimachinery/pkg/util/validation`): what may
-//! be looked up or put in an apiserver URL. A name that is not one is never
-//! read, in any shell: no `/`, `?`, `%`, `..` or empty segment reaches a path.
+//! Kubernetes object names (`apimachinery/pkg/util/validation`): what the
+//! server may put in an apiserver URL. A name that is not one never reaches
+//! a path: no `/`, `?`, `%`, `..` or empty segment.
 
 /// A DNS-1123 label (namespaces): at most 63 characters, lower-case letters,
 /// digits and `-`, starting and ending with a letter or digit.

@@ -333,7 +333,6 @@ impl Judge<'_> {
         }
     }
 
-    /// Judges one object.
     /// The review `check` judges `o` as: a CREATE, or with `--audit` a no-op
     /// UPDATE of itself (the apiserver's judgement of the object's next write).
     fn request_for(&self, o: Object, target: Target, served: &str) -> AdmissionRequest {
@@ -363,6 +362,7 @@ impl Judge<'_> {
         }
     }
 
+    /// Judges one object.
     fn judge(&self, o: Object, inline: &[Value]) -> Report {
         let v = &o.value;
         let mut report = Report {

@@ -149,18 +149,46 @@ pub struct Documents {
     document: usize,
     /// Entries parsed and not handed out yet (a List's items, JSON streams).
     pending: std::collections::VecDeque<Entry>,
+    /// Set by `next_chunk` when the document is a v1 `List` in kubectl's
+    /// YAML shape and its `items:` line was reached: the items are then read
+    /// one at a time ([`Documents::next_item`]), never the whole List at once.
+    list: Option<ListItems>,
+}
+
+/// The items of a streamed List document.
+#[derive(Debug, Default)]
+struct ListItems {
+    /// Items handed out so far.
+    index: usize,
+    /// The current item's text (its `- ` / `  ` indentation removed) and first line.
+    item: Vec<u8>,
+    item_line: usize,
+    /// Past the items (`kind: List`, `metadata:`): the rest of the document is skipped.
+    tail: bool,
+    /// Whether the item list was entered: `next_chunk` found `items:`.
+    started: bool,
+}
+
+/// Whether a document that starts with `header` and then has a line
+/// `items:` is a v1 `List` printed by kubectl (`apiVersion: v1` at the top
+/// level, before the items; `kind: List` comes after them).
+fn list_header(header: &[u8], line: &[u8]) -> bool {
+    let is_items = line.strip_suffix(b"\n").unwrap_or(line).trim_ascii_end() == b"items:";
+    is_items && header.split(|b| *b == b'\n').any(|l| l.trim_ascii_end() == b"apiVersion: v1")
 }
 
 impl Documents {
     pub fn open(source: &Source) -> Self {
         let file = source.label();
         match source.open() {
-            Ok(reader) => Self { reader: Some(reader), file, line: 0, document: 0, pending: Default::default() },
+            Ok(reader) => {
+                Self { reader: Some(reader), file, line: 0, document: 0, pending: Default::default(), list: None }
+            }
             Err(e) => {
                 let err = InputError { file: file.clone(), document: 0, line: 0, message: read_error(&e) };
                 let mut pending = std::collections::VecDeque::new();
                 pending.push_back(Entry::Error(err));
-                Self { reader: None, file, line: 0, document: 0, pending }
+                Self { reader: None, file, line: 0, document: 0, pending, list: None }
             }
         }
     }
@@ -184,6 +212,11 @@ impl Documents {
                         // A separator ends the document before it (empty ones are skipped later).
                         return Some(Ok((start, chunk)));
                     }
+                    if list_header(&chunk, &line) {
+                        // The items follow, one at a time.
+                        self.list = Some(ListItems { started: true, ..ListItems::default() });
+                        return Some(Ok((start, chunk)));
+                    }
                     chunk.extend_from_slice(&line);
                 }
                 Err(e) => {
@@ -191,6 +224,105 @@ impl Documents {
                     return Some(Err(read_error(&e)));
                 }
             }
+        }
+    }
+
+    /// Reads the streamed List's next item into `pending`; `false` at the end
+    /// of the List's document (a separator or the end of the source).
+    fn next_item(&mut self) -> bool {
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let read = match self.reader.as_mut() {
+                Some(r) => r.read_until(b'\n', &mut line),
+                None => Ok(0),
+            };
+            let end = match read {
+                Ok(0) => {
+                    self.reader = None;
+                    true
+                }
+                Ok(_) => {
+                    self.line += 1;
+                    is_separator(&line)
+                }
+                Err(e) => {
+                    self.reader = None;
+                    let (line, message) = (self.line + 1, read_error(&e));
+                    self.pending.push_back(self.error(line, message));
+                    true
+                }
+            };
+            let Some(list) = self.list.as_mut() else { return false };
+            if end {
+                self.finish_item();
+                return false;
+            }
+            if list.tail {
+                continue;
+            }
+            let starts_item = line.starts_with(b"- ") || line.trim_ascii_end() == b"-";
+            let continues = line.starts_with(b"  ") || line.trim_ascii().is_empty() || line.starts_with(b"#");
+            if starts_item {
+                let finished = (std::mem::take(&mut list.item), list.item_line);
+                list.item_line = self.line;
+                list.item.extend_from_slice(line.get(2..).unwrap_or_default());
+                if !finished.0.is_empty() {
+                    self.emit_item(finished.0, finished.1);
+                    return true;
+                }
+            } else if continues {
+                // An item's line without its indentation; a blank or top-level comment line as a blank one.
+                let text = if line.starts_with(b"  ") { line.get(2..).unwrap_or_default() } else { b"\n" };
+                list.item.extend_from_slice(text);
+            } else {
+                // `kind: List`, `metadata:`: the items are over.
+                list.tail = true;
+                if self.finish_item() {
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Hands out the current item, if any; whether there was one.
+    fn finish_item(&mut self) -> bool {
+        let Some(list) = self.list.as_mut() else { return false };
+        let item = std::mem::take(&mut list.item);
+        if item.is_empty() {
+            return false;
+        }
+        let line = list.item_line;
+        self.emit_item(item, line);
+        true
+    }
+
+    /// Parses one item of the streamed List (its text and first line) into `pending`.
+    fn emit_item(&mut self, text: Vec<u8>, line: usize) {
+        let Some(list) = self.list.as_mut() else { return };
+        let index = list.index;
+        list.index += 1;
+        let document = self.document;
+        let parsed = String::from_utf8(text)
+            .map_err(|e| format!("is not UTF-8 text: {}", e.utf8_error()))
+            .and_then(|t| parse_chunk(&t, line));
+        match parsed {
+            Ok(values) => {
+                for value in values.into_iter().filter(|v| !v.is_null()) {
+                    let file = self.file.clone();
+                    expand(value, &mut |_, value| {
+                        let item = Some(index);
+                        self.pending.push_back(Entry::Object(Object {
+                            file: file.clone(),
+                            document,
+                            item,
+                            line,
+                            value,
+                        }));
+                    });
+                }
+            }
+            Err(message) => self.pending.push_back(self.error(line, message)),
         }
     }
 
@@ -217,6 +349,13 @@ impl Iterator for Documents {
             if let Some(e) = self.pending.pop_front() {
                 return Some(e);
             }
+            if self.list.as_ref().is_some_and(|l| !l.started) {
+                if self.next_item() {
+                    continue;
+                }
+                self.list = None;
+                continue;
+            }
             let (start, bytes) = match self.next_chunk()? {
                 Ok(c) => c,
                 Err(message) => {
@@ -232,6 +371,12 @@ impl Iterator for Documents {
                     return Some(self.error(start, format!("is not UTF-8 text: {}", e.utf8_error())));
                 }
             };
+            if let Some(list) = self.list.as_mut().filter(|l| l.started) {
+                // A streamed List: its header holds nothing to judge.
+                list.started = false;
+                self.document += 1;
+                continue;
+            }
             if is_blank(&text) {
                 continue; // only comments or whitespace: not a document (kubectl skips it too)
             }
@@ -361,6 +506,7 @@ mod tests {
             line: 0,
             document: 0,
             pending: Default::default(),
+            list: None,
         };
         d.by_ref().collect()
     }
@@ -399,5 +545,30 @@ mod tests {
         assert!(docs("# only a comment\n---\n").is_empty());
         // A JSON stream of several objects is several objects.
         assert_eq!(docs("{\"a\":1}\n{\"b\":2}\n").len(), 2);
+    }
+
+    /// `kubectl get -o yaml` prints one `kind: List` document: its items are
+    /// read one at a time, with their lines, and what follows still counts.
+    #[test]
+    fn a_kubectl_list_is_streamed_item_by_item() {
+        let text = "apiVersion: v1\nitems:\n- apiVersion: v1\n  kind: A\n  metadata:\n    name: a\n\n  # c\n- apiVersion: v1\n  kind: B\n  spec: [x,\n- kind: C\nkind: List\nmetadata:\n  resourceVersion: \"\"\n---\nkind: D\n";
+        let got = docs(text);
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert!(
+            matches!(&got[0], Entry::Object(o) if o.value["metadata"]["name"] == "a" && o.item == Some(0) && o.line == 3 && o.document == 1),
+            "{got:#?}"
+        );
+        assert!(matches!(&got[1], Entry::Error(e) if e.line >= 9 && e.document == 1), "{:?}", got[1]);
+        assert!(matches!(&got[2], Entry::Object(o) if o.value["kind"] == "C" && o.item == Some(2) && o.line == 12));
+        assert!(matches!(&got[3], Entry::Object(o) if o.value["kind"] == "D" && o.document == 2 && o.item.is_none()));
+        // A List with its kind before the items, and one in flow style (parsed whole): the same objects.
+        let before = docs("kind: List\napiVersion: v1\nitems:\n- kind: A\n- kind: B\n");
+        assert_eq!(before.len(), 2, "{before:?}");
+        let whole = docs("apiVersion: v1\nkind: List\nitems: [{kind: A}, {kind: B}]\n");
+        assert_eq!(whole.len(), 2, "{whole:?}");
+        let streamed = docs("apiVersion: v1\nitems:\n- kind: A\n- kind: B\nkind: List\n");
+        assert!(
+            matches!(streamed.as_slice(), [Entry::Object(a), Entry::Object(b)] if a.value["kind"] == "A" && b.item == Some(1))
+        );
     }
 }

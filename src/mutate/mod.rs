@@ -214,11 +214,12 @@ pub fn reads(sts: &Value, create: bool) -> Option<Freshness> {
         return Some(Freshness::Live);
     }
     let owners = sts.pointer("/metadata/ownerReferences").and_then(Value::as_array).into_iter().flatten();
-    let uids = owners
+    let uids: Vec<String> = owners
         .filter(|o| o.get("kind").and_then(Value::as_str) == Some("HostedControlPlane"))
         .map(|o| o.get("uid").and_then(Value::as_str).unwrap_or_default().to_string())
         .collect();
-    Some(Freshness::LiveUnlessCached(uids))
+    // No HostedControlPlane owner: nothing to hold the cache against.
+    Some(if uids.is_empty() { Freshness::Cached } else { Freshness::LiveUnlessCached(uids) })
 }
 
 /// The restore generation: 16 hex digits of SHA-256 over the

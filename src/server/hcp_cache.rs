@@ -96,10 +96,10 @@ impl HcpCache {
         let answer = match tokio::time::timeout(LIVE_READ_TIMEOUT, api.list(&ListParams::default())).await {
             Ok(Ok(list)) => Ok(in_namespace(&list.items, namespace)),
             Ok(Err(e)) => Err(LookupError::Failed(format!(
-                "the live read this etcd StatefulSet decision requires (a CREATE, or an owner reference to another HostedControlPlane than the cached one) failed: {e}"
+                "the live read this etcd StatefulSet decision requires (a CREATE, an owner reference to a HostedControlPlane the cache does not hold, or a cache miss) failed: {e}"
             ))),
             Err(_) => Err(LookupError::Failed(format!(
-                "the live read this etcd StatefulSet decision requires (a CREATE, or an owner reference to another HostedControlPlane than the cached one) timed out after {}s",
+                "the live read this etcd StatefulSet decision requires (a CREATE, an owner reference to a HostedControlPlane the cache does not hold, or a cache miss) timed out after {}s",
                 LIVE_READ_TIMEOUT.as_secs()
             ))),
         };

@@ -11,10 +11,10 @@
 //!   live answer (an etcd StatefulSet CREATE, an owner the cache does not
 //!   hold), the credentials Secret an HCPEtcdBackup CREATE names, and a live
 //!   list of the namespace's backups when the cache shows one in progress.
-//!   The core plans nothing for a name that is not a Kubernetes object name,
-//!   and the server reads nothing for an HCPEtcdBackup that the decision
-//!   denies without the preflight (schema, CEL, rules): it runs that
-//!   decision first.
+//!   Only Kubernetes object names are read ([`live`] drops any other
+//!   Secret name; the caches answer any other namespace without I/O), and
+//!   the server reads nothing for an HCPEtcdBackup that the decision denies
+//!   without the preflight (schema, CEL, rules): it runs that decision first.
 //! * [`LiveReads::execute`] carries the plan out within the request deadline
 //!   (the credentials Secret and the live backups list only once the
 //!   namespace is known to have a HostedControlPlane)
@@ -225,19 +225,17 @@ impl LiveReads {
                 return Some(cache.lookup_for(ns).await);
             }
             let key = Negative::Hcps(ns.clone());
+            // A remembered "none" answers every decision, a live one too: it
+            // can only deny (fail closed, the control-plane-operator
+            // retries), never skip a restore, and it keeps a caller naming
+            // fresh namespaces from making the server read each time.
             if self.remembered(&key) {
                 return Some(Prefetched(Ok(Vec::new())));
             }
             let Some(_place) = self.place(source, deadline).await else {
                 return Some(Prefetched(Err(LookupError::Failed(busy()))));
             };
-            let read = async {
-                if freshness.live() {
-                    cache.read_live(ns).await
-                } else {
-                    cache.lookup_for(ns).await
-                }
-            };
+            let read = cache.lookup_fresh(ns, freshness);
             let read = match tokio::time::timeout_at(deadline, read).await {
                 Ok(p) => p,
                 Err(_) => Prefetched(Err(LookupError::Failed(late()))),

@@ -129,18 +129,21 @@ impl Refused {
         r
     }
 
-    /// Counts and logs the refusal of an admission request (inside its span).
+    /// Counts and logs the refusal of an admission request (inside its
+    /// span). Load shedding (an answer with `Retry-After`) is logged at debug
+    /// level: under a flood it is counted, not written once per request.
     fn count(&self, app: &App, target: Target, started: Instant) {
         if let Some(reason) = self.reason {
             app.metrics.rejected(reason);
         }
         app.metrics.observe(target, OperationLabel::Other, Answer::Error, started.elapsed().as_secs_f64());
-        tracing::info!(
-            code = self.code.as_u16(),
-            reason = self.reason.map_or("", RejectReason::as_str),
-            message = %log_field(&self.message),
-            "admission request refused"
-        );
+        let (code, reason) = (self.code.as_u16(), self.reason.map_or("", RejectReason::as_str));
+        let message = log_field(&self.message);
+        if self.retry {
+            tracing::debug!(code, reason, %message, "admission request refused (busy)");
+        } else {
+            tracing::info!(code, reason, %message, "admission request refused");
+        }
     }
 }
 
@@ -485,7 +488,11 @@ fn answer(
         app.metrics.etcd_init(outcome, reason);
     }
     let dry_run = req.and_then(|r| r.dry_run).unwrap_or(false);
-    if let Some(seen) = decision.credentials.as_ref().filter(|_| outcome == Answer::Allowed && !dry_run) {
+    // A Secret the preflight judged counts only when it was read from the
+    // cluster (not from `--context` files); a Secret the webhook admits always.
+    let from_cluster = target == Target::EtcdBackupSecrets || app.backup_cache.is_some();
+    if let Some(seen) = decision.credentials.as_ref().filter(|_| outcome == Answer::Allowed && !dry_run && from_cluster)
+    {
         if seen.namespace == app.settings.operator_namespace {
             app.metrics.credentials_valid(&seen.namespace, &seen.name, seen.usable);
         }

@@ -55,7 +55,7 @@ fn kustomizations_reference_existing_files() {
         }
         n += 1;
     }
-    assert_eq!(n, 15, "base, registration, two install flavours x two stages, nine components");
+    assert_eq!(n, 18, "base, registration, two install flavours x three (workload, registration, gitops), nine components, kubewarden");
 }
 
 #[test]
@@ -1078,6 +1078,44 @@ fn certs_refuses_foot_guns_and_emits_a_patch() {
             }
         }
         assert!(n >= 5, "{n} webhooks patched");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The Kubewarden install sets the policy module and the HyperShift Operator
+/// namespace in one place (validate.yaml); kustomize copies them into the
+/// other policies and the Secret-reading Role and RoleBinding.
+#[test]
+fn kubewarden_module_and_operator_namespace_are_set_once() {
+    if !common::env::ready("kubewarden_module_and_operator_namespace_are_set_once", &render_tools()) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("hcp-kw-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    for entry in std::fs::read_dir(common::root().join("webhooks/kubewarden")).expect("dir").flatten() {
+        std::fs::copy(entry.path(), dir.join(entry.file_name())).expect("copy");
+    }
+    let validate = dir.join("validate.yaml");
+    let text = std::fs::read_to_string(&validate).expect("validate.yaml");
+    let text = text
+        .replace(
+            "registry://quay.io/hcp-etcd-admission/policies/hcp-etcd-admission:",
+            "registry://registry.example.internal/p:",
+        )
+        .replace("operatorNamespace: hypershift", "operatorNamespace: hypershift-prod");
+    std::fs::write(&validate, text).expect("write");
+    let objects = render(&dir);
+    let modules: Vec<&str> = objects
+        .iter()
+        .filter(|o| o["kind"] == "ClusterAdmissionPolicy")
+        .filter_map(|o| o["spec"]["module"].as_str())
+        .collect();
+    assert_eq!(modules.len(), 3, "{modules:?}");
+    assert!(modules.iter().all(|m| m.starts_with("registry://registry.example.internal/p:")), "{modules:?}");
+    for kind in ["Role", "RoleBinding"] {
+        let o = objects.iter().find(|o| o["kind"] == kind).unwrap_or_else(|| panic!("no {kind}"));
+        assert_eq!(o["metadata"]["namespace"], "hypershift-prod", "{kind}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

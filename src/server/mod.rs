@@ -94,6 +94,30 @@ pub struct ServeOptions {
     pub metrics_listen: Option<SocketAddr>,
 }
 
+impl ServeOptions {
+    /// Serving `tls_cert`/`tls_key` on `listen` with the default settings,
+    /// limits and timeouts, no client CA, no lookups, no drain delay.
+    pub fn new(listen: SocketAddr, tls_cert: PathBuf, tls_key: PathBuf) -> Self {
+        Self {
+            listen,
+            tls_cert,
+            tls_key,
+            client_ca: None,
+            settings: Settings::default(),
+            reload_interval: Duration::from_secs(60),
+            limits: limits::LimitOptions::default(),
+            drain_delay: Duration::ZERO,
+            shutdown_grace: Duration::from_secs(5),
+            expect_sans: Vec::new(),
+            allowed_client_names: Vec::new(),
+            client_auth_scope: ClientAuthScope::default(),
+            client_identity_sans: false,
+            lookups: LookupSource::None,
+            metrics_listen: None,
+        }
+    }
+}
+
 /// A bound, not yet serving, server.
 pub struct Server {
     listener: TcpListener,

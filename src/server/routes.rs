@@ -560,7 +560,7 @@ const MAX_LOGGED_RULES: usize = 16;
 /// real-TLS suites (`tests/server*.rs`) cover the same paths on the wire.
 #[cfg(test)]
 mod tests {
-    use std::{path::PathBuf, time::Duration};
+    use std::path::PathBuf;
 
     use http_body_util::BodyExt as _;
     use serde_json::Value;
@@ -570,23 +570,9 @@ mod tests {
     use crate::server::{limits::LimitOptions, metrics::Metrics, LookupSource, ServeOptions};
 
     fn options(lookups: LookupSource) -> ServeOptions {
-        ServeOptions {
-            listen: "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")),
-            tls_cert: PathBuf::new(),
-            tls_key: PathBuf::new(),
-            client_ca: None,
-            settings: Settings::default(),
-            reload_interval: Duration::from_secs(60),
-            limits: LimitOptions { max_body: 64 * 1024, ..LimitOptions::default() },
-            drain_delay: Duration::ZERO,
-            shutdown_grace: Duration::from_secs(1),
-            expect_sans: Vec::new(),
-            allowed_client_names: Vec::new(),
-            client_auth_scope: Default::default(),
-            client_identity_sans: false,
-            lookups,
-            metrics_listen: None,
-        }
+        let listen = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
+        let limits = LimitOptions { max_body: 64 * 1024, ..LimitOptions::default() };
+        ServeOptions { limits, lookups, ..ServeOptions::new(listen, PathBuf::new(), PathBuf::new()) }
     }
 
     fn app(lookups: LookupSource) -> Arc<App> {

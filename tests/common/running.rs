@@ -35,22 +35,12 @@ impl Running {
 
 /// Default options serving `dir/tls.crt` and `dir/tls.key`.
 pub fn options(dir: &Path, client_ca: Option<&Path>, reload: Duration, lookups: LookupSource) -> ServeOptions {
+    let listen = "127.0.0.1:0".parse().expect("addr");
     ServeOptions {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        tls_cert: dir.join("tls.crt"),
-        tls_key: dir.join("tls.key"),
         client_ca: client_ca.map(Path::to_path_buf),
-        settings: Settings::default(),
         reload_interval: reload,
-        limits: hcp_etcd_admission::server::limits::LimitOptions::default(),
-        drain_delay: Duration::ZERO,
-        shutdown_grace: Duration::from_secs(5),
-        expect_sans: Vec::new(),
-        allowed_client_names: Vec::new(),
-        client_auth_scope: Default::default(),
-        client_identity_sans: false,
         lookups,
-        metrics_listen: None,
+        ..ServeOptions::new(listen, dir.join("tls.crt"), dir.join("tls.key"))
     }
 }
 

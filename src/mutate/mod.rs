@@ -183,7 +183,15 @@ pub fn etcd_init_at(
     settings: &Settings,
     now: Option<&crate::time::Now>,
 ) -> Mutation {
-    let m = restore_decision(sts, old, namespace, lookup, settings, now);
+    let write = EtcdWrite { sts, old, namespace, settings, now };
+    let m = if sts.pointer("/metadata/name").and_then(Value::as_str) != Some(ETCD_STATEFULSET) {
+        Mutation::default()
+    } else {
+        match the_hosted_control_plane(lookup, namespace) {
+            Ok(hcp) => restore_decision(&write, &hcp),
+            Err(refused) => refused,
+        }
+    };
     let spec_unchanged = old.is_some_and(|o| o.is_object() && o.get("spec") == sts.get("spec"));
     if !spec_unchanged {
         return m;
@@ -245,32 +253,30 @@ fn quorum_ready(old: Option<&Value>) -> Option<(u64, u64)> {
     (replicas > 0 && ready > replicas / 2).then_some((ready, replicas))
 }
 
-fn restore_decision(
-    sts: &Value,
-    old: Option<&Value>,
-    namespace: &str,
-    lookup: Option<&dyn Lookup>,
-    settings: &Settings,
-    now: Option<&crate::time::Now>,
-) -> Mutation {
-    if sts.pointer("/metadata/name").and_then(Value::as_str) != Some(ETCD_STATEFULSET) {
-        return Mutation::default();
-    }
-    let hcp = match the_hosted_control_plane(lookup, namespace) {
-        Ok(hcp) => hcp,
-        Err(refused) => return refused,
-    };
-    let url = restore_snapshot_url(&hcp);
+/// The etcd StatefulSet write being decided, with what the decision may use.
+struct EtcdWrite<'a> {
+    sts: &'a Value,
+    /// The stored object, on an UPDATE.
+    old: Option<&'a Value>,
+    namespace: &'a str,
+    settings: &'a Settings,
+    now: Option<&'a crate::time::Now>,
+}
+
+/// The decision for the etcd StatefulSet, given its one HostedControlPlane.
+fn restore_decision(write: &EtcdWrite<'_>, hcp: &Value) -> Mutation {
+    let EtcdWrite { sts, old, namespace, settings, now } = *write;
+    let url = restore_snapshot_url(hcp);
     let running = quorum_ready(old);
-    let no_restore_pending = unmanaged_etcd(&hcp) || url.is_none() || snapshot_restored(&hcp) || running.is_some();
+    let no_restore_pending = unmanaged_etcd(hcp) || url.is_none() || snapshot_restored(hcp) || running.is_some();
     let Some(url) = url.filter(|_| !no_restore_pending) else {
         // Established: no restore pending. A stale etcd-init goes, so a later
         // empty volume can never restore an old snapshot into a live cluster.
         return match remove_patch(sts) {
             Some(patch) => {
-                let why = if snapshot_restored(&hcp) {
+                let why = if snapshot_restored(hcp) {
                     "EtcdSnapshotRestored is True".to_string()
-                } else if unmanaged_etcd(&hcp) {
+                } else if unmanaged_etcd(hcp) {
                     "etcd is unmanaged".to_string()
                 } else if url.is_none() {
                     "the HostedControlPlane has no restoreSnapshotURL".to_string()
@@ -287,7 +293,7 @@ fn restore_decision(
             None => Mutation::outcome(Outcome::NotNeeded, None),
         };
     };
-    let generation = restore_generation(&hcp, namespace, url);
+    let generation = restore_generation(hcp, namespace, url);
     let container = match build_init_container(sts, &generation, url, settings) {
         Ok(c) => c,
         Err(errors) => return Mutation::denied(Blocker::Template, Refusal::Template(errors)),

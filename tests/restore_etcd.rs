@@ -1193,7 +1193,7 @@ restore_tests! {
     restore_three_members_every_start_order_etcd34_etcdctl: "3.4", 3, 44, Template::Env, Scenarios::LostVolume;
     restore_three_members_every_start_order_and_every_failure_etcd35: "3.5", 3, 42, Template::Env, Scenarios::All;
     restore_three_members_every_start_order_and_every_failure_etcd36: "3.6", 3, 48, Template::Env, Scenarios::All;
-    restore_three_members_every_start_order_etcd37: "3.7", 3, 49, Template::Env, Scenarios::LostVolume;
+    restore_three_members_every_start_order_and_every_failure_etcd37: "3.7", 3, 49, Template::Env, Scenarios::All;
     restore_three_members_from_an_args_template_etcd36: "3.6", 3, 45, Template::Args, Scenarios::LostVolume;
 }
 

@@ -299,7 +299,7 @@ fn main() {
     println!();
     println!("serve / floor requests/s: {:.1} %", 100.0 * server_cap.rps / floor_cap.rps);
     println!(
-        "decision cost (parse + review + serialise, 4-review mix, one thread): {:.1} µs per request",
+        "decision cost (parse + plan + review + serialise, 4-review mix, one thread): {:.1} µs per request",
         decision.as_secs_f64() * 1e6
     );
     println!(

@@ -105,6 +105,35 @@ fn kubectl_get_lists_are_expanded_and_judged() {
     assert!(text.contains("list.yaml#1.items[1]: HCPEtcdBackup/clusters-prod/bad-s3: denied"), "{text}");
     assert!(text.contains("(rule hcpetcdbackup-s3-bucket-naming)"), "{text}");
     assert!(text.contains("0 allowed, 2 denied, 0 skipped"), "{text}");
+    // kubectl's own layout (items in column 0, `kind: List` after them) is read item by item;
+    // the same List with indented items (yq, by hand) is judged the same way.
+    let yaml = serde_yaml_ng::to_string(&list).expect("yaml");
+    let kubectl_layout = format!(
+        "apiVersion: v1\nitems:\n{}kind: List\nmetadata:\n  resourceVersion: \"\"\n",
+        yaml.split("items:\n").nth(1).and_then(|rest| rest.split("kind: List").next()).unwrap_or_default()
+    );
+    let indented = kubectl_layout
+        .lines()
+        .map(|l| {
+            if l.starts_with("- ") || l.starts_with("  ") && !l.starts_with("  resourceVersion") {
+                format!("  {l}")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    for (name, text) in [("kubectl.yaml", kubectl_layout.clone()), ("indented.yaml", indented)] {
+        let f = t.file(name, &text);
+        let o = run(&["check", "--now", NOW, s(&f)]);
+        let got = out(&o);
+        assert_eq!(o.status.code(), Some(1), "{name}: {got}\n{text}");
+        assert!(
+            got.contains(&format!("{name}#1.items[1]: HCPEtcdBackup/clusters-prod/bad-s3: denied")),
+            "{name}: {got}"
+        );
+        assert!(got.contains("0 allowed, 2 denied, 0 skipped"), "{name}: {got}");
+    }
     // A typed list from the API: items without kind/apiVersion get the list's.
     let typed = json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackupList",
         "items": [{"metadata": invalid_backup()["metadata"], "spec": invalid_backup()["spec"]}]});

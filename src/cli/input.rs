@@ -167,6 +167,11 @@ struct ListItems {
     tail: bool,
     /// Whether the item list was entered: `next_chunk` found `items:`.
     started: bool,
+    /// The document so far (up to and with `items:`) and its first line:
+    /// kept until the first item shows kubectl's layout (`- ` in column 0);
+    /// any other layout is read whole after all.
+    header: Vec<u8>,
+    start: usize,
 }
 
 /// Whether a document that starts with `header` and then has a line
@@ -214,7 +219,9 @@ impl Documents {
                     }
                     if list_header(&chunk, &line) {
                         // The items follow, one at a time.
-                        self.list = Some(ListItems { started: true, ..ListItems::default() });
+                        let mut header = chunk.clone();
+                        header.extend_from_slice(&line);
+                        self.list = Some(ListItems { started: true, header, start, ..ListItems::default() });
                         return Some(Ok((start, chunk)));
                     }
                     chunk.extend_from_slice(&line);
@@ -262,7 +269,14 @@ impl Documents {
                 continue;
             }
             let starts_item = line.starts_with(b"- ") || line.trim_ascii_end() == b"-";
-            let continues = line.starts_with(b"  ") || line.trim_ascii().is_empty() || line.starts_with(b"#");
+            let blank = line.trim_ascii().is_empty() || line.starts_with(b"#");
+            if list.index == 0 && list.item.is_empty() && !starts_item && !blank {
+                // Not kubectl's layout (indented items, a flow list on the
+                // next line): the document is read whole, as any other.
+                self.read_list_whole(line);
+                return false;
+            }
+            let continues = line.starts_with(b"  ") || blank;
             if starts_item {
                 let finished = (std::mem::take(&mut list.item), list.item_line);
                 list.item_line = self.line;
@@ -282,6 +296,44 @@ impl Documents {
                     return true;
                 }
             }
+        }
+    }
+
+    /// Reads the rest of the List's document (from `line` on) and parses it
+    /// whole with what came before, into `pending`.
+    fn read_list_whole(&mut self, line: Vec<u8>) {
+        let Some(list) = self.list.take() else { return };
+        let mut text = list.header;
+        text.extend_from_slice(&line);
+        let mut next = Vec::new();
+        while let Some(reader) = self.reader.as_mut() {
+            next.clear();
+            match reader.read_until(b'\n', &mut next) {
+                Ok(0) => self.reader = None,
+                Ok(_) => {
+                    self.line += 1;
+                    if is_separator(&next) {
+                        break;
+                    }
+                    text.extend_from_slice(&next);
+                }
+                Err(e) => {
+                    self.reader = None;
+                    let (line, message) = (self.line + 1, read_error(&e));
+                    self.pending.push_back(self.error(line, message));
+                }
+            }
+        }
+        let parsed = String::from_utf8(text)
+            .map_err(|e| format!("is not UTF-8 text: {}", e.utf8_error()))
+            .and_then(|t| parse_chunk(&t, list.start));
+        match parsed {
+            Ok(values) => {
+                for v in values {
+                    self.push_value(list.start, v);
+                }
+            }
+            Err(message) => self.pending.push_back(self.error(list.start, message)),
         }
     }
 
@@ -566,6 +618,16 @@ mod tests {
         assert_eq!(before.len(), 2, "{before:?}");
         let whole = docs("apiVersion: v1\nkind: List\nitems: [{kind: A}, {kind: B}]\n");
         assert_eq!(whole.len(), 2, "{whole:?}");
+        // Indented items (yq, by hand): not kubectl's layout, read whole, the same objects.
+        let indented = docs(
+            "apiVersion: v1\nitems:\n  - kind: A\n    metadata: {name: a}\n  - kind: B\nkind: List\n---\nkind: C\n",
+        );
+        assert!(
+            matches!(indented.as_slice(), [Entry::Object(a), Entry::Object(b), Entry::Object(c)]
+                if a.value["metadata"]["name"] == "a" && a.item == Some(0) && b.value["kind"] == "B" && b.item == Some(1)
+                    && c.value["kind"] == "C" && c.document == 2),
+            "{indented:#?}"
+        );
         let streamed = docs("apiVersion: v1\nitems:\n- kind: A\n- kind: B\nkind: List\n");
         assert!(
             matches!(streamed.as_slice(), [Entry::Object(a), Entry::Object(b)] if a.value["kind"] == "A" && b.item == Some(1))

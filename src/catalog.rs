@@ -8,7 +8,7 @@ use crate::{api::upstream_rules, crd, rules::BEYOND_RULES};
 
 /// One row of the catalog.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub struct Row {
     pub id: String,
     pub objects: String,
     pub field: String,
@@ -17,12 +17,12 @@ pub struct Entry {
     pub severity: &'static str,
 }
 
-fn collect(schema: &Value, path: &str, objects: &str, prefix: &str, out: &mut Vec<Entry>) {
+fn collect(schema: &Value, path: &str, objects: &str, prefix: &str, out: &mut Vec<Row>) {
     if let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
         for (i, r) in rules.iter().enumerate() {
             let field = if path.is_empty() { "(root)".to_string() } else { path.to_string() };
             let message = r.get("message").and_then(Value::as_str).unwrap_or_default();
-            out.push(Entry {
+            out.push(Row {
                 // A rule without an id is caught by the tests; it still shows, by position.
                 id: upstream_rules::id(prefix, &field, message)
                     .map_or_else(|| format!("{prefix}.{field}#{}", i + 1), str::to_string),
@@ -46,12 +46,12 @@ fn collect(schema: &Value, path: &str, objects: &str, prefix: &str, out: &mut Ve
 }
 
 /// Every rule, upstream first.
-pub fn entries() -> Result<Vec<Entry>, crd::CrdError> {
+pub fn entries() -> Result<Vec<Row>, crd::CrdError> {
     let mut out = Vec::new();
     collect(&crd::hcpetcdbackup_schema()?, "", "HCPEtcdBackup", "upstream.hcpetcdbackup", &mut out);
     collect(&crd::hostedcluster_schema()?, "", "HostedCluster, HostedControlPlane", "upstream.hostedcluster", &mut out);
     for r in BEYOND_RULES {
-        out.push(Entry {
+        out.push(Row {
             id: r.id.to_string(),
             objects: r.objects.to_string(),
             field: r.field.to_string(),
@@ -90,7 +90,7 @@ mod tests {
     #[test]
     fn every_upstream_rule_has_one_stable_id_and_every_id_a_rule() {
         let entries = entries().unwrap_or_else(|e| panic!("{e}"));
-        let upstream: Vec<&Entry> = entries.iter().filter(|e| e.origin.starts_with("upstream")).collect();
+        let upstream: Vec<&Row> = entries.iter().filter(|e| e.origin.starts_with("upstream")).collect();
         for e in &upstream {
             assert!(!e.id.contains('#'), "upstream rule without an id in api/upstream_rules.rs: {e:?}");
         }

@@ -88,7 +88,7 @@ pub struct Enforcement {
 
 /// What happened to one finding (a closed set: metric label values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
+pub enum Enforced {
     Denied,
     Warned,
     Audited,
@@ -96,17 +96,17 @@ pub enum Outcome {
     Exempt,
 }
 
-impl Outcome {
-    pub const ALL: &'static [Outcome] =
-        &[Outcome::Denied, Outcome::Warned, Outcome::Audited, Outcome::Off, Outcome::Exempt];
+impl Enforced {
+    pub const ALL: &'static [Enforced] =
+        &[Enforced::Denied, Enforced::Warned, Enforced::Audited, Enforced::Off, Enforced::Exempt];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Denied => "denied",
-            Outcome::Warned => "warned",
-            Outcome::Audited => "audited",
-            Outcome::Off => "off",
-            Outcome::Exempt => "exempt",
+            Enforced::Denied => "denied",
+            Enforced::Warned => "warned",
+            Enforced::Audited => "audited",
+            Enforced::Off => "off",
+            Enforced::Exempt => "exempt",
         }
     }
 }
@@ -116,7 +116,7 @@ impl Outcome {
 pub struct RuleResult {
     /// From the closed set of [`known_rule`].
     pub rule: &'static str,
-    pub outcome: Outcome,
+    pub outcome: Enforced,
 }
 
 /// Who sent the request and where the object lives.
@@ -142,24 +142,24 @@ impl Enforcement {
 
     /// What to do with a finding of `rule` for a request (`exempt`: the
     /// requester is exempt). Fail-closed ids deny unless named under `rules`.
-    pub fn outcome(&self, rule: &str, exempt: bool) -> Outcome {
+    pub fn outcome(&self, rule: &str, exempt: bool) -> Enforced {
         let named = self.rules.get(rule).copied();
         let named = named.map(|a| match a {
-            RuleAction::Deny => Outcome::Denied,
-            RuleAction::Warn => Outcome::Warned,
-            RuleAction::Audit => Outcome::Audited,
-            RuleAction::Off => Outcome::Off,
+            RuleAction::Deny => Enforced::Denied,
+            RuleAction::Warn => Enforced::Warned,
+            RuleAction::Audit => Enforced::Audited,
+            RuleAction::Off => Enforced::Off,
         });
         if FAIL_CLOSED.contains(&rule) {
-            return named.unwrap_or(Outcome::Denied);
+            return named.unwrap_or(Enforced::Denied);
         }
         if exempt {
-            return Outcome::Exempt;
+            return Enforced::Exempt;
         }
         named.unwrap_or(match self.mode {
-            Mode::Deny => Outcome::Denied,
-            Mode::Warn => Outcome::Warned,
-            Mode::Audit => Outcome::Audited,
+            Mode::Deny => Enforced::Denied,
+            Mode::Warn => Enforced::Warned,
+            Mode::Audit => Enforced::Audited,
         })
     }
 
@@ -217,23 +217,23 @@ mod tests {
     #[test]
     fn mode_sets_the_default_and_overrides_beat_it() {
         let e = with(Mode::Warn, &[("restore-url-expired", RuleAction::Deny), ("restore-url-format", RuleAction::Off)]);
-        assert_eq!(e.outcome("restore-url-s3-scheme", false), Outcome::Warned);
-        assert_eq!(e.outcome("restore-url-expired", false), Outcome::Denied);
-        assert_eq!(e.outcome("restore-url-format", false), Outcome::Off);
-        assert_eq!(with(Mode::Audit, &[]).outcome(UPSTREAM_SCHEMA, false), Outcome::Audited);
-        assert_eq!(with(Mode::Deny, &[]).outcome(UPSTREAM_SCHEMA, false), Outcome::Denied);
+        assert_eq!(e.outcome("restore-url-s3-scheme", false), Enforced::Warned);
+        assert_eq!(e.outcome("restore-url-expired", false), Enforced::Denied);
+        assert_eq!(e.outcome("restore-url-format", false), Enforced::Off);
+        assert_eq!(with(Mode::Audit, &[]).outcome(UPSTREAM_SCHEMA, false), Enforced::Audited);
+        assert_eq!(with(Mode::Deny, &[]).outcome(UPSTREAM_SCHEMA, false), Enforced::Denied);
     }
 
     #[test]
     fn fail_closed_ids_deny_in_every_mode_and_for_the_exempt_unless_named() {
         for mode in [Mode::Deny, Mode::Warn, Mode::Audit] {
             for id in FAIL_CLOSED {
-                assert_eq!(with(mode, &[]).outcome(id, true), Outcome::Denied, "{id} in {mode:?}");
+                assert_eq!(with(mode, &[]).outcome(id, true), Enforced::Denied, "{id} in {mode:?}");
             }
         }
         let named = with(Mode::Deny, &[(ETCD_INIT_UNDECIDABLE, RuleAction::Warn)]);
-        assert_eq!(named.outcome(ETCD_INIT_UNDECIDABLE, false), Outcome::Warned);
-        assert_eq!(named.outcome(ETCD_INIT_TEMPLATE, true), Outcome::Denied);
+        assert_eq!(named.outcome(ETCD_INIT_UNDECIDABLE, false), Enforced::Warned);
+        assert_eq!(named.outcome(ETCD_INIT_TEMPLATE, true), Enforced::Denied);
     }
 
     #[test]
@@ -248,7 +248,7 @@ mod tests {
         assert_eq!(e.exemption(&who("clusters-prod", "alice", &[])).as_deref(), Some("user \"alice\""));
         assert_eq!(e.exemption(&who("clusters-prod", "bob", &groups)).as_deref(), Some("group \"sre\""));
         assert_eq!(e.exemption(&who("clusters-devx", "alic", &groups[..1])), None);
-        assert_eq!(e.outcome("restore-url-expired", true), Outcome::Exempt);
+        assert_eq!(e.outcome("restore-url-expired", true), Enforced::Exempt);
     }
 
     #[test]

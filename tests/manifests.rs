@@ -336,7 +336,7 @@ fn prometheus_rule_alerts_on_metrics_the_server_exports() {
     m.observe(Target::HostedClusters, OperationLabel::Create, Answer::Allowed, 0.001);
     let finding = hcp_etcd_admission::enforcement::RuleResult {
         rule: "restore-url-expired",
-        outcome: hcp_etcd_admission::enforcement::Outcome::Denied,
+        outcome: hcp_etcd_admission::enforcement::Enforced::Denied,
     };
     m.rule_results(Target::HostedClusters, &[finding]);
     let metrics = m.render();

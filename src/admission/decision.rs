@@ -81,12 +81,14 @@ impl DenialReason {
     }
 }
 
-/// `metav1.StatusDetails` of an Invalid or Forbidden denial.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// `metav1.StatusDetails` of an Invalid or Forbidden denial (serialised as
+/// the wire's `status.details`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Details {
     pub name: String,
     pub group: String,
     pub kind: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub causes: Vec<Cause>,
 }
 

@@ -6,13 +6,11 @@
 //! warning a project rule raised, is listed in [`Decision::rules`] for the
 //! metrics and the log line.
 
-use serde_json::Value;
-
 use super::{
     decision::{invalid_message, Decision, DenialReason, Details, Verdict},
     AdmissionRequest,
 };
-use crate::enforcement::{self, Enforcement, Outcome, Requester, RuleResult};
+use crate::enforcement::{self, Enforced, Enforcement, Requester, RuleResult};
 
 /// Audit annotation keys (the apiserver records `<webhook name>/<key>`).
 pub const AUDIT_KEY: &str = "audit";
@@ -72,19 +70,14 @@ pub fn apply(mut decision: Decision, req: &AdmissionRequest, enforcement: &Enfor
         .warnings
         .iter()
         .filter_map(|w| warning_rule(w))
-        .map(|rule| RuleResult { rule, outcome: Outcome::Warned })
+        .map(|rule| RuleResult { rule, outcome: Enforced::Warned })
         .collect();
     let found = findings(&decision, mutating);
     if found.is_empty() {
         decision.rules = results;
         return decision;
     }
-    let namespace = req
-        .namespace
-        .as_deref()
-        .filter(|n| !n.is_empty())
-        .or_else(|| req.object.as_ref().and_then(|o| o.pointer("/metadata/namespace")).and_then(Value::as_str))
-        .unwrap_or_default();
+    let namespace = req.namespace_or_object();
     let user = req.user_info.as_ref();
     let who = Requester {
         namespace,
@@ -97,11 +90,11 @@ pub fn apply(mut decision: Decision, req: &AdmissionRequest, enforcement: &Enfor
         let outcome = enforcement.outcome(f.rule, exemption.is_some());
         results.push(RuleResult { rule: f.rule, outcome });
         match outcome {
-            Outcome::Denied => kept.push(f),
-            Outcome::Warned => decision.warnings.push(f.text),
-            Outcome::Audited => audited.push(f.text),
-            Outcome::Exempt => exempted.push(f.text),
-            Outcome::Off => {}
+            Enforced::Denied => kept.push(f),
+            Enforced::Warned => decision.warnings.push(f.text),
+            Enforced::Audited => audited.push(f.text),
+            Enforced::Exempt => exempted.push(f.text),
+            Enforced::Off => {}
         }
     }
     decision.rules = results;

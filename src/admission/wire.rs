@@ -128,38 +128,21 @@ pub struct UserInfo {
     pub groups: Vec<String>,
 }
 
-/// `metav1.StatusCause`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StatusCause {
-    pub reason: String,
-    pub message: String,
-    pub field: String,
-}
-
-/// `metav1.StatusDetails` (the parts the apiserver fills for Invalid).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StatusDetails {
-    pub name: String,
-    pub group: String,
-    pub kind: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub causes: Vec<StatusCause>,
-}
-
-/// `metav1.Status` of a denial.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// `metav1.Status` of a denial; its details are the decision's own
+/// ([`super::Details`], which serialises as `metav1.StatusDetails`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Status {
     pub metadata: serde_json::Map<String, Value>,
     pub status: String,
     pub message: String,
     pub reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub details: Option<StatusDetails>,
+    pub details: Option<super::Details>,
     pub code: u16,
 }
 
 /// `AdmissionResponse` exactly as the apiserver accepts it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AdmissionResponse {
     pub uid: String,
@@ -196,20 +179,7 @@ impl AdmissionResponse {
                 status: "Failure".to_string(),
                 message: d.message.clone(),
                 reason: d.reason.as_str().to_string(),
-                details: d.details.as_ref().map(|details| StatusDetails {
-                    name: details.name.clone(),
-                    group: details.group.clone(),
-                    kind: details.kind.clone(),
-                    causes: details
-                        .causes
-                        .iter()
-                        .map(|c| StatusCause {
-                            reason: c.reason.to_string(),
-                            message: c.message.clone(),
-                            field: c.field.clone(),
-                        })
-                        .collect(),
-                }),
+                details: d.details.clone(),
                 code: d.reason.code(),
             }),
         };

@@ -7,7 +7,7 @@
 use serde_json::{json, Map, Value};
 
 use super::{
-    identity::{self, escape_env, mount_for, references, Identity, Key, Source},
+    identity::{self, escape_env, mount_for, references, Identity, Key, Origin},
     INIT_CONTAINER,
 };
 use crate::{
@@ -323,7 +323,7 @@ fn init_env(
     let mut queue: Vec<String> = id
         .settings()
         .iter()
-        .filter(|s| matches!(s.source, Source::Env(_)))
+        .filter(|s| matches!(s.source, Origin::Env(_)))
         .map(|s| s.key.env().to_string())
         .chain(id.settings().iter().filter_map(|s| s.source.literal()).flat_map(references))
         .chain(mounts.iter().filter_map(|m| m.get("subPathExpr").and_then(Value::as_str)).flat_map(references))
@@ -355,7 +355,7 @@ fn init_env(
     // Nothing else is defined: a reference etcd leaves literal stays literal.
     let mut env: Vec<Value> = etcd_env.iter().filter(|e| wanted.iter().any(|w| w == env_name(e))).cloned().collect();
     for s in id.settings() {
-        if let Source::Flag(v) = &s.source {
+        if let Origin::Flag(v) = &s.source {
             env.push(json!({"name": s.key.env(), "value": v}));
         }
     }

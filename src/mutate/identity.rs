@@ -96,7 +96,7 @@ impl Key {
 
 /// Where a setting's value came from.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Source {
+pub enum Origin {
     /// An env entry of the etcd container (copied as is: value or valueFrom).
     Env(Value),
     /// A command-line flag; the raw value (the kubelet expands `$(VAR)` in
@@ -104,12 +104,12 @@ pub enum Source {
     Flag(String),
 }
 
-impl Source {
+impl Origin {
     /// The literal value, when there is one (`valueFrom` has none).
     pub fn literal(&self) -> Option<&str> {
         match self {
-            Source::Env(e) => e.get("value").and_then(Value::as_str),
-            Source::Flag(v) => Some(v),
+            Origin::Env(e) => e.get("value").and_then(Value::as_str),
+            Origin::Flag(v) => Some(v),
         }
     }
 }
@@ -124,7 +124,7 @@ pub struct Identity {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Setting {
     pub key: Key,
-    pub source: Source,
+    pub source: Origin,
     pub field: String,
 }
 
@@ -396,10 +396,10 @@ impl Reader {
                     continue;
                 }
                 (Some((_, ei, e)), _) => {
-                    Setting { key: k, source: Source::Env(e.clone()), field: format!("{base}.env[{ei}]") }
+                    Setting { key: k, source: Origin::Env(e.clone()), field: format!("{base}.env[{ei}]") }
                 }
                 (None, Some((_, fi, f))) => {
-                    Setting { key: k, source: Source::Flag(f.clone()), field: self.field_of(*fi) }
+                    Setting { key: k, source: Origin::Flag(f.clone()), field: self.field_of(*fi) }
                 }
                 (None, None) => continue,
             };
@@ -476,7 +476,7 @@ mod tests {
         assert_eq!(id.literal(Key::Name), Some("$(HOSTNAME)"));
         assert_eq!(id.literal(Key::DataDir), Some("/var/lib/etcd-data"));
         assert_eq!(id.literal(Key::WalDir), Some("/wal"));
-        assert!(matches!(id.get(Key::WalDir).map(|s| &s.source), Some(Source::Env(_))));
+        assert!(matches!(id.get(Key::WalDir).map(|s| &s.source), Some(Origin::Env(_))));
         assert_eq!(id.get(Key::DataDir).map(|s| s.field.as_str()), Some("spec.template.spec.containers[0].command[2]"));
         assert_eq!(id.literal(Key::InitialClusterToken), Some("t"));
         assert_eq!(id.literal(Key::InitialCluster), Some("a=b"));

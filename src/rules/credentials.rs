@@ -27,7 +27,7 @@ pub fn expected(storage: StorageType) -> &'static str {
 
 /// The mode the controller detects (the names it logs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub enum AuthMode {
     AwsSts,
     AwsStatic,
     AzureWorkloadIdentity,
@@ -35,25 +35,25 @@ pub enum Mode {
     AzureManagedIdentity,
 }
 
-impl Mode {
+impl AuthMode {
     pub fn as_str(self) -> &'static str {
         match self {
-            Mode::AwsSts => "aws-sts",
-            Mode::AwsStatic => "aws-static",
-            Mode::AzureWorkloadIdentity => "azure-workload-identity",
-            Mode::AzureClientSecret => "azure-client-secret",
-            Mode::AzureManagedIdentity => "azure-managed-identity",
+            AuthMode::AwsSts => "aws-sts",
+            AuthMode::AwsStatic => "aws-static",
+            AuthMode::AzureWorkloadIdentity => "azure-workload-identity",
+            AuthMode::AzureClientSecret => "azure-client-secret",
+            AuthMode::AzureManagedIdentity => "azure-managed-identity",
         }
     }
 
     /// What the backup Job does in this mode, in a few words.
     pub fn describe(self) -> &'static str {
         match self {
-            Mode::AwsSts => "AWS STS web identity with the role ARN (AWS_ROLE_ARN, projected token)",
-            Mode::AwsStatic => "the Secret mounted as an AWS shared-credentials file, [default] profile",
-            Mode::AzureWorkloadIdentity => "Azure workload identity with the client id from AZURE_CLIENT_ID",
-            Mode::AzureClientSecret => "--azure-auth-type client-secret with the credentials JSON",
-            Mode::AzureManagedIdentity => {
+            AuthMode::AwsSts => "AWS STS web identity with the role ARN (AWS_ROLE_ARN, projected token)",
+            AuthMode::AwsStatic => "the Secret mounted as an AWS shared-credentials file, [default] profile",
+            AuthMode::AzureWorkloadIdentity => "Azure workload identity with the client id from AZURE_CLIENT_ID",
+            AuthMode::AzureClientSecret => "--azure-auth-type client-secret with the credentials JSON",
+            AuthMode::AzureManagedIdentity => {
                 "--azure-auth-type managed-identity with key \"credentials\" as the managed-identity credentials file"
             }
         }
@@ -77,7 +77,7 @@ pub enum Fit {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Detection {
     pub storage: StorageType,
-    pub mode: Mode,
+    pub mode: AuthMode,
     pub fit: Fit,
     /// The Secret's key names, sorted (never values).
     pub keys: Vec<String>,
@@ -198,9 +198,9 @@ fn is_role_arn(s: &str) -> bool {
 const CREDS_FILE_MISSING: &str =
     "the controller mounts the Secret and passes --credentials-file /etc/etcd-backup-creds/credentials, which will not exist";
 
-fn detect_s3(data: &SecretData) -> (Mode, Fit) {
+fn detect_s3(data: &SecretData) -> (AuthMode, Fit) {
     let Some(raw) = data.get("credentials") else {
-        return (Mode::AwsStatic, Fit::Unfit(format!("there is no key \"credentials\": {CREDS_FILE_MISSING}")));
+        return (AuthMode::AwsStatic, Fit::Unfit(format!("there is no key \"credentials\": {CREDS_FILE_MISSING}")));
     };
     let value = raw.trim();
     if value.starts_with("arn:") {
@@ -209,11 +209,11 @@ fn detect_s3(data: &SecretData) -> (Mode, Fit) {
         } else {
             Fit::Unfit("key \"credentials\" starts with \"arn:\", so the controller passes it as AWS_ROLE_ARN, but it is not an IAM role ARN (arn:<partition>:iam::<12-digit account>:role/<name>, one line)".to_string())
         };
-        return (Mode::AwsSts, fit);
+        return (AuthMode::AwsSts, fit);
     }
     if value.is_empty() {
         return (
-            Mode::AwsStatic,
+            AuthMode::AwsStatic,
             Fit::Unfit("key \"credentials\" is empty: the uploader finds no credentials in it".to_string()),
         );
     }
@@ -242,7 +242,7 @@ fn detect_s3(data: &SecretData) -> (Mode, Fit) {
             }
         }
     };
-    (Mode::AwsStatic, fit)
+    (AuthMode::AwsStatic, fit)
 }
 
 /// The `[default]` section of an INI text: (lower-cased key, has a non-empty value).
@@ -310,7 +310,7 @@ fn azure_credentials(data: &SecretData) -> AzureJson {
     }
 }
 
-fn detect_azure(data: &SecretData) -> (Mode, Fit) {
+fn detect_azure(data: &SecretData) -> (AuthMode, Fit) {
     let creds = azure_credentials(data);
     if let Some(cloud) = data.get("cloud") {
         let client_id = cloud
@@ -330,7 +330,7 @@ fn detect_azure(data: &SecretData) -> (Mode, Fit) {
             } else {
                 Fit::Fits
             };
-            return (Mode::AzureWorkloadIdentity, fit);
+            return (AuthMode::AzureWorkloadIdentity, fit);
         }
         let fit = match creds {
             AzureJson::Absent => Fit::Unfit(format!(
@@ -342,15 +342,15 @@ fn detect_azure(data: &SecretData) -> (Mode, Fit) {
                 if client_secret { " and ignores its clientSecret" } else { "" }
             )),
         };
-        return (Mode::AzureManagedIdentity, fit);
+        return (AuthMode::AzureManagedIdentity, fit);
     }
     match creds {
         AzureJson::Absent => (
-            Mode::AzureManagedIdentity,
+            AuthMode::AzureManagedIdentity,
             Fit::Unfit(format!("there is neither key \"cloud\" nor key \"credentials\": {CREDS_FILE_MISSING}")),
         ),
         AzureJson::NotJson => (
-            Mode::AzureManagedIdentity,
+            AuthMode::AzureManagedIdentity,
             Fit::Unfit("key \"credentials\" is not JSON: the controller silently falls back to managed identity, and the managed-identity credentials file cannot be loaded".to_string()),
         ),
         AzureJson::Json { client_secret: true, ids, .. } => {
@@ -359,7 +359,7 @@ fn detect_azure(data: &SecretData) -> (Mode, Fit) {
             } else {
                 Fit::Unfit("the credentials JSON has a clientSecret but no tenantId or clientId: the uploader cannot authenticate".to_string())
             };
-            (Mode::AzureClientSecret, fit)
+            (AuthMode::AzureClientSecret, fit)
         }
         AzureJson::Json { client_secret: false, secret_key_present, ids } => {
             let fit = if secret_key_present && ids {
@@ -367,7 +367,7 @@ fn detect_azure(data: &SecretData) -> (Mode, Fit) {
             } else {
                 Fit::Fits
             };
-            (Mode::AzureManagedIdentity, fit)
+            (AuthMode::AzureManagedIdentity, fit)
         }
     }
 }
@@ -408,20 +408,20 @@ mod tests {
     #[test]
     fn s3_follows_the_controller() {
         let d = s3(&[("credentials", ARN)]);
-        assert_eq!((d.mode, d.fit), (Mode::AwsSts, Fit::Fits));
+        assert_eq!((d.mode, d.fit), (AuthMode::AwsSts, Fit::Fits));
         // Whitespace around the ARN is trimmed, as the controller does.
         assert_eq!(s3(&[("credentials", format!("  {ARN}\n").as_str())]).fit, Fit::Fits);
         assert_eq!(s3(&[("credentials", "arn:aws-us-gov:iam::123456789012:role/a/b")]).fit, Fit::Fits);
         let d = s3(&[("credentials", "arn:aws:kms:us-east-1:123456789012:key/x")]);
-        assert_eq!(d.mode, Mode::AwsSts);
+        assert_eq!(d.mode, AuthMode::AwsSts);
         assert!(matches!(d.fit, Fit::Unfit(_)));
         assert!(matches!(s3(&[("credentials", format!("{ARN}\nsecond line").as_str())]).fit, Fit::Unfit(_)));
         assert_eq!(s3(&[("credentials", INI)]).fit, Fit::Fits);
-        assert_eq!(s3(&[("credentials", INI)]).mode, Mode::AwsStatic);
+        assert_eq!(s3(&[("credentials", INI)]).mode, AuthMode::AwsStatic);
         // Anything else, including empty or missing, is aws-static, and cannot work.
         for pairs in [vec![], vec![("credentials", "")], vec![("credentials", "  \n")], vec![("cloud", INI)]] {
             let d = s3(&pairs);
-            assert_eq!(d.mode, Mode::AwsStatic, "{pairs:?}");
+            assert_eq!(d.mode, AuthMode::AwsStatic, "{pairs:?}");
             assert!(matches!(d.fit, Fit::Unfit(_)), "{pairs:?}");
         }
         let d = s3(&[("credentials", "[prod]\naws_access_key_id=a\naws_secret_access_key=b")]);
@@ -439,19 +439,19 @@ mod tests {
         let cs = r#"{"subscriptionId":"s","tenantId":"t","clientId":"c","clientSecret":"x"}"#;
         // cloud with a client id: workload identity, whatever else is there.
         let d = az(&[("cloud", format!("AZURE_TENANT_ID=t\r\nAZURE_CLIENT_ID= {GUID} \r\n").as_str())]);
-        assert_eq!((d.mode, d.fit), (Mode::AzureWorkloadIdentity, Fit::Fits));
+        assert_eq!((d.mode, d.fit), (AuthMode::AzureWorkloadIdentity, Fit::Fits));
         let d = az(&[("cloud", format!("AZURE_CLIENT_ID={GUID}").as_str()), ("credentials", cs)]);
-        assert_eq!(d.mode, Mode::AzureWorkloadIdentity);
+        assert_eq!(d.mode, AuthMode::AzureWorkloadIdentity);
         assert!(matches!(d.fit, Fit::Fallback(_)));
         let d = az(&[("cloud", "AZURE_CLIENT_ID=\"quoted\"")]);
-        assert_eq!(d.mode, Mode::AzureWorkloadIdentity);
+        assert_eq!(d.mode, AuthMode::AzureWorkloadIdentity);
         assert!(matches!(d.fit, Fit::Unfit(_)));
         // cloud without a client id: managed identity, even with a client-secret JSON.
         let d = az(&[("cloud", "AZURE_STORAGE_ACCOUNT_ACCESS_KEY=k"), ("credentials", cs)]);
-        assert_eq!(d.mode, Mode::AzureManagedIdentity);
+        assert_eq!(d.mode, AuthMode::AzureManagedIdentity);
         assert!(matches!(d.fit, Fit::Fallback(ref r) if r.contains("ignores its clientSecret")));
         let d = az(&[("cloud", "AZURE_CLIENT_ID=")]);
-        assert_eq!(d.mode, Mode::AzureManagedIdentity);
+        assert_eq!(d.mode, AuthMode::AzureManagedIdentity);
         assert!(matches!(d.fit, Fit::Unfit(ref r) if r.contains("no key \"credentials\"")));
         let d = az(&[
             ("cloud", "AZURE_STORAGE_ACCOUNT_ACCESS_KEY=k"),
@@ -459,23 +459,23 @@ mod tests {
         ]);
         assert!(matches!(d.fit, Fit::Unfit(ref r) if r.contains("not JSON")));
         // No cloud: credentials JSON decides.
-        assert_eq!(az(&[("credentials", cs)]).mode, Mode::AzureClientSecret);
+        assert_eq!(az(&[("credentials", cs)]).mode, AuthMode::AzureClientSecret);
         assert_eq!(az(&[("credentials", cs)]).fit, Fit::Fits);
         // Field names match in any case, as Go's encoding/json decodes them.
         let d = az(&[("credentials", r#"{"TenantId":"t","ClientID":"c","CLIENTSECRET":"x"}"#)]);
-        assert_eq!((d.mode, d.fit), (Mode::AzureClientSecret, Fit::Fits));
+        assert_eq!((d.mode, d.fit), (AuthMode::AzureClientSecret, Fit::Fits));
         let d = az(&[("credentials", r#"{"clientSecret":"x"}"#)]);
-        assert_eq!(d.mode, Mode::AzureClientSecret);
+        assert_eq!(d.mode, AuthMode::AzureClientSecret);
         assert!(matches!(d.fit, Fit::Unfit(_)));
         let d = az(&[("credentials", r#"{"tenantId":"t","clientId":"c","clientSecret":""}"#)]);
-        assert_eq!(d.mode, Mode::AzureManagedIdentity);
+        assert_eq!(d.mode, AuthMode::AzureManagedIdentity);
         assert!(matches!(d.fit, Fit::Fallback(_)));
         let d =
             az(&[("credentials", r#"{"client_id":"c","tenant_id":"t","authentication_endpoint":"https://login"}"#)]);
-        assert_eq!((d.mode, d.fit), (Mode::AzureManagedIdentity, Fit::Fits));
+        assert_eq!((d.mode, d.fit), (AuthMode::AzureManagedIdentity, Fit::Fits));
         for pairs in [vec![], vec![("credentials", "not json")], vec![("credentials", "[1,2]")]] {
             let d = az(&pairs);
-            assert_eq!(d.mode, Mode::AzureManagedIdentity, "{pairs:?}");
+            assert_eq!(d.mode, AuthMode::AzureManagedIdentity, "{pairs:?}");
             assert!(matches!(d.fit, Fit::Unfit(_)), "{pairs:?}");
         }
     }

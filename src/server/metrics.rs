@@ -217,7 +217,7 @@ pub struct Metrics {
 
 /// Rule findings: `rule` from the closed set of
 /// [`crate::enforcement::known_rule`], `result` from
-/// [`crate::enforcement::Outcome`].
+/// [`crate::enforcement::Enforced`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RuleLabels {
     pub webhook: Target,

@@ -48,7 +48,7 @@ fn spool() -> Box<dyn Spool> {
 pub struct Emitter<'a, W: Write> {
     out: BufWriter<W>,
     format: Output,
-    rules: &'a [catalog::Entry],
+    rules: &'a [catalog::Row],
     /// Reports written so far.
     written: usize,
     /// How often each warning text was seen (by hash: the texts themselves
@@ -113,7 +113,7 @@ const SYNTHETIC: [(&str, &str); 5] = [
 ];
 
 impl<'a, W: Write> Emitter<'a, W> {
-    pub fn new(out: W, format: Output, rules: &'a [catalog::Entry]) -> Self {
+    pub fn new(out: W, format: Output, rules: &'a [catalog::Row]) -> Self {
         Self {
             out: BufWriter::with_capacity(1 << 16, out),
             format,

@@ -65,12 +65,14 @@ pub struct Fetched {
     pub backups: Option<BackupsRead>,
 }
 
-/// What of the core's read plan this server must read live: the reads its
-/// caches cannot answer. A cache hit needs no read (the decision finds it
-/// in the cache, through [`super::backup_cache::RequestReads`]); nothing is
-/// read for a preflight this server cannot serve (no backup watch: the core
-/// skips the preflight and says so).
-pub fn live(app: &App, mut plan: ReadPlan) -> ReadPlan {
+/// What of the core's read plan this server must read live (the reads its
+/// caches cannot answer), and what the caches already answered: the
+/// HostedControlPlanes of a cache hit, handed to the decision as they were
+/// judged fresh enough, so they are not converted from the cache twice.
+/// Nothing is read for a preflight this server cannot serve (no backup
+/// watch: the core skips the preflight and says so).
+pub fn live(app: &App, mut plan: ReadPlan) -> (ReadPlan, Fetched) {
+    let mut cached = Fetched::default();
     // The backup watch holds the etcd StatefulSets; only an object name
     // reaches an apiserver URL (anything else is answered by the caches as
     // not there).
@@ -79,7 +81,7 @@ pub fn live(app: &App, mut plan: ReadPlan) -> ReadPlan {
         plan.credentials_secret = None;
     }
     match &app.backup_cache {
-        None if plan.decide_first => return ReadPlan::default(),
+        None if plan.decide_first => return (ReadPlan::default(), cached),
         None => {
             plan.credentials_secret = None;
             plan.backups = None;
@@ -95,12 +97,21 @@ pub fn live(app: &App, mut plan: ReadPlan) -> ReadPlan {
         }
     }
     if let Some((ns, freshness)) = &plan.hosted_control_planes {
-        if app.hcp_cache.as_ref().is_none_or(|c| freshness.cache_answers(&c.cached_view(ns))) {
-            plan.hosted_control_planes = None;
+        match &app.hcp_cache {
+            // Without a cache there is nothing to read them from (the
+            // decision says the lookup is not provided, and fails closed).
+            None => plan.hosted_control_planes = None,
+            Some(cache) => {
+                let view = cache.cached_view(ns);
+                if freshness.cache_answers(&view) {
+                    cached.hcps = Some(Prefetched(Ok(view)));
+                    plan.hosted_control_planes = None;
+                }
+            }
         }
     }
     plan.decide_first &= !plan.is_empty();
-    plan
+    (plan, cached)
 }
 
 /// A live-read place; given back (and its source's count) when dropped.

@@ -165,6 +165,8 @@ struct ListItems {
     item_line: usize,
     /// Past the items (`kind: List`, `metadata:`): the rest of the document is skipped.
     tail: bool,
+    /// A sequence was found in the tail (reported once, as an input error).
+    stray: bool,
     /// Whether the item list was entered: `next_chunk` found `items:`.
     started: bool,
     /// The document so far (up to and with `items:`) and its first line:
@@ -265,10 +267,19 @@ impl Documents {
                 self.finish_item();
                 return false;
             }
+            let starts_item = line.starts_with(b"- ") || line.trim_ascii_end() == b"-";
             if list.tail {
+                // Past `kind: List`/`metadata:` kubectl prints no sequence: a
+                // `- ` line here is not skipped silently (it may be an item).
+                if starts_item && !list.stray {
+                    list.stray = true;
+                    let message = "a sequence after the List's items (not kubectl's layout): it is not judged; give the List with its items under `items:` only".to_string();
+                    let line = self.line;
+                    self.pending.push_back(self.error(line, message));
+                    return true;
+                }
                 continue;
             }
-            let starts_item = line.starts_with(b"- ") || line.trim_ascii_end() == b"-";
             let blank = line.trim_ascii().is_empty() || line.starts_with(b"#");
             if list.index == 0 && list.item.is_empty() && !starts_item && !blank {
                 // Not kubectl's layout (indented items, a flow list on the
@@ -613,6 +624,12 @@ mod tests {
         assert!(matches!(&got[1], Entry::Error(e) if e.line >= 9 && e.document == 1), "{:?}", got[1]);
         assert!(matches!(&got[2], Entry::Object(o) if o.value["kind"] == "C" && o.item == Some(2) && o.line == 12));
         assert!(matches!(&got[3], Entry::Object(o) if o.value["kind"] == "D" && o.document == 2 && o.item.is_none()));
+        // A sequence after the items is an input error, never skipped silently.
+        let stray = docs("apiVersion: v1\nitems:\n- kind: A\nkind: List\nmore:\n- kind: B\n");
+        assert!(
+            matches!(stray.as_slice(), [Entry::Object(a), Entry::Error(e)] if a.value["kind"] == "A" && e.line == 6),
+            "{stray:#?}"
+        );
         // A List with its kind before the items, and one in flow style (parsed whole): the same objects.
         let before = docs("kind: List\napiVersion: v1\nitems:\n- kind: A\n- kind: B\n");
         assert_eq!(before.len(), 2, "{before:?}");

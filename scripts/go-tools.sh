@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real components the test suites run: kube-apiserver (1.34, 1.35;
-# 1.35 also kubectl, whose kustomize renders the manifests in tests/manifests.rs)
-# and etcd (3.6, 3.7: etcd, etcdctl, etcdutl), each as a Go tool of its own
+# 1.35 also kubectl, whose kustomize renders the manifests in tests/manifests.rs),
+# etcd (3.5.35, 3.6, 3.7: etcd, etcdctl, etcdutl) and promtool (the alerts
+# of the PrometheusRule evaluated on test series), each as a Go tool of its own
 # small module under tests/tools/<name>/ (pinned in its go.mod/go.sum), into
 #   $HOME/.cache/hcp-etcd-admission/tools/<name>/
 # and reuses what is there. No binary is ever written into the clone.
@@ -19,7 +20,7 @@ cache=${HCP_CACHE:-$HOME/.cache/hcp-etcd-admission}
 export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=mod
 export GOCACHE=${GOCACHE_OVERRIDE:-$cache/go/build} GOMODCACHE=${GOMODCACHE_OVERRIDE:-$cache/go/mod}
 
-all=(etcd-3.6 etcd-3.7 kube-1.35 kube-1.34)
+all=(etcd-3.6 etcd-3.7 etcd-3.5 promtool kube-1.35 kube-1.34)
 if [ "${1:-}" = "--print" ]; then
   for n in "${all[@]}"; do echo "$n=$cache/tools/$n"; done
   exit 0
@@ -46,6 +47,11 @@ build_one() {
         go.etcd.io/etcd/server/v3 go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3)
       mv "$tmp/v3" "$tmp/etcd" 2>/dev/null || mv "$tmp/server" "$tmp/etcd"
       "$tmp/etcd" --version | head -1 ;;
+    promtool)
+      # No service discovery plugins: promtool's rule checks and unit tests need none.
+      (cd "$mod" && go build -trimpath -tags remove_all_sd -ldflags "-s -w" -o "$tmp/" \
+        github.com/prometheus/prometheus/cmd/promtool)
+      "$tmp/promtool" --version | head -1 ;;
     kube-*)
       local v; v=$(sed -n 's/^\s*k8s.io\/kubernetes v\([0-9.]*\).*/\1/p' "$mod/go.mod" | head -1)
       local minor; minor=$(echo "$v" | cut -d. -f2)

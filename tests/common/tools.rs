@@ -1,5 +1,5 @@
 //! The real components built from the Go module proxy by `scripts/go-tools.sh`
-//! (kube-apiserver 1.34/1.35, etcd 3.6/3.7), found in
+//! (kube-apiserver 1.34/1.35, etcd 3.5/3.6/3.7), found in
 //! `$HOME/.cache/hcp-etcd-admission/tools/<name>/` (or `$HCP_CACHE/tools/`).
 //! Nothing here builds them: a test names what it needs through [`go_tool`]
 //! and `env::ready` says how to get it when it is missing.
@@ -31,6 +31,6 @@ pub fn go_bin(name: &str, bin: &str) -> PathBuf {
 pub fn go_tool(name: &'static str, bin: &'static str) -> Need {
     Need::File(
         go_bin(name, bin),
-        "scripts/go-tools.sh (builds kube-apiserver and etcd 3.6/3.7 from the Go module proxy)",
+        "scripts/go-tools.sh (builds kube-apiserver and etcd 3.5/3.6/3.7 from the Go module proxy)",
     )
 }

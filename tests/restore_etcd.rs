@@ -1551,11 +1551,13 @@ async fn retries_integrity_and_what_counts_as_empty() {
     });
     assert_eq!(code, 0, "{log}");
     assert!(pv.join("data/member").is_dir() && pv.join("data/lost+found").is_dir());
-    // Anything else is data: skip, touch nothing, download nothing.
+    // An etcd data dir (member/snap/db) is data: skip, touch nothing, download nothing.
     let before = rig.store.requests().len();
     // A staging dir left by a killed run (SIGKILL, node loss) goes even then.
     let (code, log, pv) = rig.run_with("non-empty", &snap, &no_bump_settings(), &rig.bin, Some(&rig.hosts), |d| {
         std::fs::create_dir_all(d.join("member/wal")).expect("member");
+        std::fs::create_dir_all(d.join("member/snap")).expect("snap");
+        std::fs::write(d.join("member/snap/db"), b"live db").expect("db");
         std::fs::write(d.join("member/wal/0.wal"), b"live data").expect("wal");
         let stale = d.parent().expect("pv").join(".etcd-init-restore/data/member");
         std::fs::create_dir_all(&stale).expect("stale stage");
@@ -1565,7 +1567,29 @@ async fn retries_integrity_and_what_counts_as_empty() {
     assert!(log.contains("not empty, not restoring snapshot"));
     assert!(!pv.join(".etcd-init-restore").exists(), "a stale staging dir survived an early exit");
     assert_eq!(std::fs::read(pv.join("data/member/wal/0.wal")).expect("wal"), b"live data");
+    assert_eq!(std::fs::read(pv.join("data/member/snap/db")).expect("db"), b"live db");
     assert_eq!(rig.store.requests().len(), before, "a skipped restore must not download");
+    // Files but no etcd database: reset-member would take the member for an
+    // empty one and start etcd without them. Neither restore over them nor
+    // pass them on: fail, touch nothing, download nothing.
+    for (tag, files) in [("wal-only", &["member/wal/0.wal"][..]), ("stray", &["notes.txt", "member/snap/0.snap"][..])] {
+        let (code, log, pv) = rig.run_with(tag, &snap, &no_bump_settings(), &rig.bin, Some(&rig.hosts), |d| {
+            for f in files {
+                let path = d.join(f);
+                std::fs::create_dir_all(path.parent().expect("dir")).expect("dirs");
+                std::fs::write(&path, b"keep me").expect("file");
+            }
+        });
+        assert_ne!(code, 0, "{tag}: {log}");
+        assert!(log.contains("holds files but no etcd database (member/snap/db)"), "{tag}: {log}");
+        for f in files {
+            assert_eq!(std::fs::read(pv.join("data").join(f)).expect("file"), b"keep me", "{tag}: {f} touched");
+        }
+        assert!(!pv.join("data/member/snap/db").exists(), "{tag}: restored over files");
+        let msg = std::fs::read_to_string(termination_log(&rig.member(tag))).unwrap_or_default();
+        assert!(msg.starts_with("FAILED: "), "{tag}: {msg}");
+        assert_eq!(rig.store.requests().len(), before, "{tag}: downloaded");
+    }
     let _ = std::fs::remove_dir_all(&rig.root);
 }
 
@@ -1925,6 +1949,19 @@ async fn a_member_that_runs_etcd_is_never_restored_next_to() {
         &rig.store.url("/snapshots/snap.db"),
         &no_bump_settings(),
     );
+    // A proxy that refuses, named in the environment (an image ENV, another
+    // mutating webhook): probes must never go through it, or every member
+    // would look unreachable. The only env this test adds to the webhook's.
+    let mut sts = sts;
+    let env = sts
+        .pointer_mut("/spec/template/spec/initContainers")
+        .and_then(Value::as_array_mut)
+        .and_then(|cs| cs.iter_mut().find(|c| c["name"] == "etcd-init"))
+        .and_then(|c| c["env"].as_array_mut())
+        .expect("etcd-init env");
+    for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
+        env.insert(0, json!({"name": name, "value": "http://127.0.0.1:9"}));
+    }
     let hosts = rig.root.join("hosts-3");
     let mut text = String::from("127.0.0.1 localhost\n");
     for i in 0..3 {
@@ -1960,17 +1997,7 @@ async fn a_member_that_runs_etcd_is_never_restored_next_to() {
     assert!(!m.pv.join("etcd/etcd-data/member").exists(), "the data dir must stay empty for reset-member");
     assert!(!m.pv.join("etcd/etcd-wal").read_dir().is_ok_and(|mut d| d.next().is_some()), "WAL moved in");
     assert!(!m.pv.join("etcd/.etcd-init-restore").exists(), "staging dir left behind");
-    // Probes never go through a proxy: one named in the environment (an
-    // image ENV, another webhook) that refuses would make every member look
-    // unreachable. (The only env this test adds to the webhook's.)
-    let script = injected();
-    assert!(script.contains("--noproxy '*'"), "probes must not use a proxy");
     let _ = std::fs::remove_dir_all(&rig.root);
-}
-
-/// The script as injected.
-fn injected() -> String {
-    hcp_etcd_admission::mutate::injected_script().to_string()
 }
 
 #[test]

@@ -114,6 +114,12 @@ if has_data "$DATA_DIR"; then
 		# others again (step 9), as the run that restored would have.
 		RESUME=yes
 		log "$DATA_DIR was restored by this restore (generation $GEN); waiting for the other members before etcd starts"
+	elif [ ! -f "$DATA_DIR/member/snap/db" ]; then
+		# reset-member takes a data dir without member/snap/db for an empty
+		# one: it would start etcd on it as a new or re-added member, without
+		# whatever these files are. Neither restore over them nor pass them on.
+		rm -rf -- "$STATE"
+		fail "$DATA_DIR holds files but no etcd database (member/snap/db): not restoring over them, and not starting etcd on them (reset-member would take this member for an empty one). Inspect them: put the member's database back, or move them off the volume if they are not this member's data (etcd-init then restores or hands off)"
 	else
 		rm -rf -- "$STATE"
 		result "SKIPPED: $DATA_DIR is not empty, not restoring snapshot (generation $GEN)"

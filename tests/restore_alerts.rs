@@ -127,55 +127,61 @@ fn etcd_init_alerts_fire_on_real_series_and_stay_silent_otherwise() {
     let still = "HcpEtcdInitStillInTemplate";
     let init = |ns: &str, pod: &str| format!(r#"namespace="{ns}",pod="{pod}",container="etcd-init""#);
     let sts = |ns: &str| format!(r#"namespace="{ns}",statefulset="etcd""#);
+    // One promtool test group: series (metric, labels, values) and, per
+    // evaluation time, the alerts expected to be firing.
+    let group = |name: &str, series: &[(&str, String, &str)], evals: &[(&str, &str, Vec<Value>)]| {
+        let input: Vec<Value> =
+            series.iter().map(|(m, l, v)| serde_json::json!({"series": ksm(m, l), "values": v})).collect();
+        let tests: Vec<Value> = evals
+            .iter()
+            .map(|(at, name, alerts)| serde_json::json!({"eval_time": at, "alertname": name, "exp_alerts": alerts}))
+            .collect();
+        serde_json::json!({"name": name, "interval": "1m", "input_series": input, "alert_rule_test": tests})
+    };
+    let restarts = "kube_pod_init_container_status_restarts_total";
+    let ready = "kube_pod_init_container_status_ready";
+    let info = "kube_pod_init_container_info";
+    let (sts_ready, sts_replicas) = ("kube_statefulset_status_replicas_ready", "kube_statefulset_replicas");
     let tests = serde_json::json!({
         "rule_files": [rules],
         "evaluation_interval": "1m",
         "tests": [
-            {
-                "name": "crash loop: three restarts within 30 min fire after 5 min; one restart does not; a loop that stopped resolves",
-                "interval": "1m",
-                "input_series": [
-                    {"series": ksm("kube_pod_init_container_status_restarts_total", &init("clusters-a", "etcd-0")), "values": "0 0 1 1 2 2 3x80"},
-                    {"series": ksm("kube_pod_init_container_status_restarts_total", &init("clusters-a", "etcd-1")), "values": "0 0 0 1x80"}
+            group(
+                "crash loop: three restarts within 30 min fire after 5 min; one restart does not; a loop that stopped resolves",
+                &[
+                    (restarts, init("clusters-a", "etcd-0"), "0 0 1 1 2 2 3x80"),
+                    (restarts, init("clusters-a", "etcd-1"), "0 0 0 1x80"),
                 ],
-                "alert_rule_test": [
-                    {"eval_time": "7m", "alertname": crash, "exp_alerts": []},
-                    {"eval_time": "15m", "alertname": crash, "exp_alerts": [alert(crash, &[("namespace", "clusters-a"), ("pod", "etcd-0")])]},
-                    {"eval_time": "70m", "alertname": crash, "exp_alerts": []}
-                ]
-            },
-            {
-                "name": "restore pending: an etcd-init not done for an hour fires; one that finished after 30 min does not",
-                "interval": "1m",
-                "input_series": [
-                    {"series": ksm("kube_pod_init_container_status_ready", &init("clusters-a", "etcd-0")), "values": "0x90"},
-                    {"series": ksm("kube_pod_init_container_status_ready", &init("clusters-a", "etcd-1")), "values": "0x30 1x60"}
+                &[
+                    ("7m", crash, vec![]),
+                    ("15m", crash, vec![alert(crash, &[("namespace", "clusters-a"), ("pod", "etcd-0")])]),
+                    ("70m", crash, vec![]),
                 ],
-                "alert_rule_test": [
-                    {"eval_time": "50m", "alertname": pending, "exp_alerts": []},
-                    {"eval_time": "75m", "alertname": pending, "exp_alerts": [alert(pending, &[("namespace", "clusters-a"), ("pod", "etcd-0")])]}
-                ]
-            },
-            {
-                "name": "still in template: a quorum ready with one member Pending fires after 2 h; less than a quorum, or no etcd-init, does not",
-                "interval": "1m",
-                "input_series": [
-                    {"series": ksm("kube_pod_init_container_info", &init("clusters-a", "etcd-0")), "values": "1x200"},
-                    {"series": ksm("kube_pod_init_container_info", &init("clusters-a", "etcd-1")), "values": "1x200"},
-                    {"series": ksm("kube_pod_init_container_info", &init("clusters-a", "etcd-2")), "values": "1x200"},
-                    {"series": ksm("kube_statefulset_status_replicas_ready", &sts("clusters-a")), "values": "2x200"},
-                    {"series": ksm("kube_statefulset_replicas", &sts("clusters-a")), "values": "3x200"},
-                    {"series": ksm("kube_pod_init_container_info", &init("clusters-b", "etcd-0")), "values": "1x200"},
-                    {"series": ksm("kube_statefulset_status_replicas_ready", &sts("clusters-b")), "values": "1x200"},
-                    {"series": ksm("kube_statefulset_replicas", &sts("clusters-b")), "values": "3x200"},
-                    {"series": ksm("kube_statefulset_status_replicas_ready", &sts("clusters-c")), "values": "3x200"},
-                    {"series": ksm("kube_statefulset_replicas", &sts("clusters-c")), "values": "3x200"}
+            ),
+            group(
+                "restore pending: an etcd-init not done for an hour fires; one that finished after 30 min does not",
+                &[(ready, init("clusters-a", "etcd-0"), "0x90"), (ready, init("clusters-a", "etcd-1"), "0x30 1x60")],
+                &[
+                    ("50m", pending, vec![]),
+                    ("75m", pending, vec![alert(pending, &[("namespace", "clusters-a"), ("pod", "etcd-0")])]),
                 ],
-                "alert_rule_test": [
-                    {"eval_time": "100m", "alertname": still, "exp_alerts": []},
-                    {"eval_time": "130m", "alertname": still, "exp_alerts": [alert(still, &[("namespace", "clusters-a")])]}
-                ]
-            }
+            ),
+            group(
+                "still in template: a quorum ready with one member Pending fires after 2 h; less than a quorum, or no etcd-init, does not",
+                &[
+                    (info, init("clusters-a", "etcd-0"), "1x200"),
+                    (info, init("clusters-a", "etcd-1"), "1x200"),
+                    (info, init("clusters-a", "etcd-2"), "1x200"),
+                    (sts_ready, sts("clusters-a"), "2x200"),
+                    (sts_replicas, sts("clusters-a"), "3x200"),
+                    (info, init("clusters-b", "etcd-0"), "1x200"),
+                    (sts_ready, sts("clusters-b"), "1x200"),
+                    (sts_replicas, sts("clusters-b"), "3x200"),
+                    (sts_ready, sts("clusters-c"), "3x200"),
+                    (sts_replicas, sts("clusters-c"), "3x200"),
+                ],
+                &[("100m", still, vec![]), ("130m", still, vec![alert(still, &[("namespace", "clusters-a")])])],
+            ),
         ]
     });
     let file = dir.join("tests.json");

@@ -159,6 +159,15 @@ fn etcd_init_alerts_fire_on_real_series_and_stay_silent_otherwise() {
                 ],
             ),
             group(
+                "crash loop of a waiting member: one failure every 15 min (600 s wait, 300 s back-off) fires within the hour",
+                &[(restarts, init("clusters-a", "etcd-2"), "0x14 1x14 2x14 3x14 4x14 5x14 6x14")],
+                &[
+                    ("40m", crash, vec![]),
+                    ("75m", crash, vec![alert(crash, &[("namespace", "clusters-a"), ("pod", "etcd-2")])]),
+                    ("100m", crash, vec![alert(crash, &[("namespace", "clusters-a"), ("pod", "etcd-2")])]),
+                ],
+            ),
+            group(
                 "restore pending: an etcd-init not done for an hour fires; one that finished after 30 min does not",
                 &[(ready, init("clusters-a", "etcd-0"), "0x90"), (ready, init("clusters-a", "etcd-1"), "0x30 1x60")],
                 &[

@@ -749,13 +749,6 @@ impl Cluster {
             .is_ok_and(|s| s.lines().any(|l| l == other))
     }
 
-    /// Every member's etcd log so far.
-    fn etcd_logs(&self) -> String {
-        (0..self.members.len())
-            .map(|i| std::fs::read_to_string(self.root.join(format!("etcd-{i}.log"))).unwrap_or_default())
-            .collect()
-    }
-
     fn init(&self, i: usize) -> (i32, String) {
         self.init_with_hosts(i, &self.hosts_file)
     }
@@ -1006,6 +999,7 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
         }
         c.first_restore(order);
     }
+    let first_id = c.cluster_ids()[0];
     let service = c.service.clone();
     let ns = c.ns.clone();
     let peer = |i: usize| format!("https://etcd-{i}.{service}.{ns}.svc:2380");
@@ -1139,8 +1133,8 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
             assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "w", "the survivor's writes were lost");
             drop(_rescued);
 
-            old_lineage_meets_a_new_one(&mut c);
-            a_member_back_after_the_others_waited_restores_as_a_late_joiner(&mut c);
+            old_lineage_meets_a_new_one(&mut c, first_id);
+            a_member_back_after_the_others_waited_hands_off(&mut c);
         }
     }
 
@@ -1190,37 +1184,50 @@ fn with_init_env(sts: &Value, name: &str, value: &str) -> Value {
     sts
 }
 
+/// The generation the webhook gave etcd-init in `sts`.
+fn generation_of(sts: &Value) -> String {
+    container(sts, "initContainers", "etcd-init")["env"]
+        .as_array()
+        .and_then(|e| e.iter().find(|v| v["name"] == "ETCD_INIT_RESTORE_GENERATION"))
+        .and_then(|v| v["value"].as_str())
+        .expect("ETCD_INIT_RESTORE_GENERATION")
+        .to_string()
+}
+
 /// A cluster identity per restore: a restore for another HostedControlPlane
 /// incarnation (another generation) runs, then member 0's volume of the old
-/// restore comes back in its place (a PV restored from an old backup, a node
-/// that returns). The two raft logs never merge: the old member's traffic is
-/// refused with a cluster-ID mismatch, the new cluster keeps its own data and
-/// never sees the old lineage's writes.
-fn old_lineage_meets_a_new_one(c: &mut Cluster) {
+/// restore (`old_id`, with the 20 writes after it) comes back in its place
+/// (a PV restored from an old backup, a node that returns). The two raft logs
+/// never merge: the old member's traffic is refused with a cluster-ID
+/// mismatch, the new cluster keeps its own data and never sees the old
+/// lineage's writes.
+fn old_lineage_meets_a_new_one(c: &mut Cluster, old_id: u64) {
     let e = c.e.clone();
-    // Member 0 of the old restore, with the 20 writes after it.
     let old = c.root.join("old-lineage-0");
     let status = Command::new("cp").arg("-a").arg(c.data(0)).arg(&old).status().expect("cp");
     assert!(status.success());
     let url = c.store.url("/snapshots/snap.db");
-    let first = c.termination(0);
+    let old_generation = generation_of(&c.sts);
     c.sts = patched_for(
         &etcd_statefulset(&c.ns, c.members.len(), Template::Env),
         &hcp_with_uid(&c.ns, &url, "0e2b6f4c-9d1a-4c3b-8e7f-2a1b3c4d5e6f"),
         &settings_for(&e),
     );
+    assert_ne!(generation_of(&c.sts), old_generation, "another incarnation, the same generation");
     c.procs = Vec::new();
     c.first_restore(Order::Together);
-    let token = |msg: &str| msg.split("token ").nth(1).map(|t| t.trim().to_string());
-    assert_ne!(token(&first), token(&c.termination(0)), "two restores, one cluster token");
     let new_id = c.cluster_ids()[0];
+    assert_ne!(new_id, old_id, "two restores, one cluster ID");
     c.procs[0] = None;
     c.wipe(0);
     let status = Command::new("cp").arg("-a").arg(&old).arg(c.data(0)).status().expect("cp");
     assert!(status.success());
+    // Its own log, new with this start: no beacon runs any more, so a
+    // mismatch there is the old member meeting the new cluster.
     c.procs[0] = Some(c.start(0, None));
+    let log0 = c.root.join("etcd-0.log");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !c.etcd_logs().contains("cluster ID mismatch") {
+    while !std::fs::read_to_string(&log0).unwrap_or_default().contains("cluster ID mismatch") {
         assert!(Instant::now() < deadline, "the old member met the new cluster without a cluster ID mismatch");
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -1229,18 +1236,14 @@ fn old_lineage_meets_a_new_one(c: &mut Cluster) {
     assert_eq!(get(&e, &c.endpoints[1], "/registry/after20"), "", "the old lineage's writes reached the new cluster");
     assert!(ctl(&e, &c.endpoints[1], &["put", "/registry/test/lineage", "new"]).status.success());
     assert_eq!(get(&e, &c.endpoints[2], "/registry/test/lineage"), "new");
+    for ep in &c.endpoints[1..] {
+        let out = ctl(&e, ep, &["endpoint", "status", "-w", "json"]);
+        let v: Value = serde_json::from_slice(&out.stdout).expect("status json");
+        assert_eq!(v[0]["Status"]["header"]["cluster_id"].as_u64(), Some(new_id), "{ep}");
+    }
     let list: Value =
         serde_json::from_slice(&ctl(&e, &rest, &["member", "list", "-w", "json"]).stdout).expect("member list");
     assert_eq!(list["members"].as_array().map(Vec::len), Some(c.members.len()), "{list}");
-    // The old member (if it answers at all without its quorum) is still
-    // its own cluster and never took the new lineage's writes.
-    let out = ctl(&e, &c.endpoints[0], &["endpoint", "status", "-w", "json"]);
-    if let Some(id) =
-        serde_json::from_slice::<Value>(&out.stdout).ok().and_then(|v| v[0]["Status"]["header"]["cluster_id"].as_u64())
-    {
-        assert_ne!(id, new_id, "the old member joined the new cluster");
-    }
-    assert_eq!(get(&e, &c.endpoints[0], "/registry/test/lineage"), "");
     c.procs = Vec::new();
 }
 
@@ -1248,11 +1251,11 @@ fn old_lineage_meets_a_new_one(c: &mut Cluster) {
 /// fresh; member 2's then stops while it downloads (an eviction, its node
 /// fails). Members 0 and 1 restore, wait for it at the barrier, and after
 /// `restoreWaitSeconds` start etcd as a quorum, which takes writes. Member 2
-/// comes back on its volume: it saw the others in this restore's etcd-init
-/// (recorded on the volume), so it restores the same snapshot, finds them
-/// running etcd, and joins as a late member that the leader catches up
-/// (its first log entries are the same restore's): one cluster, every write.
-fn a_member_back_after_the_others_waited_restores_as_a_late_joiner(c: &mut Cluster) {
+/// comes back on its volume, which says it saw the others in this restore's
+/// etcd-init; they now run a healthy cluster, so it hands off to
+/// reset-member (no download, its record of the others gone), is re-added
+/// and catches up: one cluster, every write.
+fn a_member_back_after_the_others_waited_hands_off(c: &mut Cluster) {
     let e = c.e.clone();
     let n = c.members.len();
     c.procs = (0..n).map(|_| None).collect();
@@ -1290,21 +1293,26 @@ fn a_member_back_after_the_others_waited_restores_as_a_late_joiner(c: &mut Clust
     for k in 1..=10 {
         assert!(ctl(&e, &c.endpoints[0], &["put", &format!("/registry/late{k}"), "l"]).status.success());
     }
+    // (re_add waits for this key on the re-added member.)
+    assert!(ctl(&e, &c.endpoints[0], &["put", "/registry/test/after", "restored"]).status.success());
+    assert!(c.has_seen(last, "etcd-0"), "member {last}'s volume lost its record of the others");
     let downloads = c.store.requests().len();
     let (code, log) = c.init(last);
-    c.check_restored(last, code, &log);
-    assert_eq!(c.store.requests().len(), downloads + 1, "the late member downloads once");
-    c.procs[last] = Some(c.start(last, None));
-    wait_healthy(&e.etcdctl, &c.endpoints.join(","));
-    let ids = c.cluster_ids();
-    assert!(ids.windows(2).all(|w| w[0] == w[1]), "the late member is in another cluster: {ids:?}");
+    assert_eq!(code, 0, "{log}");
+    let msg = c.termination(last);
+    assert!(msg.starts_with("HANDED OFF: a healthy etcd cluster answers"), "{msg}\n{log}");
+    assert_eq!(c.store.requests().len(), downloads, "no download when a cluster answers");
+    assert!(!c.data(last).join("member").exists(), "the data dir must stay empty for reset-member");
+    assert!(
+        !c.members[last].pv.join(".etcd-init-restore-state").exists(),
+        "its record of the others outlived the hand-off"
+    );
+    c.re_add(last);
     let deadline = Instant::now() + Duration::from_secs(30);
     while get(&e, &c.endpoints[last], "/registry/late10") != "l" {
         assert!(Instant::now() < deadline, "the late member never caught up");
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(ctl(&e, &c.endpoints[last], &["put", "/registry/late11", "l"]).status.success());
-    assert_eq!(get(&e, &c.endpoints[0], "/registry/late11"), "l");
     c.procs = Vec::new();
 }
 
@@ -1569,10 +1577,10 @@ async fn retries_integrity_and_what_counts_as_empty() {
     assert_eq!(std::fs::read(pv.join("data/member/wal/0.wal")).expect("wal"), b"live data");
     assert_eq!(std::fs::read(pv.join("data/member/snap/db")).expect("db"), b"live db");
     assert_eq!(rig.store.requests().len(), before, "a skipped restore must not download");
-    // Files but no etcd database: reset-member would take the member for an
-    // empty one and start etcd without them. Neither restore over them nor
-    // pass them on: fail, touch nothing, download nothing.
-    for (tag, files) in [("wal-only", &["member/wal/0.wal"][..]), ("stray", &["notes.txt", "member/snap/0.snap"][..])] {
+    // A member/ without its database: reset-member would take the member for
+    // an empty one and start etcd without it. Neither restore over it nor
+    // pass it on: fail, touch nothing, download nothing.
+    for (tag, files) in [("wal-only", &["member/wal/0.wal"][..]), ("no-db", &["notes.txt", "member/snap/0.snap"][..])] {
         let (code, log, pv) = rig.run_with(tag, &snap, &no_bump_settings(), &rig.bin, Some(&rig.hosts), |d| {
             for f in files {
                 let path = d.join(f);
@@ -1581,7 +1589,7 @@ async fn retries_integrity_and_what_counts_as_empty() {
             }
         });
         assert_ne!(code, 0, "{tag}: {log}");
-        assert!(log.contains("holds files but no etcd database (member/snap/db)"), "{tag}: {log}");
+        assert!(log.contains("member exists but holds no etcd database (member/snap/db; found: "), "{tag}: {log}");
         for f in files {
             assert_eq!(std::fs::read(pv.join("data").join(f)).expect("file"), b"keep me", "{tag}: {f} touched");
         }
@@ -1590,6 +1598,15 @@ async fn retries_integrity_and_what_counts_as_empty() {
         assert!(msg.starts_with("FAILED: "), "{tag}: {msg}");
         assert_eq!(rig.store.requests().len(), before, "{tag}: downloaded");
     }
+    // No member/ at all: empty for etcd (and for reset-member). Other files,
+    // such as the snapshot.db an operator saved there, stay as they are.
+    let (code, log, pv) = rig.run_with("saved-snapshot", &snap, &no_bump_settings(), &rig.bin, Some(&rig.hosts), |d| {
+        std::fs::create_dir_all(d).expect("data");
+        std::fs::write(d.join("snapshot.db"), b"an operator's copy").expect("snapshot.db");
+    });
+    assert_eq!(code, 0, "{log}");
+    assert!(pv.join("data/member/snap/db").is_file(), "not restored:\n{log}");
+    assert_eq!(std::fs::read(pv.join("data/snapshot.db")).expect("kept"), b"an operator's copy");
     let _ = std::fs::remove_dir_all(&rig.root);
 }
 
@@ -1997,6 +2014,43 @@ async fn a_member_that_runs_etcd_is_never_restored_next_to() {
     assert!(!m.pv.join("etcd/etcd-data/member").exists(), "the data dir must stay empty for reset-member");
     assert!(!m.pv.join("etcd/etcd-wal").read_dir().is_ok_and(|mut d| d.next().is_some()), "WAL moved in");
     assert!(!m.pv.join("etcd/.etcd-init-restore").exists(), "staging dir left behind");
+    // What it saw is gone with the hand-off: nothing of it may count later.
+    assert!(!m.pv.join("etcd/.etcd-init-restore-state").exists(), "state kept after a hand-off");
+
+    // The barrier counts a running etcd only of this restore's own cluster.
+    // This member restored (its volume says so) after it saw etcd-0 and
+    // etcd-1 in this restore's etcd-init; at etcd-1 it now finds the etcd of
+    // another cluster (the control-plane-operator's own restore after a
+    // bypass, a member started as "new"). That is no member of this restore:
+    // no quorum, etcd does not start here.
+    let init = container(&sts, "initContainers", "etcd-init");
+    let generation = init["env"]
+        .as_array()
+        .and_then(|e| e.iter().find(|v| v["name"] == "ETCD_INIT_RESTORE_GENERATION"))
+        .and_then(|v| v["value"].as_str())
+        .expect("generation")
+        .to_string();
+    let state = m.pv.join("etcd/.etcd-init-restore-state");
+    std::fs::create_dir_all(&state).expect("state");
+    std::fs::write(state.join("generation"), format!("{generation}\n")).expect("generation");
+    std::fs::write(state.join("seen"), "etcd-0\netcd-1\n").expect("seen");
+    std::fs::write(
+        state.join("restored"),
+        format!("RESTORED: member etcd-2, revision 7 -> 7, sha256 00, cluster id 1234abcd, token etcd-restore-{generation}\n"),
+    )
+    .expect("restored");
+    let db = m.pv.join("etcd/etcd-data/member/snap");
+    std::fs::create_dir_all(&db).expect("member");
+    std::fs::write(db.join("db"), b"restored db").expect("db");
+    let (code, log) = run_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
+    assert_ne!(code, 0, "etcd started beside another cluster's etcd:\n{log}");
+    assert!(log.contains("was restored by this restore"), "{log}");
+    assert!(log.contains("an etcd member runs there, but of another cluster (cluster ID "), "{log}");
+    assert!(log.contains("this restore's is 1234abcd)"), "{log}");
+    let msg = std::fs::read_to_string(termination_log(&m)).expect("termination message");
+    assert!(msg.starts_with("FAILED: restored, but the other members did not restore"), "{msg}");
+    assert_eq!(std::fs::read(db.join("db")).expect("db"), b"restored db");
+    assert!(state.join("restored").exists(), "the restore's own record must stay for the retry");
     let _ = std::fs::remove_dir_all(&rig.root);
 }
 

@@ -35,14 +35,16 @@
 # unresolvable, slow, answers for another generation, or runs etcd is never
 # taken for an absent one: the run waits, then fails, and the kubelet retries.
 # After restoring, a member waits until every other member has restored too
-# (or runs etcd), so no etcd starts before all members are past their own
-# check; what it has seen is kept on its volume (across retries, never across
-# a lost volume).
+# (or runs etcd of this restore's cluster), so no etcd starts before all
+# members are past their own check, unless after the wait a quorum has
+# restored (then the rest hand off when they come). What it has seen is kept
+# on its volume (across retries of this generation, never across a lost
+# volume or a hand-off).
 #
 # Exit 0 and one line in the termination message: RESTORED (revisions,
-# sha256, cluster id), SKIPPED (the data dir holds data), HANDED OFF (a
-# healthy cluster answers: reset-member re-adds this member). Non-zero: FAILED
-# with the reason; the data dir is left as it was.
+# sha256, cluster id), SKIPPED (the data dir holds an etcd member), HANDED
+# OFF (a healthy cluster answers: reset-member re-adds this member).
+# Non-zero: FAILED with the reason; the data dir is left as it was.
 set -eu
 
 RESULT_FILE=/dev/termination-log
@@ -90,8 +92,14 @@ PROBE_TIMEOUT=$(number "${ETCD_INIT_PROBE_TIMEOUT:-}" 5)
 case $GEN in '' | *[!0-9a-f]*) fail "ETCD_INIT_RESTORE_GENERATION must be set to lower-case hex (the webhook sets it)" ;; esac
 TOKEN=etcd-restore-$GEN
 
-# 1. Only ever restore into an empty data dir (lost+found and our own
-#    staging dir and marker do not count).
+# 1. Only ever restore into a data dir that holds no etcd member. What etcd
+#    reads is member/ alone (and reset-member, after us, takes a dir without
+#    member/snap/db for an empty one), so: member/snap/db is an etcd member
+#    (never touched); member/ without it is a damaged one (fail, touch
+#    nothing); no member/ is empty for etcd, and any other files there (a
+#    snapshot.db an operator saved, lost+found) stay as they are.
+# has_data <dir>: whether a dir (the separate WAL dir) holds anything but
+# lost+found and our own staging dirs and marker.
 has_data() {
 	[ -d "$1" ] || return 1
 	for entry in "$1"/* "$1"/.[!.]* "$1"/..?*; do
@@ -106,25 +114,36 @@ if [ "$(cat "$STATE/generation" 2>/dev/null || true)" != "$GEN" ]; then
 	rm -rf -- "$STATE"
 fi
 RESUME=
-if has_data "$DATA_DIR"; then
+if [ -f "$DATA_DIR/member/snap/db" ]; then
 	[ -z "$WAL_DIR" ] || rm -f -- "$WAL_DIR/$WAL_MARK"
 	rm -rf -- "$STAGE" "$WAL_STAGE"
 	if [ -f "$STATE/restored" ]; then
 		# Restored by this generation, but not yet released: wait for the
-		# others again (step 9), as the run that restored would have.
+		# others again (step 12), as the run that restored would have.
 		RESUME=yes
 		log "$DATA_DIR was restored by this restore (generation $GEN); waiting for the other members before etcd starts"
-	elif [ ! -f "$DATA_DIR/member/snap/db" ]; then
-		# reset-member takes a data dir without member/snap/db for an empty
-		# one: it would start etcd on it as a new or re-added member, without
-		# whatever these files are. Neither restore over them nor pass them on.
-		rm -rf -- "$STATE"
-		fail "$DATA_DIR holds files but no etcd database (member/snap/db): not restoring over them, and not starting etcd on them (reset-member would take this member for an empty one). Inspect them: put the member's database back, or move them off the volume if they are not this member's data (etcd-init then restores or hands off)"
 	else
 		rm -rf -- "$STATE"
-		result "SKIPPED: $DATA_DIR is not empty, not restoring snapshot (generation $GEN)"
+		result "SKIPPED: $DATA_DIR is not empty, not restoring snapshot (it holds an etcd member, member/snap/db; generation $GEN)"
 		exit 0
 	fi
+elif [ -e "$DATA_DIR/member" ] || [ -L "$DATA_DIR/member" ]; then
+	rm -rf -- "$STATE"
+	FOUND=
+	for entry in "$DATA_DIR/member"/* "$DATA_DIR/member"/.[!.]*; do
+		[ -e "$entry" ] || [ -L "$entry" ] || continue
+		FOUND="$FOUND ${entry##*/}"
+	done
+	fail "$DATA_DIR/member exists but holds no etcd database (member/snap/db; found: ${FOUND:-nothing readable}): not restoring over it, and not handing it on (reset-member would take this member for an empty one and start etcd without it). Put the member's database back, or recover it as a member with a lost volume (docs/restore.md)"
+else
+	# Not restored (any more): a marker of an earlier run releases nothing.
+	rm -f -- "$STATE/restored"
+fi
+# This restore's cluster ID (set again when it restores): a member it meets
+# running etcd at the barrier must be of this cluster.
+CLUSTER_ID=
+if [ -n "$RESUME" ]; then
+	CLUSTER_ID=$(sed -n 's/.*, cluster id \([0-9a-f]*\),.*/\1/p' "$STATE/restored" | head -n 1)
 fi
 # A download of this generation that completed is kept for the retry (the
 # restore verifies it again); anything else a killed run left goes.
@@ -211,7 +230,8 @@ PEER_CERT=${ETCD_PEER_CERT_FILE:-${ETCD_CERT_FILE:-}}
 PEER_KEY=${ETCD_PEER_KEY_FILE:-${ETCD_KEY_FILE:-}}
 # ask <peer|client> <url>: prints the body (or curl's error), returns curl's exit code.
 ask() {
-	if [ "$1" = peer ]; then
+	A_MODE=$1
+	if [ "$A_MODE" = peer ]; then
 		A_CA=$PEER_CA A_CERT=$PEER_CERT A_KEY=$PEER_KEY
 	else
 		A_CA=${ETCD_TRUSTED_CA_FILE:-} A_CERT=${ETCD_CERT_FILE:-} A_KEY=${ETCD_KEY_FILE:-}
@@ -220,16 +240,20 @@ ask() {
 	[ -z "$A_CA" ] || set -- "$@" --cacert "$A_CA"
 	[ -z "$A_CERT" ] || set -- "$@" --cert "$A_CERT"
 	[ -z "$A_KEY" ] || set -- "$@" --key "$A_KEY"
+	# A peer's answer names its cluster in a header (X-Etcd-Cluster-ID).
+	[ "$A_MODE" != peer ] || [ ! -d "$STAGE" ] || set -- "$@" --dump-header "$STAGE/peer-headers"
 	curl "$@" 2>&1
 }
 # probe <name> <peer URL>: sets P_STATE (fresh | restored: that member's
 # etcd-init of this generation answers; etcd: an etcd member runs there;
-# unknown) and P_WHY.
+# unknown), P_WHY and P_CLUSTER (the cluster ID its peer port names, if any).
 probe() {
+	rm -f -- "$STAGE/peer-headers"
 	set +e
 	P_ANSWER=$(ask peer "${2%/}/members")
 	P_RC=$?
 	set -e
+	P_CLUSTER=$(tr -d '\r' 2>/dev/null <"$STAGE/peer-headers" | sed -n 's/^[Xx]-[Ee][Tt][Cc][Dd]-[Cc][Ll][Uu][Ss][Tt][Ee][Rr]-[Ii][Dd]: *\([0-9a-fA-F]*\).*/\1/p' | tail -n 1 || true)
 	P_STATE=unknown
 	case $P_RC:$P_ANSWER in
 	0:*"\"name\":\"etcd-init.fresh.$GEN.$1\""*) P_STATE=fresh P_WHY="its etcd-init answers: empty data dir, waiting to restore" ;;
@@ -321,7 +345,7 @@ cleanup() {
 		wait "$CHILD" 2>/dev/null || true
 	fi
 	beacon_stop
-	rm -rf -- "$STAGE/data" "$STAGE/beacon.log" "$STAGE/http-code" "$STAGE/curl.err" "$STAGE/sha256" "$STAGE/restore.log"
+	rm -rf -- "$STAGE/data" "$STAGE/beacon.log" "$STAGE/http-code" "$STAGE/curl.err" "$STAGE/sha256" "$STAGE/restore.log" "$STAGE/peer-headers"
 	[ "$WAL_STAGE" = "$STAGE" ] || rm -rf -- "$WAL_STAGE"
 	# Only a complete download of this generation stays, for the retry.
 	[ "$(cat "$STAGE/download-complete" 2>/dev/null || true)" = "$GEN" ] || rm -rf -- "$STAGE"
@@ -358,14 +382,13 @@ wait_for() {
 		COUNT=1
 		while read -r PNAME PURL; do
 			[ -n "$PNAME" ] || continue
-			if [ "$1" = fresh ] && seen "$PNAME" seen; then
-				COUNT=$((COUNT + 1))
-				continue
-			fi
 			if [ "$1" = restored ] && seen "$PNAME" restored-peers; then
 				COUNT=$((COUNT + 1))
 				continue
 			fi
+			# Asked every round, even when seen before: a member once seen in
+			# etcd-init that now runs etcd with a healthy cluster means this
+			# restore went on without this member (hand off, below).
 			probe "$PNAME" "$PURL"
 			case $1:$P_STATE in
 			fresh:fresh | fresh:restored)
@@ -379,21 +402,31 @@ wait_for() {
 				continue
 				;;
 			restored:etcd)
-				if seen "$PNAME" seen; then
+				if ! seen "$PNAME" seen; then
+					P_WHY="an etcd member runs there, but this member never saw it in etcd-init of this restore"
+				elif [ -n "$CLUSTER_ID" ] && [ "$P_CLUSTER" != "$CLUSTER_ID" ]; then
+					P_WHY="an etcd member runs there, but of another cluster (cluster ID ${P_CLUSTER:-not named}; this restore's is $CLUSTER_ID)"
+				else
 					note "$PNAME" restored-peers
 					COUNT=$((COUNT + 1))
 					continue
 				fi
-				P_WHY="an etcd member runs there, but this member never saw it in etcd-init of this restore"
 				;;
 			fresh:etcd)
 				if healthy "$PURL"; then
-					result "HANDED OFF: a healthy etcd cluster answers at $HEALTH_URL; $DATA_DIR is empty because this member is new or lost its volume: not restoring the snapshot (reset-member re-adds this member, which then syncs from the cluster)"
+					rm -rf -- "$STATE"
+					result "HANDED OFF: a healthy etcd cluster answers at $HEALTH_URL; $DATA_DIR holds no etcd member because this member is new or lost its volume: not restoring the snapshot (reset-member re-adds this member, which then syncs from the cluster)"
 					exit 0
 				fi
 				P_WHY="a live etcd member runs there (it may hold writes the snapshot lacks) and no healthy cluster answers at $HEALTH_URL"
 				;;
 			esac
+			if [ "$1" = fresh ] && seen "$PNAME" seen; then
+				# Seen earlier in this restore's etcd-init with an empty data
+				# dir: since then it can only hold this restore's data.
+				COUNT=$((COUNT + 1))
+				continue
+			fi
 			MISSING="$MISSING; $PNAME at $PURL: $P_WHY"
 		done <<EOF
 $OTHERS
@@ -578,6 +611,9 @@ if [ -z "$RESUME" ]; then
 	#     volumes): the WAL first (under a marker), the data dir last, so an
 	#     empty data dir always means "not restored"; then sync, so a power
 	#     loss cannot undo the renames.
+	if [ -e "$DATA_DIR/member" ] || [ -L "$DATA_DIR/member" ]; then
+		fail "$DATA_DIR/member appeared while restoring; leaving it alone"
+	fi
 	if [ -n "$WAL_DIR" ]; then
 		[ -d "$WAL_DIR" ] || mkdir -p -- "$WAL_DIR"
 		: >"$WAL_DIR/$WAL_MARK"
@@ -594,7 +630,6 @@ if [ -z "$RESUME" ]; then
 		"${REV_BEFORE:-?}" "${REV_AFTER:-?}" "$ACTUAL_SHA" "${CLUSTER_ID:-?}" "$TOKEN" >"$STATE/restored"
 	sync
 	if [ -d "$DATA_DIR" ]; then
-		has_data "$DATA_DIR" && fail "$DATA_DIR filled up while restoring; leaving it alone"
 		mv -- "$STAGE/data/member" "$DATA_DIR/member"
 		chmod 700 "$DATA_DIR" 2>/dev/null || log "could not chmod 700 $DATA_DIR (etcd only warns about its mode)"
 	else

@@ -946,9 +946,16 @@ impl Cluster {
             .as_array()
             .expect("members")
             .iter()
-            .find(|x| x["name"] == m.name.as_str())
+            // By name, or (a member that never started has no name yet) by
+            // its peer URL, as reset-member's grep for the host name finds it.
+            .find(|x| {
+                x["name"] == m.name.as_str()
+                    || x["peerURLs"].as_array().is_some_and(|u| {
+                        u.iter().any(|u| u.as_str().is_some_and(|u| u.starts_with(&format!("https://{}.", m.name))))
+                    })
+            })
             .and_then(|x| x["ID"].as_u64())
-            .expect("the lost member's id");
+            .unwrap_or_else(|| panic!("the lost member's id: {list}"));
         let out = ctl(&e, &live, &["member", "remove", &format!("{id:x}")]);
         assert!(out.status.success(), "member remove: {}", String::from_utf8_lossy(&out.stderr));
         let peer = format!("--peer-urls=https://{}.{}.{}.svc:2380", m.name, self.service, self.ns);

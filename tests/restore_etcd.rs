@@ -621,6 +621,13 @@ fn client_scheme(sts: &Value) -> &'static str {
     }
 }
 
+/// The cluster ID the member at `ep` reports.
+fn cluster_id(e: &Etcd, ep: &str) -> u64 {
+    let out = ctl(e, ep, &["endpoint", "status", "-w", "json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("status json");
+    v[0]["Status"]["header"]["cluster_id"].as_u64().expect("cluster id")
+}
+
 fn get(e: &Etcd, ep: &str, key: &str) -> String {
     let out = ctl(e, ep, &["get", key, "--print-value-only", "--consistency=s"]);
     String::from_utf8_lossy(&out.stdout).trim().to_string()
@@ -848,6 +855,9 @@ impl Cluster {
                 let out = slot.take().expect("child").wait_with_output().expect("etcd-init");
                 let log = String::from_utf8_lossy(&out.stderr);
                 self.check_restored(i, out.status.code().unwrap_or(-1), &log);
+                // Every member released by the others (restored, or running
+                // etcd of this restore's cluster), never by the time-out.
+                assert!(!log.contains("WARNING: after"), "{order:?}: member {i} waited out the barrier:\n{log}");
                 self.procs[i] = Some(self.start(i, None));
                 done[i] = true;
             }
@@ -863,14 +873,7 @@ impl Cluster {
     }
 
     fn cluster_ids(&self) -> Vec<u64> {
-        self.endpoints
-            .iter()
-            .map(|ep| {
-                let out = ctl(&self.e, ep, &["endpoint", "status", "-w", "json"]);
-                let v: Value = serde_json::from_slice(&out.stdout).expect("status json");
-                v[0]["Status"]["header"]["cluster_id"].as_u64().expect("cluster id")
-            })
-            .collect()
+        self.endpoints.iter().map(|ep| cluster_id(&self.e, ep)).collect()
     }
 
     /// One cluster of every member, with every key, a new write, and the
@@ -1040,14 +1043,22 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
         // snapshot into the live cluster: it hands off to reset-member.
         c.procs[last] = None;
         c.wipe(last);
+        // A complete download an earlier run of this generation kept for
+        // its retry: gone with the hand-off, never left on etcd's volume.
+        let kept = c.members[last].pv.join(".etcd-init-restore");
+        std::fs::create_dir_all(&kept).expect("stage");
+        std::fs::write(kept.join("snapshot.db"), vec![0u8; 1 << 20]).expect("kept download");
+        std::fs::write(kept.join("download-complete"), format!("{}\n", generation_of(&c.sts))).expect("marker");
         let downloads = c.store.requests().len();
         let (code, log) = c.init(last);
         assert_eq!(code, 0, "{log}");
+        assert!(!kept.exists(), "a kept download outlived the hand-off");
         let msg = c.termination(last);
-        assert!(msg.starts_with("HANDED OFF: a healthy etcd cluster answers"), "{msg}");
+        let id = format!("(cluster ID {:x}) answers at ", cluster_id(&e, &c.endpoints[0]));
+        assert!(msg.starts_with("HANDED OFF: a healthy etcd cluster (cluster ID ") && msg.contains(&id), "{msg}");
         if template == Template::Args {
             // Asked over TLS with the member's own client certificate from its TLS volume.
-            assert!(msg.contains("a healthy etcd cluster answers at https://etcd-"), "{msg}");
+            assert!(msg.contains(") answers at https://etcd-"), "{msg}");
         }
         assert!(!log.contains("restoring with etcd"), "restored into a live cluster:\n{log}");
         assert_eq!(c.store.requests().len(), downloads, "no download when a cluster answers");
@@ -1142,6 +1153,7 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
 
             old_lineage_meets_a_new_one(&mut c, first_id);
             a_member_back_after_the_others_waited_hands_off(&mut c);
+            a_restored_member_is_released_by_its_running_cluster(&mut c);
         }
     }
 
@@ -1244,9 +1256,7 @@ fn old_lineage_meets_a_new_one(c: &mut Cluster, old_id: u64) {
     assert!(ctl(&e, &c.endpoints[1], &["put", "/registry/test/lineage", "new"]).status.success());
     assert_eq!(get(&e, &c.endpoints[2], "/registry/test/lineage"), "new");
     for ep in &c.endpoints[1..] {
-        let out = ctl(&e, ep, &["endpoint", "status", "-w", "json"]);
-        let v: Value = serde_json::from_slice(&out.stdout).expect("status json");
-        assert_eq!(v[0]["Status"]["header"]["cluster_id"].as_u64(), Some(new_id), "{ep}");
+        assert_eq!(cluster_id(&e, ep), new_id, "{ep}");
     }
     let list: Value =
         serde_json::from_slice(&ctl(&e, &rest, &["member", "list", "-w", "json"]).stdout).expect("member list");
@@ -1307,7 +1317,7 @@ fn a_member_back_after_the_others_waited_hands_off(c: &mut Cluster) {
     let (code, log) = c.init(last);
     assert_eq!(code, 0, "{log}");
     let msg = c.termination(last);
-    assert!(msg.starts_with("HANDED OFF: a healthy etcd cluster answers"), "{msg}\n{log}");
+    assert!(msg.starts_with("HANDED OFF: a healthy etcd cluster (cluster ID "), "{msg}\n{log}");
     assert_eq!(c.store.requests().len(), downloads, "no download when a cluster answers");
     assert!(!c.data(last).join("member").exists(), "the data dir must stay empty for reset-member");
     assert!(
@@ -1320,6 +1330,35 @@ fn a_member_back_after_the_others_waited_hands_off(c: &mut Cluster) {
         assert!(Instant::now() < deadline, "the late member never caught up");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// The barrier releases a restored member as soon as the others run etcd of
+/// this restore's cluster (their peer ports' X-Etcd-Cluster-ID), not at the
+/// time-out: member 0's etcd-init restored, but it was stopped before its
+/// release (an eviction) and comes back after the others started. With the
+/// cluster-ID check broken it would count only itself and fail.
+fn a_restored_member_is_released_by_its_running_cluster(c: &mut Cluster) {
+    let e = c.e.clone();
+    let id = cluster_id(&e, &c.endpoints[0]);
+    c.procs[0] = None;
+    let generation = generation_of(&c.sts);
+    let state = c.members[0].pv.join(".etcd-init-restore-state");
+    std::fs::create_dir_all(&state).expect("state");
+    std::fs::write(state.join("generation"), format!("{generation}\n")).expect("generation");
+    let others: String = (1..c.members.len()).map(|i| format!("etcd-{i}\n")).collect();
+    std::fs::write(state.join("seen"), others).expect("seen");
+    let line = format!(
+        "RESTORED: member etcd-0, revision 7 -> 7, sha256 00, cluster id {id:x}, token etcd-restore-{generation}\n"
+    );
+    std::fs::write(state.join("restored"), &line).expect("restored");
+    let (code, log) = c.init(0);
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains("was restored by this restore"), "{log}");
+    assert!(!log.contains("WARNING: after"), "released by the time-out, not by its cluster:\n{log}");
+    assert_eq!(c.termination(0), line);
+    assert!(!state.exists(), "state kept after the release");
+    c.procs[0] = Some(c.start(0, None));
+    wait_healthy(&e.etcdctl, &c.endpoints.join(","));
     c.procs = Vec::new();
 }
 
@@ -2015,7 +2054,8 @@ async fn a_member_that_runs_etcd_is_never_restored_next_to() {
     let (code, log) = run_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
     assert_eq!(code, 0, "{log}");
     let msg = std::fs::read_to_string(termination_log(&m)).expect("termination message");
-    assert!(msg.starts_with("HANDED OFF: a healthy etcd cluster answers at https://etcd-1."), "{msg}");
+    assert!(msg.starts_with("HANDED OFF: a healthy etcd cluster (cluster ID "), "{msg}");
+    assert!(msg.contains(") answers at https://etcd-1."), "{msg}");
     assert!(!log.contains("restored snapshot into"), "restored next to a live cluster:\n{log}");
     assert!(rig.store.requests().is_empty(), "downloaded next to a live cluster");
     assert!(!m.pv.join("etcd/etcd-data/member").exists(), "the data dir must stay empty for reset-member");
@@ -2052,8 +2092,11 @@ async fn a_member_that_runs_etcd_is_never_restored_next_to() {
     let (code, log) = run_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
     assert_ne!(code, 0, "etcd started beside another cluster's etcd:\n{log}");
     assert!(log.contains("was restored by this restore"), "{log}");
-    assert!(log.contains("an etcd member runs there, but of another cluster (cluster ID "), "{log}");
-    assert!(log.contains("this restore's is 1234abcd)"), "{log}");
+    let other = cluster_id(&e, "http://127.0.57.2:2389");
+    assert!(
+        log.contains(&format!("not of this restore's cluster (cluster ID {other:x}; this restore's is 1234abcd)")),
+        "the barrier did not read etcd-1's cluster ID {other:x}:\n{log}"
+    );
     let msg = std::fs::read_to_string(termination_log(&m)).expect("termination message");
     assert!(msg.starts_with("FAILED: restored, but the other members did not restore"), "{msg}");
     assert_eq!(std::fs::read(db.join("db")).expect("db"), b"restored db");

@@ -404,8 +404,8 @@ wait_for() {
 			restored:etcd)
 				if ! seen "$PNAME" seen; then
 					P_WHY="an etcd member runs there, but this member never saw it in etcd-init of this restore"
-				elif [ -n "$CLUSTER_ID" ] && [ "$P_CLUSTER" != "$CLUSTER_ID" ]; then
-					P_WHY="an etcd member runs there, but of another cluster (cluster ID ${P_CLUSTER:-not named}; this restore's is $CLUSTER_ID)"
+				elif [ -z "$CLUSTER_ID" ] || [ "$P_CLUSTER" != "$CLUSTER_ID" ]; then
+					P_WHY="an etcd member runs there, but not of this restore's cluster (cluster ID ${P_CLUSTER:-not named}; this restore's is ${CLUSTER_ID:-unknown})"
 				else
 					note "$PNAME" restored-peers
 					COUNT=$((COUNT + 1))
@@ -414,16 +414,21 @@ wait_for() {
 				;;
 			fresh:etcd)
 				if healthy "$PURL"; then
-					rm -rf -- "$STATE"
-					result "HANDED OFF: a healthy etcd cluster answers at $HEALTH_URL; $DATA_DIR holds no etcd member because this member is new or lost its volume: not restoring the snapshot (reset-member re-adds this member, which then syncs from the cluster)"
+					# Nothing of this run is needed any more: what it saw, a
+					# kept download (it would sit on etcd's volume for good).
+					beacon_stop
+					rm -rf -- "$STATE" "$STAGE" "$WAL_STAGE"
+					result "HANDED OFF: a healthy etcd cluster (cluster ID ${P_CLUSTER:-not named}) answers at $HEALTH_URL; $DATA_DIR holds no etcd member because this member is new or lost its volume: not restoring the snapshot (reset-member re-adds this member, which then syncs from the cluster)"
 					exit 0
 				fi
 				P_WHY="a live etcd member runs there (it may hold writes the snapshot lacks) and no healthy cluster answers at $HEALTH_URL"
 				;;
 			esac
-			if [ "$1" = fresh ] && seen "$PNAME" seen; then
+			if [ "$1:$P_STATE" != fresh:etcd ] && [ "$1" = fresh ] && seen "$PNAME" seen; then
 				# Seen earlier in this restore's etcd-init with an empty data
-				# dir: since then it can only hold this restore's data.
+				# dir: since then it can only hold this restore's data. Unless
+				# it now runs etcd without a healthy cluster: what that etcd
+				# holds cannot be told from here, so it counts as unknown.
 				COUNT=$((COUNT + 1))
 				continue
 			fi
@@ -599,6 +604,12 @@ if [ -z "$RESUME" ]; then
 	fi
 	[ -d "$STAGE/data/member" ] || fail "$TOOL reported success but wrote no member/ directory"
 	CLUSTER_ID=$(sed -n 's/.*"cluster-id": *"\([0-9a-f]*\)".*/\1/p' "$STAGE/restore.log" | head -n 1)
+	if [ -n "$OTHERS" ] && [ -z "$CLUSTER_ID" ]; then
+		# The barrier tells this restore's members from any other etcd by it.
+		cat "$STAGE/restore.log" >&2
+		rm -f -- "$SNAPSHOT" "$STAGE/download-complete"
+		fail "$TOOL snapshot restore did not log the cluster ID it made (\"cluster-id\"), which the other members are checked against: use an etcd-init image with the etcdutl/etcdctl of etcd 3.4 to 3.7 (setting etcdInitImage)"
+	fi
 	grep -i 'bump' "$STAGE/restore.log" | head -n 3 >&2 || true
 	REV_AFTER=$REV_BEFORE
 	if [ -n "$BUMP" ] && [ -n "$REV_BEFORE" ]; then

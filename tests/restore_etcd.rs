@@ -1045,7 +1045,7 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
         c.wipe(last);
         // A complete download an earlier run of this generation kept for
         // its retry: gone with the hand-off, never left on etcd's volume.
-        let kept = c.members[last].pv.join(".etcd-init-restore");
+        let kept = host_path(&c.sts, &c.members[last], "ETCD_INIT_STAGE_DIR", &c.ns);
         std::fs::create_dir_all(&kept).expect("stage");
         std::fs::write(kept.join("snapshot.db"), vec![0u8; 1 << 20]).expect("kept download");
         std::fs::write(kept.join("download-complete"), format!("{}\n", generation_of(&c.sts))).expect("marker");

@@ -98,23 +98,10 @@ fn scenarios() -> Vec<Scenario> {
     ]
 }
 
+/// policy-server's side of the host calls, served from the scenario's objects
+/// (the tests' handler: list and live get).
 fn host_callback(objects: Vec<Value>) -> HostCallHandler {
-    Box::new(move |binding, ns, op, payload| {
-        if (binding, ns, op) != ("kubewarden", "kubernetes", "list_resources_by_namespace") {
-            return Err(format!("unexpected host call {binding}/{ns}/{op}"));
-        }
-        let req: Value = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
-        // As tests/common/wasm_host.rs: without context objects the backup
-        // preflight's kinds are refused (no lookup source, as natively).
-        if objects.is_empty() && req["kind"] != "HostedControlPlane" {
-            return Err(format!("{} is not in the policy's contextAwareResources", req["kind"]));
-        }
-        let items: Vec<&Value> = objects
-            .iter()
-            .filter(|o| o["kind"] == req["kind"] && o["metadata"]["namespace"] == req["namespace"])
-            .collect();
-        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": items})).map_err(|e| e.to_string())
-    })
+    wasm_host::context_handler(objects)
 }
 
 fn load(path: std::path::PathBuf) -> PolicyModule {

@@ -47,6 +47,16 @@ pub trait Lookup {
     /// looked up (the mutation then denies: it never guesses).
     fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError>;
 
+    /// The HostedControlPlanes of `namespace`, as fresh as `freshness` asks.
+    /// A source without a cache (files, fixtures) answers as
+    /// [`Lookup::hosted_control_planes`] does; a source that lists from a
+    /// cache (Kubewarden's reflectors) reads each one again live when the
+    /// cache may not answer.
+    fn hosted_control_planes_as(&self, namespace: &str, freshness: &Freshness) -> Result<Vec<Value>, LookupError> {
+        let _ = freshness;
+        self.hosted_control_planes(namespace)
+    }
+
     // The HCPEtcdBackup preflight's reads. A source that does not provide
     // them answers `NotProvided`, and the preflight is skipped with a warning.
 

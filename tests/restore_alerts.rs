@@ -27,6 +27,19 @@ fn etcd_init_alerts_exist_and_point_at_runbooks() {
         assert!(r["annotations"]["description"].as_str().is_some_and(|d| d.contains("docs/restore.md")), "{alert}");
         assert!(docs.contains(alert), "docs/restore.md does not explain {alert}");
     }
+    // A named section of the runbooks (`docs/restore.md, "…"`) exists there.
+    for r in rules {
+        let description = r["annotations"]["description"].as_str().unwrap_or_default().replace('\n', " ");
+        for reference in description.split("docs/restore.md, \"").skip(1) {
+            let section = reference.split('"').next().unwrap_or_default();
+            assert!(
+                docs.contains(&format!("**{section}**"))
+                    || docs.lines().any(|l| l.starts_with('#') && l.ends_with(section)),
+                "{}: docs/restore.md has no section {section:?}",
+                r["alert"]
+            );
+        }
+    }
     let expr = |alert: &str| {
         rules.iter().find(|r| r["alert"] == alert).and_then(|r| r["expr"].as_str()).unwrap_or_default().to_string()
     };

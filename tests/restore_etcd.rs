@@ -133,6 +133,11 @@ fn ctl(e: &Etcd, endpoints: &str, args: &[&str]) -> Output {
 /// 127.0.`subnet`.100 with the standard ports: every test has its own
 /// loopback address, so parallel tests never race for a port.
 fn make_snapshot(root: &Path, e: &Etcd, subnet: u8) -> Vec<u8> {
+    make_snapshot_of(root, e, subnet, 5)
+}
+
+/// A snapshot of a source etcd holding `/registry/test/key1..=keys`.
+fn make_snapshot_of(root: &Path, e: &Etcd, subnet: u8, keys: usize) -> Vec<u8> {
     let ip = Ipv4Addr::new(127, 0, subnet, 100);
     let client = format!("http://{ip}:2379");
     let peer = format!("http://{ip}:2380");
@@ -151,7 +156,7 @@ fn make_snapshot(root: &Path, e: &Etcd, subnet: u8) -> Vec<u8> {
             .expect("source etcd"),
     );
     wait_healthy(&e.etcdctl, &client);
-    for i in 1..=5 {
+    for i in 1..=keys {
         assert!(ctl(e, &client, &["put", &format!("/registry/test/key{i}"), &format!("value-{i}")]).status.success());
     }
     let snap = root.join("snapshot.db");
@@ -1180,12 +1185,34 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
         assert_eq!(code, 0, "{log}");
         let restored = c.termination(0);
         c.wipe(0);
+        let (first_sts, generation) = (c.sts.clone(), generation_of(&c.sts));
         c.sts = other;
         let (code, log) = c.init(0);
         assert_eq!(code, 0, "{log}");
         let again = c.termination(0);
         let (a, b) = (id_of(&restored), id_of(&again));
         assert!(a.is_some() && a != b, "one cluster ID for two restores: {restored} / {again} ({first})");
+        // The same HostedControlPlane and URL, but other bytes behind it (the
+        // object overwritten in the bucket): another cluster ID, so members
+        // that downloaded different objects refuse each other, never merge.
+        let other_root = c.root.join("other-snapshot");
+        std::fs::create_dir_all(&other_root).expect("dir");
+        c.store.replace("snap.db", make_snapshot_of(&other_root, &e, c.members[0].ip.octets()[2], 6));
+        c.sts = first_sts;
+        c.wipe(0);
+        let (code, log) = c.init(0);
+        assert_eq!(code, 0, "{log}");
+        let overwritten = c.termination(0);
+        assert_eq!(generation_of(&c.sts), generation, "the same restore (HostedControlPlane, URL)");
+        assert!(!overwritten.contains(&c.snapshot_sha), "{overwritten}");
+        let c_id = id_of(&overwritten);
+        assert!(c_id.is_some() && c_id != a, "one cluster ID for two snapshots: {restored} / {overwritten}");
+        // And what runs is the other snapshot, with the cluster ID the line names.
+        c.procs = vec![Some(c.start(0, None))];
+        wait_healthy(&e.etcdctl, &c.endpoints[0]);
+        assert_eq!(get(&e, &c.endpoints[0], "/registry/test/key6"), "value-6");
+        assert_eq!(Some(format!("{:x}", cluster_id(&e, &c.endpoints[0]))), c_id);
+        c.procs = Vec::new();
     }
     let _ = std::fs::remove_dir_all(&c.root);
 }

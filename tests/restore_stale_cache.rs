@@ -88,3 +88,50 @@ async fn a_stale_cache_never_skips_a_restore() {
     assert_eq!(lists(&api), before, "an UPDATE owned by the cached HostedControlPlane read live");
     assert!(before >= 4, "every CREATE and the foreign-owner UPDATE read live: {:?}", api.requests());
 }
+
+/// The same through the running server (HTTPS, the router, the read plan and
+/// its live reads): what kube-apiserver sends is what is decided on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_decides_a_create_from_a_live_read_through_its_route() {
+    let api = common::fake_apiserver::start(vec![hcp("old-uid", None)], Duration::ZERO).await;
+    let dir = std::env::temp_dir().join(format!("hcp-stale-route-{}", std::process::id()));
+    let set = hcp_etcd_admission::server::certs::generate("stale CA", &["localhost".into(), "127.0.0.1".into()], 2)
+        .expect("certs");
+    hcp_etcd_admission::server::certs::write(&dir, &set).expect("write");
+    let srv = common::running::start(
+        &dir,
+        None,
+        Duration::from_secs(60),
+        hcp_etcd_admission::server::LookupSource::Cluster(api.client()),
+    )
+    .await;
+    let https = common::https::Client::new(&[&set.ca_pem], None);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while https.request(srv.addr, "GET", "/readyz", vec![]).await.map(|r| r.status) != Ok(200) {
+        assert!(tokio::time::Instant::now() < deadline, "the server's cache never synced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    api.set_objects(vec![hcp("new-uid", Some("https://b.s3.us-east-1.amazonaws.com/k/1.db"))]);
+    let patched = |reply: &Value| {
+        assert_eq!(reply["response"]["allowed"], true, "{reply}");
+        reply["response"]["patchType"] == "JSONPatch"
+    };
+    let post = |review: Value| {
+        let (https, addr) = (&https, srv.addr);
+        async move { https.post_json(addr, "/mutate/etcd-statefulsets", &review).await.expect("post").json() }
+    };
+    for owner in [None, Some("old-uid"), Some("new-uid")] {
+        let object = sts(owner);
+        let review = common::admission_review("c", "statefulsets", None, "CREATE", Some(&object), None);
+        assert!(patched(&post(review).await), "CREATE with owner {owner:?} was decided from the stale cache");
+    }
+    let object = sts(Some("new-uid"));
+    let review = common::admission_review("u", "statefulsets", None, "UPDATE", Some(&object), Some(&object));
+    assert!(patched(&post(review).await), "an UPDATE owned by a HostedControlPlane the cache lacks");
+    // Owned by the cached one: the cache answers, and it says no restore is pending.
+    let object = sts(Some("old-uid"));
+    let review = common::admission_review("o", "statefulsets", None, "UPDATE", Some(&object), Some(&object));
+    assert!(!patched(&post(review).await), "an UPDATE owned by the cached HostedControlPlane");
+    drop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
+}

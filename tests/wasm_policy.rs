@@ -26,7 +26,7 @@ use hcp_etcd_admission::{
     time::parse_rfc3339,
 };
 use serde_json::{json, Value};
-use wasm_host::{context_handler, HostCallHandler, Policy, PolicyModule};
+use wasm_host::{cache_and_live_handler, context_handler, HostCallHandler, Policy, PolicyModule};
 
 /// What the suite needs: the module scripts/build-wasm.sh builds.
 fn wasm_module() -> common::env::Need {
@@ -205,6 +205,57 @@ fn without_the_host_capability_the_policy_denies_the_etcd_statefulset() {
     assert!(m.contains("could not be read") && m.contains("host capability"), "{m}");
     assert!(m.contains("control-plane-operator retries"), "{m}");
     assert_eq!(policy.host_calls()[0].2, "list_resources_by_namespace");
+}
+
+/// policy-server lists from a reflector cache; the etcd StatefulSet CREATE is
+/// decided on the HostedControlPlane read live (`get_resource`,
+/// `disable_cache`), never on the list's copy alone. The stale cache is
+/// reproduced on policy-server's side of the host call (a real one cannot be
+/// held stale on demand).
+#[test]
+fn a_stale_list_cache_never_decides_the_etcd_statefulset_create() {
+    if !common::env::ready("a_stale_list_cache_never_decides_the_etcd_statefulset_create", &[wasm_module()]) {
+        return;
+    }
+    let case = common::load_cases()
+        .into_iter()
+        .find(|c| c.patched && c.review["request"]["operation"] == "CREATE")
+        .expect("an injecting CREATE case");
+    let live = case.context.clone();
+    let hcp = live.iter().find(|o| o["kind"] == "HostedControlPlane").expect("its HostedControlPlane").clone();
+    // The old incarnation of the same name, still in the cache: no restore pending.
+    let mut old = hcp.clone();
+    old["metadata"]["uid"] = json!("00000000-0000-4000-8000-0000000000aa");
+    old["spec"]["etcd"]["managed"]["storage"]["restoreSnapshotURL"] = json!(null);
+    let cached: Vec<Value> = live.iter().map(|o| if o == &hcp { old.clone() } else { o.clone() }).collect();
+    let now = parse_rfc3339(&case.now).expect("now");
+    let run = |handler: HostCallHandler| {
+        let policy = module().instance(Some(now), handler).expect("instance");
+        let v: Value = serde_json::from_slice(&policy.call("validate", &validation_request(&case)).expect("validate"))
+            .expect("json");
+        let ops: Vec<String> = policy.host_calls().into_iter().map(|c| c.2).collect();
+        (v, ops)
+    };
+
+    // Stale cache, live apiserver: the restore is injected, as the live object says.
+    let (v, ops) = run(cache_and_live_handler(cached.clone(), live.clone()));
+    assert_eq!(v["accepted"], true, "{v}");
+    let init =
+        v["mutated_object"]["spec"]["template"]["spec"]["initContainers"].as_array().cloned().unwrap_or_default();
+    assert!(init.iter().any(|c| c["name"] == "etcd-init"), "the stale cache decided: {v}");
+    assert_eq!(ops, ["list_resources_by_namespace", "get_resource"]);
+    // The very object the native path makes from the live (the case's) context.
+    let want = common::patched_object(&case, &native(&case)).expect("patch").expect("a patched object");
+    assert_eq!(v["mutated_object"], want);
+
+    // The cache holds a HostedControlPlane the apiserver no longer has: denied
+    // with the failed live read named, never decided from the cache.
+    let without: Vec<Value> = live.iter().filter(|o| o["kind"] != "HostedControlPlane").cloned().collect();
+    let (v, _) = run(cache_and_live_handler(cached, without));
+    assert_eq!(v["accepted"], false, "{v}");
+    let m = v["message"].as_str().unwrap_or_default();
+    assert!(m.contains("live read of HostedControlPlane") && m.contains("not found"), "{m}");
+    assert!(v.get("mutated_object").is_none(), "{v}");
 }
 
 #[test]

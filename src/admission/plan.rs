@@ -127,8 +127,8 @@ impl ReadPlan {
                 return answers;
             }
         }
-        if let Some((ns, _)) = &self.hosted_control_planes {
-            answers.hcps = Some((ns.clone(), source.hosted_control_planes(ns)));
+        if let Some((ns, freshness)) = &self.hosted_control_planes {
+            answers.hcps = Some((ns.clone(), source.hosted_control_planes_as(ns, freshness)));
         }
         let hosted = self.hosted(answers.hcps.as_ref().map(|(_, read)| read));
         if let Some(s) = self.credentials_secret.as_ref().filter(|_| hosted) {

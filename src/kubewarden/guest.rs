@@ -1,14 +1,16 @@
 //! The waPC guest exports of the Kubewarden policy (`wasm32-wasip1`, feature
 //! `wasm`): `validate`, `validate_settings`, `protocol_version`. Bytes in,
 //! bytes out; the HostedControlPlane comes from the context-aware host
-//! capability `kubewarden/kubernetes/list_resources_by_namespace`.
+//! capability `kubewarden/kubernetes/list_resources_by_namespace`, read again
+//! with `get_resource` (`disable_cache`) where the core asks for a live answer
+//! (`fresh.rs`).
 
 use kubewarden_policy_sdk::wapc_guest::{self as guest, CallResult};
 use serde_json::Value;
 
 use crate::{
     kubewarden,
-    lookup::{Lookup, LookupError},
+    lookup::{Freshness, Lookup, LookupError},
 };
 
 /// HostedControlPlanes through Kubewarden's Kubernetes host capability.
@@ -25,6 +27,22 @@ impl Lookup for HostLookup {
                 ))
             })?;
         kubewarden::list_items(&answer).map_err(LookupError::Failed)
+    }
+
+    fn hosted_control_planes_as(&self, namespace: &str, freshness: &Freshness) -> Result<Vec<Value>, LookupError> {
+        kubewarden::fresh::hosted_control_planes(
+            namespace,
+            freshness,
+            || self.hosted_control_planes(namespace),
+            |name| {
+                let body = serde_json::to_vec(&kubewarden::fresh::live_hcp_request(namespace, name))
+                    .map_err(|e| LookupError::Failed(e.to_string()))?;
+                let answer = guest::host_call("kubewarden", "kubernetes", "get_resource", &body)
+                    .map_err(|e| LookupError::Failed(e.to_string()))?;
+                serde_json::from_slice(&answer)
+                    .map_err(|e| LookupError::Failed(format!("the host's answer is not JSON: {e}")))
+            },
+        )
     }
 
     fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {

@@ -11,6 +11,8 @@
 //! mutation `mutated_object` is the request object with the core's JSON patch
 //! applied (Kubewarden computes the patch back from it).
 
+/// Live reads where the core asks for them (policy-server lists from a cache).
+pub mod fresh;
 /// Build-time pre-initialisation of the policy module (wizer).
 pub mod preinit;
 

@@ -8,7 +8,8 @@
 #                                 fragment #sha256=<64 hex> is checked, never sent
 #   ETCD_INIT_RESTORE_GENERATION  this restore's identity (hex): the same on every
 #                                 member of one restore, different for any other;
-#                                 the cluster token is derived from it
+#                                 the cluster token is derived from it and from
+#                                 the snapshot's sha256
 #   ETCD_DATA_DIR, ETCD_WAL_DIR   the etcd container's data dir (and WAL dir, if separate)
 #   ETCD_NAME, ETCD_INITIAL_CLUSTER, ETCD_INITIAL_ADVERTISE_PEER_URLS,
 #   ETCD_LISTEN_PEER_URLS         this member's identity, as the etcd container has it
@@ -90,7 +91,7 @@ ALLOW_NO_BUMP=${RESTORE_ALLOW_WITHOUT_REVISION_BUMP:-false}
 WAIT=$(number "${ETCD_INIT_WAIT_SECONDS:-}" 600)
 PROBE_TIMEOUT=$(number "${ETCD_INIT_PROBE_TIMEOUT:-}" 5)
 case $GEN in '' | *[!0-9a-f]*) fail "ETCD_INIT_RESTORE_GENERATION must be set to lower-case hex (the webhook sets it)" ;; esac
-TOKEN=etcd-restore-$GEN
+TOKEN=etcd-restore-$GEN # and the snapshot's digest, once downloaded (step 8)
 
 # 1. Only ever restore into a data dir that holds no etcd member. What etcd
 #    reads is member/ alone (and reset-member, after us, takes a dir without
@@ -561,6 +562,11 @@ if [ -z "$RESUME" ]; then
 		fi
 		log "sha256 verified"
 	fi
+	# The cluster token names this restore and the bytes restored: two
+	# members that got different objects from one URL (overwritten in the
+	# bucket between their downloads) get different cluster IDs and refuse
+	# each other loudly, never merge two snapshots' raft logs.
+	TOKEN=etcd-restore-$GEN-$(printf '%.16s' "$ACTUAL_SHA")
 	printf '%s\n' "$GEN" >"$STAGE/download-complete"
 
 	# 9. Space: the restored copy of the database plus 64 MiB of preallocated WAL

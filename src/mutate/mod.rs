@@ -18,9 +18,10 @@
 //!
 //! Every restore gets its own generation, a digest of the HostedControlPlane
 //! UID, the namespace and the URL: the same on every member of one restore,
-//! different for any other. etcd-init derives the cluster token from it, so a
-//! member of an earlier restore meeting this one fails loudly with a cluster
-//! ID mismatch instead of merging raft logs.
+//! different for any other. etcd-init derives the cluster token from it and
+//! from the snapshot's digest, so a member of an earlier restore (or of a
+//! different object behind the same URL) meeting this one fails loudly with a
+//! cluster ID mismatch instead of merging raft logs.
 
 mod container;
 pub mod identity;

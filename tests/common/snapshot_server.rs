@@ -24,6 +24,7 @@ pub struct SnapshotServer {
     pub addr: SocketAddr,
     pub ca_file: PathBuf,
     pub seen: Arc<Mutex<Vec<String>>>,
+    files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -54,7 +55,8 @@ impl SnapshotServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let files = Arc::new(files);
+        let files = Arc::new(Mutex::new(files));
+        let served = files.clone();
         let flaky = Arc::new(Mutex::new(0u32));
         let seen2 = seen.clone();
         let task = tokio::spawn(async move {
@@ -77,7 +79,7 @@ impl SnapshotServer {
                     }
                     let path = target.split('?').next().unwrap_or("").to_string();
                     let name = path.rsplit('/').next().unwrap_or("").to_string();
-                    let file = files.get(&name).cloned();
+                    let file = files.lock().ok().and_then(|f| f.get(&name).cloned());
                     if let (Some("slow"), Some(f)) = (path.split('/').nth(1), file.as_ref()) {
                         let header = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", f.len());
                         let _ = tls.write_all(header.as_bytes()).await;
@@ -124,11 +126,19 @@ impl SnapshotServer {
                 });
             }
         });
-        Self { addr, ca_file, seen, task }
+        Self { addr, ca_file, seen, files: served, task }
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("https://127.0.0.1:{}{path}", self.addr.port())
+    }
+
+    /// Serves other bytes under `name` from now on (an object overwritten
+    /// in the bucket behind the same URL).
+    pub fn replace(&self, name: &str, bytes: Vec<u8>) {
+        if let Ok(mut f) = self.files.lock() {
+            f.insert(name.to_string(), bytes);
+        }
     }
 
     pub fn requests(&self) -> Vec<String> {

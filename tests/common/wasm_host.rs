@@ -128,32 +128,54 @@ impl Policy {
 }
 
 /// Serves `list_resources_by_namespace` from fixtures, as policy-server does
-/// from its reflectors (including a `metadata.name=` field selector). A case
-/// without context objects models a policy that is not context aware for the
-/// backup preflight's kinds: those calls fail, as policy-server refuses them.
+/// from its reflectors (including a `metadata.name=` field selector), and
+/// `get_resource` from the same fixtures. A case without context objects
+/// models a policy that is not context aware for the backup preflight's
+/// kinds: those calls fail, as policy-server refuses them.
 pub fn context_handler(objects: Vec<serde_json::Value>) -> HostCallHandler {
+    cache_and_live_handler(objects.clone(), objects)
+}
+
+/// As policy-server with a stale reflector: `list_resources_by_namespace`
+/// answers from `cached`, `get_resource` (the policy always asks with
+/// `disable_cache`: checked) from `live`, the apiserver's objects; a name
+/// `live` lacks is an error, as a 404 is.
+pub fn cache_and_live_handler(cached: Vec<serde_json::Value>, live: Vec<serde_json::Value>) -> HostCallHandler {
     use serde_json::{json, Value};
+    let same_kind = |o: &Value, req: &Value| {
+        o["kind"] == req["kind"]
+            && o["apiVersion"] == req["api_version"]
+            && o["metadata"]["namespace"] == req["namespace"]
+    };
     Box::new(move |binding, ns, op, payload| {
-        if (binding, ns, op) != ("kubewarden", "kubernetes", "list_resources_by_namespace") {
-            return Err(format!("unexpected host call {binding}/{ns}/{op}"));
-        }
         let req: Value = serde_json::from_slice(payload).map_err(|e| e.to_string())?;
-        if objects.is_empty() && req["kind"] != "HostedControlPlane" {
-            return Err(format!("{} is not in the policy's contextAwareResources", req["kind"]));
+        match (binding, ns, op) {
+            ("kubewarden", "kubernetes", "list_resources_by_namespace") => {
+                if cached.is_empty() && live.is_empty() && req["kind"] != "HostedControlPlane" {
+                    return Err(format!("{} is not in the policy's contextAwareResources", req["kind"]));
+                }
+                let name = req["field_selector"].as_str().and_then(|f| f.strip_prefix("metadata.name="));
+                let items: Vec<&Value> = cached
+                    .iter()
+                    .filter(|o| same_kind(o, &req) && name.is_none_or(|n| o["metadata"]["name"] == n))
+                    .collect();
+                Ok(serde_json::to_vec(
+                    &json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": items}),
+                )
+                .unwrap_or_default())
+            }
+            ("kubewarden", "kubernetes", "get_resource") => {
+                if req["disable_cache"] != true {
+                    return Err("get_resource without disable_cache: policy-server would answer from its cache".into());
+                }
+                let name = &req["name"];
+                let found = live.iter().find(|o| same_kind(o, &req) && &o["metadata"]["name"] == name);
+                match found {
+                    Some(o) => Ok(serde_json::to_vec(o).unwrap_or_default()),
+                    None => Err(format!("{} {name} not found", req["kind"])),
+                }
+            }
+            _ => Err(format!("unexpected host call {binding}/{ns}/{op}")),
         }
-        let name = req["field_selector"].as_str().and_then(|f| f.strip_prefix("metadata.name="));
-        let items: Vec<&Value> = objects
-            .iter()
-            .filter(|o| {
-                o["kind"] == req["kind"]
-                    && o["apiVersion"] == req["api_version"]
-                    && o["metadata"]["namespace"] == req["namespace"]
-                    && name.is_none_or(|n| o["metadata"]["name"] == n)
-            })
-            .collect();
-        Ok(serde_json::to_vec(
-            &json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": items}),
-        )
-        .unwrap_or_default())
     })
 }

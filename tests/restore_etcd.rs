@@ -1431,7 +1431,7 @@ restore_tests! {
     restore_one_member_etcd35: "3.5", 1, 40, Template::Env, Scenarios::LostVolume;
     restore_one_member_etcd36: "3.6", 1, 46, Template::Env, Scenarios::LostVolume;
     restore_one_member_etcd37: "3.7", 1, 47, Template::Env, Scenarios::LostVolume;
-    restore_three_members_every_start_order_etcd34_etcdctl: "3.4", 3, 44, Template::Env, Scenarios::LostVolume;
+    restore_three_members_every_start_order_and_every_failure_etcd34_etcdctl: "3.4", 3, 44, Template::Env, Scenarios::All;
     restore_three_members_every_start_order_and_every_failure_etcd35: "3.5", 3, 42, Template::Env, Scenarios::All;
     restore_three_members_every_start_order_and_every_failure_etcd36: "3.6", 3, 48, Template::Env, Scenarios::All;
     restore_three_members_every_start_order_and_every_failure_etcd37: "3.7", 3, 49, Template::Env, Scenarios::All;
@@ -1936,6 +1936,39 @@ async fn a_member_whose_state_cannot_be_read_or_that_stays_silent_stops_the_rest
     assert!(log.contains("no answer within 5s (curl exit 28): unknown, not absent"), "{log}");
     assert!(rig.store.requests().is_empty(), "nothing may be downloaded");
     assert!(!m.pv.join("etcd/etcd-data").exists() && !m.pv.join("etcd/.etcd-init-restore").exists());
+
+    // A restore tool that logs no cluster ID (an etcd-init image with some
+    // other etcdutl): the barrier could not tell this restore's members from
+    // any other etcd, so an HA restore is refused before the data moves in.
+    // The others were seen in this restore's etcd-init and are silent now
+    // (the state records it), so the restore itself runs. The stand-in runs
+    // the real etcdutl and renames the key in its log.
+    let real = etcd35().etcdutl.expect("etcdutl");
+    let bin = rig.root.join("bin-no-cluster-id");
+    std::fs::create_dir_all(&bin).expect("bin");
+    for tool in ["etcd", "etcdctl"] {
+        std::os::unix::fs::symlink(rig.bin.join(tool), bin.join(tool)).expect("symlink");
+    }
+    let standin = format!(
+        "#!/bin/sh\nout=$('{}' \"$@\" 2>&1)\nrc=$?\nprintf '%s\\n' \"$out\" | sed 's/\"cluster-id\"/\"cluster\"/g'\nexit $rc\n",
+        real.display()
+    );
+    std::fs::write(bin.join("etcdutl"), standin).expect("stand-in");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("etcdutl"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let stage = host_path(&sts, &m, "ETCD_INIT_STAGE_DIR", &ns);
+    let state = PathBuf::from(format!("{}-state", stage.display()));
+    std::fs::create_dir_all(&state).expect("state");
+    std::fs::write(state.join("generation"), format!("{}\n", generation_of(&sts))).expect("generation");
+    std::fs::write(state.join("seen"), "etcd-0\netcd-1\n").expect("seen");
+    let (code, log) = run_init(&sts, &ns, &m, &bin, &rig.store.ca_file, &run);
+    assert_ne!(code, 0, "{log}");
+    assert!(log.contains("restoring with etcdutl"), "the restore itself never ran:\n{log}");
+    assert!(log.contains("did not log the cluster ID it made"), "{log}");
+    let data = host_path(&sts, &m, "ETCD_DATA_DIR", &ns);
+    assert!(!data.join("member").exists(), "the data moved in without a cluster ID to check the others by");
+    let msg = std::fs::read_to_string(termination_log(&m)).expect("termination message");
+    assert!(msg.starts_with("FAILED: ") && msg.contains("etcdInitImage"), "{msg}");
     let _ = std::fs::remove_dir_all(&rig.root);
 }
 

@@ -48,10 +48,10 @@ pub trait Lookup {
     fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError>;
 
     /// The HostedControlPlanes of `namespace`, as fresh as `freshness` asks.
-    /// A source without a cache (files, fixtures) answers as
-    /// [`Lookup::hosted_control_planes`] does; a source that lists from a
-    /// cache (Kubewarden's reflectors) reads each one again live when the
-    /// cache may not answer.
+    /// A source without a cache (files, fixtures, an answer read live before
+    /// the decision) answers as [`Lookup::hosted_control_planes`] does; a
+    /// source that lists from a cache must override it: Kubewarden reads each
+    /// one again live, the server's cache refuses (its live read is async).
     fn hosted_control_planes_as(&self, namespace: &str, freshness: &Freshness) -> Result<Vec<Value>, LookupError> {
         let _ = freshness;
         self.hosted_control_planes(namespace)

@@ -2056,6 +2056,80 @@ fn standalone_member(e: &Etcd, name: &str, ip: Ipv4Addr, tls: (&Path, &Path, &Pa
     Proc(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("etcd"))
 }
 
+/// A member that restored other bytes from the same URL (the object was
+/// overwritten between the members' downloads) never counts at the barrier:
+/// its etcd would be another cluster. The other member's etcd-init is
+/// reproduced by what it runs, a real etcd named as its beacon names itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_restored_other_bytes_is_named_at_the_barrier() {
+    if !common::env::ready(
+        "a_member_that_restored_other_bytes_is_named_at_the_barrier",
+        &common::env::restore_with(common::env::etcd35()),
+    ) {
+        return;
+    }
+    let rig = FailureRig::new("otherbytes", 59).await;
+    let ns = rig.ns.clone();
+    let sts = patched_in_process(
+        &etcd_statefulset(&ns, 3, Template::Args),
+        &rig.store.url("/snapshots/snap.db"),
+        &no_bump_settings(),
+    );
+    let generation = generation_of(&sts);
+    let hosts = rig.root.join("hosts-3");
+    let mut text = String::from("127.0.0.1 localhost\n");
+    for i in 0..3 {
+        text.push_str(&format!("127.0.59.{} etcd-{i}.etcd-peers.{ns}.svc\n", i + 1));
+    }
+    std::fs::write(&hosts, text).expect("hosts");
+    let names: Vec<(String, Ipv4Addr)> =
+        (1..3).map(|i| (format!("etcd-{i}.etcd-peers.{ns}.svc"), Ipv4Addr::new(127, 0, 59, i as u8 + 1))).collect();
+    let (ca, pairs) = peer_certs(&rig.root, &names);
+    // etcd-1 restored other bytes: its beacon names their sha256 prefix.
+    let beacon = format!("etcd-init.restored.{generation}-0123456789abcdef.etcd-1");
+    let e = etcd35();
+    let _other =
+        standalone_member(&e, &beacon, names[0].1, (&ca, &pairs[0].0, &pairs[0].1), &rig.root.join("etcd-1-beacon"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect("127.0.59.2:2380").is_err() {
+        assert!(Instant::now() < deadline, "the other member's beacon never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let m = Member {
+        name: "etcd-2".into(),
+        ip: names[1].1,
+        pv: rig.root.join("pv-otherbytes"),
+        tls: rig.root.join("tls-otherbytes"),
+    };
+    std::fs::create_dir_all(&m.tls).expect("tls");
+    for (from, to) in [(&ca, "ca.crt"), (&pairs[1].0, "server.crt"), (&pairs[1].1, "server.key")] {
+        std::fs::copy(from, m.tls.join(to)).expect("tls file");
+    }
+    // etcd-0 was seen in this restore's etcd-init and is silent now.
+    let stage = host_path(&sts, &m, "ETCD_INIT_STAGE_DIR", &ns);
+    let state = PathBuf::from(format!("{}-state", stage.display()));
+    std::fs::create_dir_all(&state).expect("state");
+    std::fs::write(state.join("generation"), format!("{generation}\n")).expect("generation");
+    std::fs::write(state.join("seen"), "etcd-0\n").expect("seen");
+    let run = Run { shell: "/bin/dash", hosts: Some(&hosts), tmpfs: None };
+    let (code, log) = run_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
+    // Before its own download, a restored member of this restore counts (it
+    // holds only this restore's data): this member restores.
+    assert!(log.contains("restoring with etcdutl"), "{log}");
+    let own = format!("etcd-init.restored.{generation}-{}.etcd-2", &rig.snapshot_sha[..16]);
+    assert!(log.contains(&own), "its beacon does not name the bytes it restored ({own}):\n{log}");
+    // At the barrier the other bytes are named, and never counted.
+    assert_ne!(code, 0, "{log}");
+    let why = format!(
+        "etcd-1 at https://etcd-1.etcd-peers.{ns}.svc:2380: its etcd-init restored other bytes from this restore's URL (snapshot sha256 0123456789abcdef..., this member's {}...)",
+        &rig.snapshot_sha[..16]
+    );
+    assert!(log.contains(&why), "{log}");
+    let msg = std::fs::read_to_string(termination_log(&m)).expect("termination message");
+    assert!(msg.starts_with("FAILED: restored, but the other members did not restore") && msg.contains(&why), "{msg}");
+    let _ = std::fs::remove_dir_all(&rig.root);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_that_runs_etcd_is_never_restored_next_to() {
     if !common::env::ready(

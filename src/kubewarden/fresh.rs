@@ -33,7 +33,7 @@ pub fn hosted_control_planes(
     if !freshness.live() || freshness.cache_answers(&listed) {
         return Ok(listed);
     }
-    listed
+    let live: Vec<Value> = listed
         .iter()
         .map(|cached| {
             let name = cached.pointer("/metadata/name").and_then(Value::as_str).ok_or_else(|| {
@@ -56,7 +56,19 @@ pub fn hosted_control_planes(
                 )))
             }
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    // An owner the list does not name cannot be read by name here (the
+    // StatefulSet's owner reference is all there is): the decision would rest
+    // on the others alone, where the server's live LIST would see it too.
+    if let Freshness::LiveUnlessCached(uids) = freshness {
+        let has = |uid: &String| live.iter().any(|h| h.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid));
+        if let Some(missing) = uids.iter().find(|uid| !has(uid)) {
+            return Err(LookupError::Failed(format!(
+                "the StatefulSet's owner HostedControlPlane (uid {missing}) is not among those policy-server lists in {namespace} (its cache is behind): decided once it is"
+            )));
+        }
+    }
+    Ok(live)
 }
 
 /// The body of Kubewarden's `get_resource` host call that reads one
@@ -161,6 +173,16 @@ mod tests {
             |_| unreachable!(),
         );
         assert_eq!(got, Err(LookupError::Failed("no capability".into())));
+    }
+
+    #[test]
+    fn an_owner_the_list_does_not_name_is_never_decided_without() {
+        // The list holds another HostedControlPlane; the owner is missing from it.
+        let other = hcp("a", "u-a", None);
+        let (got, asked) = run(Freshness::LiveUnlessCached(vec!["u-b".into()]), vec![other.clone()], vec![other]);
+        let Err(LookupError::Failed(why)) = got else { panic!("{got:?}") };
+        assert!(why.contains("owner HostedControlPlane (uid u-b)"), "{why}");
+        assert_eq!(asked, ["a"]);
     }
 
     #[test]

@@ -143,8 +143,13 @@ fi
 # This restore's cluster ID (set again when it restores): a member it meets
 # running etcd at the barrier must be of this cluster.
 CLUSTER_ID=
+# What this member restored: the generation and the snapshot's sha256 prefix
+# (set when it downloads). Restored members compare it at the barrier.
+RID=
 if [ -n "$RESUME" ]; then
 	CLUSTER_ID=$(sed -n 's/.*, cluster id \([0-9a-f]*\),.*/\1/p' "$STATE/restored" | head -n 1)
+	RID=$(sed -n 's/.*, token etcd-restore-\([0-9a-f-]*\)$/\1/p' "$STATE/restored" | head -n 1)
+	RID=${RID:-$GEN}
 fi
 # A download of this generation that completed is kept for the retry (the
 # restore verifies it again); anything else a killed run left goes.
@@ -258,7 +263,17 @@ probe() {
 	P_STATE=unknown
 	case $P_RC:$P_ANSWER in
 	0:*"\"name\":\"etcd-init.fresh.$GEN.$1\""*) P_STATE=fresh P_WHY="its etcd-init answers: empty data dir, waiting to restore" ;;
-	0:*"\"name\":\"etcd-init.restored.$GEN.$1\""*) P_STATE=restored P_WHY="its etcd-init answers: restored, waiting for the others" ;;
+	0:*"\"name\":\"etcd-init.restored.$RID.$1\""*) P_STATE=restored P_WHY="its etcd-init answers: restored, waiting for the others" ;;
+	0:*"\"name\":\"etcd-init.restored.$GEN-"*".$1\""*)
+		if [ -z "$RID" ]; then
+			# Not downloaded yet: a member restored by this restore holds
+			# only this restore's data, whichever bytes it got.
+			P_STATE=restored P_WHY="its etcd-init answers: restored, waiting for the others"
+		else
+			P_OTHER=$(printf '%s' "$P_ANSWER" | sed -n "s/.*\"name\":\"etcd-init[.]restored[.]$GEN-\([0-9a-f]*\)[.].*/\1/p" | head -n 1)
+			P_WHY="its etcd-init restored other bytes from this restore's URL (snapshot sha256 ${P_OTHER:-?}..., this member's ${RID#"$GEN"-}...): the object behind the URL changed between the members' downloads, and members of different snapshots form different clusters (docs/restore.md, \"Different snapshots behind one URL\")"
+		fi
+		;;
 	0:*'"name":"etcd-init.'*) P_WHY="an etcd-init answers, but for another restore or another member" ;;
 	0:'['*'"peerURLs"'*) P_STATE=etcd P_WHY="an etcd member runs there" ;;
 	0:*) P_WHY="its peer port answered something that is not etcd's member list" ;;
@@ -311,7 +326,9 @@ beacon_start() {
 	ETCD_BIN=$(command -v etcd || true)
 	[ -n "$ETCD_BIN" ] || fail "etcd is not in PATH of the etcd-init image: with $MEMBERS members etcd-init answers for itself on the peer port with it (use the etcd image, or an etcdInitImage that has etcd)"
 	mkdir -p -- "$STAGE/beacon"
-	BNAME="etcd-init.$B_STATE.$GEN.$NAME"
+	B_ID=$GEN
+	[ "$B_STATE" != restored ] || B_ID=$RID
+	BNAME="etcd-init.$B_STATE.$B_ID.$NAME"
 	BURL="${LISTEN_PEER%%://*}://127.0.0.1:${LISTEN_PEER##*:}"
 	set -- --name "$BNAME" --data-dir "$STAGE/beacon/data" --listen-peer-urls "$LISTEN_PEER" \
 		--initial-advertise-peer-urls "$BURL" --initial-cluster "$BNAME=$BURL" \
@@ -566,7 +583,8 @@ if [ -z "$RESUME" ]; then
 	# members that got different objects from one URL (overwritten in the
 	# bucket between their downloads) get different cluster IDs and refuse
 	# each other loudly, never merge two snapshots' raft logs.
-	TOKEN=etcd-restore-$GEN-$(printf '%.16s' "$ACTUAL_SHA")
+	RID=$GEN-$(printf '%.16s' "$ACTUAL_SHA")
+	TOKEN=etcd-restore-$RID
 	printf '%s\n' "$GEN" >"$STAGE/download-complete"
 
 	# 9. Space: the restored copy of the database plus 64 MiB of preallocated WAL

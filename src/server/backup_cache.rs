@@ -32,7 +32,7 @@ use serde_json::Value;
 
 use crate::{
     api::HCPEtcdBackup,
-    lookup::{Lookup, LookupError, Prefetched},
+    lookup::{Freshness, Lookup, LookupError, Prefetched},
 };
 
 /// Longest a live Secret read may take before the preflight skips it.
@@ -180,6 +180,10 @@ pub struct ClusterLookup {
 impl Lookup for ClusterLookup {
     fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
         self.hcps.hosted_control_planes(namespace)
+    }
+
+    fn hosted_control_planes_as(&self, namespace: &str, freshness: &Freshness) -> Result<Vec<Value>, LookupError> {
+        self.hcps.hosted_control_planes_as(namespace, freshness)
     }
 
     fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {

@@ -158,6 +158,19 @@ impl Lookup for HcpCache {
         }
         Ok(self.cached(namespace))
     }
+
+    /// The cache where it may answer; where the core asks for a live read it
+    /// cannot make here (that is async: [`HcpCache::lookup_fresh`]), a
+    /// failure, never the cache's view.
+    fn hosted_control_planes_as(&self, namespace: &str, freshness: &Freshness) -> Result<Vec<Value>, LookupError> {
+        let cached = self.hosted_control_planes(namespace)?;
+        if freshness.live() && !freshness.cache_answers(&cached) {
+            return Err(LookupError::Failed(
+                "this decision needs a live read of the namespace's HostedControlPlanes, which the cache alone cannot give".into(),
+            ));
+        }
+        Ok(cached)
+    }
 }
 
 /// The objects of `namespace`, as JSON: a cache holds every namespace, and a

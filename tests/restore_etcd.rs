@@ -1488,6 +1488,38 @@ impl FailureRig {
         }
     }
 
+    /// The webhook's patch of a 3-member StatefulSet (the Args template: peer
+    /// TLS) for the rig's snapshot, and a hosts file naming its members
+    /// 127.0.`subnet`.1..=3.
+    fn three_members(&self, subnet: u8) -> (Value, PathBuf) {
+        let template = etcd_statefulset(&self.ns, 3, Template::Args);
+        let sts = patched_in_process(&template, &self.store.url("/snapshots/snap.db"), &no_bump_settings());
+        let hosts = self.root.join("hosts-3");
+        let mut text = String::from("127.0.0.1 localhost\n");
+        for i in 0..3 {
+            text.push_str(&format!("127.0.{subnet}.{} etcd-{i}.etcd-peers.{}.svc\n", i + 1, self.ns));
+        }
+        std::fs::write(&hosts, text).expect("hosts");
+        (sts, hosts)
+    }
+
+    /// Member etcd-2 of [`Self::three_members`], its peer certificate (`pair`,
+    /// signed by `ca`) on its TLS volume.
+    fn third_member(&self, tag: &str, subnet: u8, ca: &Path, pair: &(PathBuf, PathBuf)) -> Member {
+        let m = Member {
+            name: "etcd-2".into(),
+            ip: Ipv4Addr::new(127, 0, subnet, 3),
+            pv: self.root.join(format!("pv-{tag}")),
+            tls: self.root.join(format!("tls-{tag}")),
+        };
+        std::fs::create_dir_all(&m.pv).expect("pv");
+        std::fs::create_dir_all(&m.tls).expect("tls");
+        for (from, to) in [(ca, "ca.crt"), (pair.0.as_path(), "server.crt"), (pair.1.as_path(), "server.key")] {
+            std::fs::copy(from, m.tls.join(to)).expect("tls file");
+        }
+        m
+    }
+
     /// The webhook's patch for `url` with `settings`.
     fn patched(&self, url: &str, settings: &Value) -> Value {
         patched_in_process(&self.sts, url, settings)
@@ -1858,11 +1890,7 @@ async fn a_member_whose_state_cannot_be_read_or_that_stays_silent_stops_the_rest
     }
     let rig = FailureRig::new("unreadable", 56).await;
     let ns = rig.ns.clone();
-    let sts = patched_in_process(
-        &etcd_statefulset(&ns, 3, Template::Args),
-        &rig.store.url("/snapshots/snap.db"),
-        &no_bump_settings(),
-    );
+    let (sts, hosts) = rig.three_members(56);
     // Where etcd-1's peer port answers, a TLS server whose certificate this member's CA did not sign.
     let other = hcp_etcd_admission::server::certs::generate("another CA", &[format!("etcd-1.etcd-peers.{ns}.svc")], 2)
         .expect("certs");
@@ -1886,24 +1914,8 @@ async fn a_member_whose_state_cannot_be_read_or_that_stays_silent_stops_the_rest
         assert!(Instant::now() < deadline, "openssl s_server never listened");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let hosts = rig.root.join("hosts-3");
-    let mut text = String::from("127.0.0.1 localhost\n");
-    for i in 0..3 {
-        text.push_str(&format!("127.0.56.{} etcd-{i}.etcd-peers.{ns}.svc\n", i + 1));
-    }
-    std::fs::write(&hosts, text).expect("hosts");
-    let m = Member {
-        name: "etcd-2".into(),
-        ip: Ipv4Addr::new(127, 0, 56, 3),
-        pv: rig.root.join("pv-unreadable"),
-        tls: rig.root.join("tls-unreadable"),
-    };
-    std::fs::create_dir_all(&m.pv).expect("pv");
-    std::fs::create_dir_all(&m.tls).expect("tls");
-    let (ca, pairs) = peer_certs(&rig.root, &[(format!("etcd-2.etcd-peers.{ns}.svc"), m.ip)]);
-    std::fs::copy(&ca, m.tls.join("ca.crt")).expect("ca");
-    std::fs::copy(&pairs[0].0, m.tls.join("server.crt")).expect("crt");
-    std::fs::copy(&pairs[0].1, m.tls.join("server.key")).expect("key");
+    let (ca, pairs) = peer_certs(&rig.root, &[(format!("etcd-2.etcd-peers.{ns}.svc"), Ipv4Addr::new(127, 0, 56, 3))]);
+    let m = rig.third_member("unreadable", 56, &ca, &pairs[0]);
     let run = Run { shell: "/bin/dash", hosts: Some(&hosts), tmpfs: None };
     let (code, log) = run_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
     assert_ne!(code, 0, "{log}");
@@ -2070,18 +2082,8 @@ async fn a_member_that_restored_other_bytes_is_named_at_the_barrier() {
     }
     let rig = FailureRig::new("otherbytes", 59).await;
     let ns = rig.ns.clone();
-    let sts = patched_in_process(
-        &etcd_statefulset(&ns, 3, Template::Args),
-        &rig.store.url("/snapshots/snap.db"),
-        &no_bump_settings(),
-    );
+    let (sts, hosts) = rig.three_members(59);
     let generation = generation_of(&sts);
-    let hosts = rig.root.join("hosts-3");
-    let mut text = String::from("127.0.0.1 localhost\n");
-    for i in 0..3 {
-        text.push_str(&format!("127.0.59.{} etcd-{i}.etcd-peers.{ns}.svc\n", i + 1));
-    }
-    std::fs::write(&hosts, text).expect("hosts");
     let names: Vec<(String, Ipv4Addr)> =
         (1..3).map(|i| (format!("etcd-{i}.etcd-peers.{ns}.svc"), Ipv4Addr::new(127, 0, 59, i as u8 + 1))).collect();
     let (ca, pairs) = peer_certs(&rig.root, &names);
@@ -2095,16 +2097,7 @@ async fn a_member_that_restored_other_bytes_is_named_at_the_barrier() {
         assert!(Instant::now() < deadline, "the other member's beacon never listened");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let m = Member {
-        name: "etcd-2".into(),
-        ip: names[1].1,
-        pv: rig.root.join("pv-otherbytes"),
-        tls: rig.root.join("tls-otherbytes"),
-    };
-    std::fs::create_dir_all(&m.tls).expect("tls");
-    for (from, to) in [(&ca, "ca.crt"), (&pairs[1].0, "server.crt"), (&pairs[1].1, "server.key")] {
-        std::fs::copy(from, m.tls.join(to)).expect("tls file");
-    }
+    let m = rig.third_member("otherbytes", 59, &ca, &pairs[1]);
     // etcd-0 was seen in this restore's etcd-init and is silent now.
     let stage = host_path(&sts, &m, "ETCD_INIT_STAGE_DIR", &ns);
     let state = PathBuf::from(format!("{}-state", stage.display()));
@@ -2141,11 +2134,7 @@ async fn a_member_that_runs_etcd_is_never_restored_next_to() {
     let rig = FailureRig::new("reprobe", 57).await;
     let ns = rig.ns.clone();
     let e = etcd35();
-    let sts = patched_in_process(
-        &etcd_statefulset(&ns, 3, Template::Args),
-        &rig.store.url("/snapshots/snap.db"),
-        &no_bump_settings(),
-    );
+    let (sts, hosts) = rig.three_members(57);
     // A proxy that refuses, named in the environment (an image ENV, another
     // mutating webhook): probes must never go through it, or every member
     // would look unreachable. The only env this test adds to the webhook's.
@@ -2159,26 +2148,10 @@ async fn a_member_that_runs_etcd_is_never_restored_next_to() {
     for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
         env.insert(0, json!({"name": name, "value": "http://127.0.0.1:9"}));
     }
-    let hosts = rig.root.join("hosts-3");
-    let mut text = String::from("127.0.0.1 localhost\n");
-    for i in 0..3 {
-        text.push_str(&format!("127.0.57.{} etcd-{i}.etcd-peers.{ns}.svc\n", i + 1));
-    }
-    std::fs::write(&hosts, text).expect("hosts");
     let names: Vec<(String, Ipv4Addr)> =
         (1..3).map(|i| (format!("etcd-{i}.etcd-peers.{ns}.svc"), Ipv4Addr::new(127, 0, 57, i as u8 + 1))).collect();
     let (ca, pairs) = peer_certs(&rig.root, &names);
-    let m = Member {
-        name: "etcd-2".into(),
-        ip: Ipv4Addr::new(127, 0, 57, 3),
-        pv: rig.root.join("pv-reprobe"),
-        tls: rig.root.join("tls-reprobe"),
-    };
-    std::fs::create_dir_all(&m.pv).expect("pv");
-    std::fs::create_dir_all(&m.tls).expect("tls");
-    std::fs::copy(&ca, m.tls.join("ca.crt")).expect("ca");
-    std::fs::copy(&pairs[1].0, m.tls.join("server.crt")).expect("crt");
-    std::fs::copy(&pairs[1].1, m.tls.join("server.key")).expect("key");
+    let m = rig.third_member("reprobe", 57, &ca, &pairs[1]);
     let run = Run { shell: "busybox", hosts: Some(&hosts), tmpfs: None };
     // A cluster runs at etcd-1 and serves; etcd-0 is silent. A healthy
     // cluster answers: hand off to reset-member, download nothing.

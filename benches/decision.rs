@@ -38,7 +38,7 @@ use hcp_etcd_admission::{
     time::format_rfc3339,
 };
 use serde_json::{json, Value};
-use wasm_host::{HostCallHandler, Policy, PolicyModule};
+use wasm_host::{Policy, PolicyModule};
 use wasmtime_provider::WasmtimeEngineProviderPre;
 
 struct Scenario {
@@ -98,18 +98,12 @@ fn scenarios() -> Vec<Scenario> {
     ]
 }
 
-/// policy-server's side of the host calls, served from the scenario's objects
-/// (the tests' handler: list and live get).
-fn host_callback(objects: Vec<Value>) -> HostCallHandler {
-    wasm_host::context_handler(objects)
-}
-
 fn load(path: std::path::PathBuf) -> PolicyModule {
     PolicyModule::load(&path).unwrap_or_else(|e| panic!("{e}; run scripts/bench-decision.sh"))
 }
 
 fn fresh_validate(pre: &WasmtimeEngineProviderPre, context: &[Value], payload: &[u8]) -> Option<Vec<u8>> {
-    let policy = Policy::rehydrate(pre, host_callback(context.to_vec())).ok()?;
+    let policy = Policy::rehydrate(pre, wasm_host::context_handler(context.to_vec())).ok()?;
     policy.call("validate", payload).ok()
 }
 
@@ -123,7 +117,9 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("instantiate_only");
     g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(3)).sample_size(40);
     for (name, pre) in [("wasm_shipped", &shipped), ("wasm_before", &before), ("yardstick", &yardstick)] {
-        g.bench_function(name, |b| b.iter(|| black_box(Policy::rehydrate(pre, host_callback(vec![])).ok())));
+        g.bench_function(name, |b| {
+            b.iter(|| black_box(Policy::rehydrate(pre, wasm_host::context_handler(vec![])).ok()))
+        });
     }
     g.finish();
     let mut pcts = Vec::new();
@@ -133,8 +129,8 @@ fn bench(c: &mut Criterion) {
         // Sanity: every runner decides what the scenario is meant to.
         let native = review(&s.review, &input).expect("review");
         let payload = serde_json::to_vec(&json!({"settings": {}, "request": s.review["request"]})).expect("payload");
-        let host = Policy::rehydrate(&shipped, host_callback(s.context.clone())).expect("wapc host");
-        let yard = Policy::rehydrate(&yardstick, host_callback(vec![])).expect("yardstick host");
+        let host = Policy::rehydrate(&shipped, wasm_host::context_handler(s.context.clone())).expect("wapc host");
+        let yard = Policy::rehydrate(&yardstick, wasm_host::context_handler(vec![])).expect("yardstick host");
         for (runner, answer) in [
             ("warm", host.call("validate", &payload).ok()),
             ("fresh", fresh_validate(&shipped, &s.context, &payload)),

@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use hcp_etcd_admission::{
-    lookup::Lookup,
+    lookup::{Lookup, LookupError},
     mutate::{self, etcd_init, Outcome},
     server::hcp_cache::HcpCache,
     settings::Settings,
@@ -87,6 +87,15 @@ async fn a_stale_cache_never_skips_a_restore() {
     assert_eq!(decide(&p, &object, Some(&object)), Outcome::NotNeeded);
     assert_eq!(lists(&api), before, "an UPDATE owned by the cached HostedControlPlane read live");
     assert!(before >= 4, "every CREATE and the foreign-owner UPDATE read live: {:?}", api.requests());
+
+    // Asked synchronously (a Lookup, no live read possible there), the cache
+    // answers only where the core lets it, and refuses where it may not.
+    let refused = cache.hosted_control_planes_as(NS, &freshness(true, &sts(None)));
+    assert!(matches!(refused, Err(LookupError::Failed(ref w)) if w.contains("needs a live read")), "{refused:?}");
+    let refused = cache.hosted_control_planes_as(NS, &freshness(false, &sts(Some("new-uid"))));
+    assert!(refused.is_err(), "an owner the cache lacks was answered from it: {refused:?}");
+    let answered = cache.hosted_control_planes_as(NS, &freshness(false, &sts(Some("old-uid")))).expect("cached");
+    assert_eq!(answered[0]["metadata"]["uid"], "old-uid");
 }
 
 /// The same through the running server (HTTPS, the router, the read plan and

@@ -237,6 +237,14 @@ fn a_stale_list_cache_never_decides_the_etcd_statefulset_create() {
         (v, ops)
     };
 
+    // The old incarnation alone says "no restore pending" (else this test
+    // could not tell which object decided).
+    let (v, _) = run(context_handler(cached.clone()));
+    assert_eq!(v["accepted"], true, "{v}");
+    let init =
+        v["mutated_object"]["spec"]["template"]["spec"]["initContainers"].as_array().cloned().unwrap_or_default();
+    assert!(!init.iter().any(|c| c["name"] == "etcd-init"), "the old incarnation has a restore pending: {v}");
+
     // Stale cache, live apiserver: the restore is injected, as the live object says.
     let (v, ops) = run(cache_and_live_handler(cached.clone(), live.clone()));
     assert_eq!(v["accepted"], true, "{v}");

@@ -35,10 +35,7 @@ impl Lookup for HostLookup {
             freshness,
             || self.hosted_control_planes(namespace),
             |name| {
-                let body = serde_json::to_vec(&kubewarden::fresh::live_hcp_request(namespace, name))
-                    .map_err(|e| LookupError::Failed(e.to_string()))?;
-                let answer = guest::host_call("kubewarden", "kubernetes", "get_resource", &body)
-                    .map_err(|e| LookupError::Failed(e.to_string()))?;
+                let answer = kubernetes("get_resource", &kubewarden::fresh::live_hcp_request(namespace, name))?;
                 serde_json::from_slice(&answer)
                     .map_err(|e| LookupError::Failed(format!("the host's answer is not JSON: {e}")))
             },
@@ -64,10 +61,15 @@ impl Lookup for HostLookup {
 
 /// One `list_resources_by_namespace` host call.
 fn list(request: &Value) -> Result<Vec<u8>, LookupError> {
+    kubernetes("list_resources_by_namespace", request)
+}
+
+/// One host call of Kubewarden's Kubernetes capability (`op`: a list or a get).
+fn kubernetes(op: &str, request: &Value) -> Result<Vec<u8>, LookupError> {
     let body = serde_json::to_vec(request).map_err(|e| LookupError::Failed(e.to_string()))?;
-    guest::host_call("kubewarden", "kubernetes", "list_resources_by_namespace", &body).map_err(|e| {
+    guest::host_call("kubewarden", "kubernetes", op, &body).map_err(|e| {
         LookupError::Failed(format!(
-            "the Kubernetes host capability is unavailable (is the policy context aware?): {e}"
+            "the Kubernetes host capability ({op}) is unavailable or failed (is the policy context aware?): {e}"
         ))
     })
 }

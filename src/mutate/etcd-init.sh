@@ -91,7 +91,6 @@ ALLOW_NO_BUMP=${RESTORE_ALLOW_WITHOUT_REVISION_BUMP:-false}
 WAIT=$(number "${ETCD_INIT_WAIT_SECONDS:-}" 600)
 PROBE_TIMEOUT=$(number "${ETCD_INIT_PROBE_TIMEOUT:-}" 5)
 case $GEN in '' | *[!0-9a-f]*) fail "ETCD_INIT_RESTORE_GENERATION must be set to lower-case hex (the webhook sets it)" ;; esac
-TOKEN=etcd-restore-$GEN # and the snapshot's digest, once downloaded (step 8)
 
 # 1. Only ever restore into a data dir that holds no etcd member. What etcd
 #    reads is member/ alone (and reset-member, after us, takes a dir without

@@ -20,7 +20,7 @@ cache=${HCP_CACHE:-$HOME/.cache/hcp-etcd-admission}
 export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=mod
 export GOCACHE=${GOCACHE_OVERRIDE:-$cache/go/build} GOMODCACHE=${GOMODCACHE_OVERRIDE:-$cache/go/mod}
 
-all=(etcd-3.6 etcd-3.7 etcd-3.5 promtool kube-1.35 kube-1.34)
+all=(etcd-3.6 etcd-3.7 etcd-3.5 promtool kube-1.35 kube-1.34 kube-1.36 kube-1.37)
 if [ "${1:-}" = "--print" ]; then
   for n in "${all[@]}"; do echo "$n=$cache/tools/$n"; done
   exit 0

@@ -224,7 +224,7 @@ mod tests {
 
     #[test]
     fn kubernetes_version_is_text_and_checked() {
-        assert_eq!(Settings::default().kubernetes_version.to_string(), "1.35");
+        assert_eq!(Settings::default().kubernetes_version.to_string(), "1.37");
         let s = Settings::from_json(&json!({"kubernetesVersion": "1.34"})).expect("1.34");
         assert_eq!(s.kubernetes_version.minor(), 34);
         assert_eq!(serde_json::to_value(&s).expect("json")["kubernetesVersion"], "1.34");

@@ -131,6 +131,10 @@ pub struct ManagedEtcdStorageSpec {
     /// type is the kind of persistent storage for etcd.
     #[serde(rename = "type")]
     pub type_: ManagedEtcdStorageType,
+    /// persistentVolume is the configuration for PersistentVolume etcd storage:
+    /// one PersistentVolume for every etcd member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume: Option<PersistentVolumeEtcdStorageSpec>,
     /// restoreSnapshotURL is a pre-signed URL (or similar) from which an etcd
     /// snapshot is downloaded. It is restored on initial startup, only when the
     /// etcd PV is empty. One URL shared by every member.
@@ -141,6 +145,38 @@ pub struct ManagedEtcdStorageSpec {
     #[x_kube(validation = Rule::new("self == oldSelf").message("restoreSnapshotURL is immutable"))]
     #[x_kube(validation = Rule::new("self.size() == 0 || self[0].matches('^(https|s3)://.*')").message("restoreSnapshotURL must be a valid URL with scheme https or s3"))]
     pub restore_snapshot_url: Option<Vec<String>>,
+}
+
+/// PersistentVolumeEtcdStorageSpec: the data volume of each etcd member. Both
+/// fields are immutable in upstream HEAD (`hostedcluster_types.go`): the
+/// StatefulSet's volumeClaimTemplates cannot change, so a change would only
+/// ever be refused later.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistentVolumeEtcdStorageSpec {
+    /// storageClassName is the StorageClass of the data volume for each etcd member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("storageClassName is immutable"))]
+    pub storage_class_name: Option<String>,
+    /// size is the minimum size of the data volume for each etcd member.
+    /// Default is 8Gi. This field is immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "quantity_schema")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("Etcd PV storage size is immutable"))]
+    pub size: Option<serde_json::Value>,
+}
+
+/// A `resource.Quantity` as controller-gen writes it (integer or string, the
+/// quantity pattern), with upstream's default of 8Gi, which the apiserver
+/// applies before validating (so an omitted size is compared as 8Gi).
+fn quantity_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "size is the minimum size of the data volume for each etcd member.\nDefault is 8Gi. This field is immutable.",
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "default": "8Gi",
+        "pattern": "^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$",
+        "x-kubernetes-int-or-string": true
+    })
 }
 
 /// The storage type of managed etcd.

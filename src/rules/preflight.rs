@@ -42,7 +42,7 @@ pub const IN_PROGRESS: RuleInfo = RuleInfo {
     objects: "HCPEtcdBackup",
     field: "metadata.namespace",
     severity: Severity::Deny,
-    summary: "no other HCPEtcdBackup in the namespace is `BackupInProgress` or `BackupWaitingForCredentials` (the controller's serial guard counts both as running and would reject this one as `BackupRejected`, which is terminal)",
+    summary: "no other HCPEtcdBackup in the namespace is `BackupInProgress` (its backup Job runs: the controller's serial guard would reject this one as `BackupRejected`, which is terminal); a backup in `BackupWaitingForCredentials` has no Job yet and does not count (`hcpetcdbackup-backup-pending` warns)",
 };
 
 pub const PENDING: RuleInfo = RuleInfo {
@@ -50,7 +50,7 @@ pub const PENDING: RuleInfo = RuleInfo {
     objects: "HCPEtcdBackup",
     field: "metadata.namespace",
     severity: Severity::Warn,
-    summary: "warns when another HCPEtcdBackup in the namespace is not terminal for another reason (no status yet, `EtcdUnhealthy`): whichever Job starts second is rejected",
+    summary: "warns when another HCPEtcdBackup in the namespace is not terminal for another reason (no status yet, `EtcdUnhealthy`: whichever Job starts second is rejected; `BackupWaitingForCredentials`: the waiting one is rejected if its Secret appears while this one's Job runs)",
 };
 
 pub const SECRET_EXISTS: RuleInfo = RuleInfo {
@@ -104,17 +104,20 @@ fn backup_state(backup: &Value) -> (Option<&str>, Option<&str>) {
 }
 
 /// Whether `backup` is running as far as its status says (BackupCompleted
-/// False with reason BackupInProgress, or BackupWaitingForCredentials: the
-/// controller is waiting for its Secret and will go on with it): what the
-/// serial-guard rule denies on.
+/// False with reason BackupInProgress: its Job was created and has not
+/// finished): what the serial-guard rule denies on.
 pub fn in_progress(backup: &Value) -> bool {
     let (status, reason) = backup_state(backup);
     !terminal(status, reason) && reason.is_some_and(running_reason)
 }
 
-/// The reasons the controller's serial guard treats as a backup in progress.
+/// The reason that means a backup Job exists and runs. The controller's serial
+/// guard (`findActiveJob`, before `validatePrerequisites` in `Reconcile`)
+/// rejects a backup only while another backup's Job is active; a backup in
+/// BackupWaitingForCredentials returned before creating its Job (upstream
+/// HyperShift #9074), so it has none and blocks nobody.
 fn running_reason(reason: &str) -> bool {
-    reason == REASON_BACKUP_IN_PROGRESS || reason == REASON_BACKUP_WAITING_FOR_CREDENTIALS
+    reason == REASON_BACKUP_IN_PROGRESS
 }
 
 /// Terminal as the controller defines it: completed, or failed, or rejected.
@@ -181,8 +184,9 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
     f
 }
 
-/// The controller's serial guard: another backup in progress denies, one
-/// that has not finished for another reason warns.
+/// The controller's serial guard: another backup in progress (its Job runs)
+/// denies; one that has not finished for another reason warns, and one
+/// waiting for its credentials Secret warns that it is the one at risk.
 fn serial_guard(obj: &Value, namespace: &str, backups: &[Value], f: &mut Findings) {
     let own = obj.pointer("/metadata/name").and_then(Value::as_str);
     let mut others: Vec<(&str, Option<&str>, Option<&str>)> = backups
@@ -202,6 +206,12 @@ fn serial_guard(obj: &Value, namespace: &str, backups: &[Value], f: &mut Finding
                     "metadata.namespace",
                     format!("HCPEtcdBackup {} in namespace {} is in progress (BackupCompleted=False, reason {reason}): the controller's serial guard would reject this backup with BackupRejected, which is terminal; create it after {} completes", go_quote(name), go_quote(namespace), go_quote(name)),
                 ),
+            );
+        } else if reason == Some(REASON_BACKUP_WAITING_FOR_CREDENTIALS) {
+            f.warn(
+                &PENDING,
+                "metadata.namespace",
+                format!("HCPEtcdBackup {q} in this namespace is waiting for its credential Secret (reason {REASON_BACKUP_WAITING_FOR_CREDENTIALS}) and has no backup Job yet, so the controller goes on with this backup; it is {q} that is at risk: if its Secret appears while this backup's Job runs, the controller rejects {q} with BackupRejected (terminal)", q = go_quote(name)),
             );
         } else {
             let state = match reason {
@@ -359,14 +369,21 @@ mod tests {
             backup("rejected", Some(("False", "BackupRejected"))),
         ]);
         let f = run(Some(&w));
-        assert_eq!(f.errors.len(), 2, "{:?}", f.errors);
-        assert!(f.errors[0].to_string().contains("\"running\""));
-        assert!(f.errors[1].to_string().contains("\"waitingcreds\" in namespace \"clusters-prod\" is in progress (BackupCompleted=False, reason BackupWaitingForCredentials)"), "{:?}", f.errors);
-        assert!(in_progress(&backup("w", Some(("False", "BackupWaitingForCredentials")))));
+        assert_eq!(f.errors.len(), 1, "{:?}", f.errors);
+        assert!(f.errors[0].to_string().contains("\"running\" in namespace \"clusters-prod\" is in progress (BackupCompleted=False, reason BackupInProgress)"));
+        // Waiting for its Secret: no Job yet, so the serial guard lets others go on (#9074).
+        assert!(!in_progress(&backup("w", Some(("False", "BackupWaitingForCredentials")))));
         assert!(!in_progress(&backup("w", Some(("True", "BackupWaitingForCredentials")))));
-        assert_eq!(f.warnings.len(), 2, "{:?}", f.warnings);
+        assert_eq!(f.warnings.len(), 3, "{:?}", f.warnings);
         assert!(f.warnings[0].contains("\"fresh\"") && f.warnings[0].contains("no status yet"));
         assert!(f.warnings[1].contains("\"waiting\"") && f.warnings[1].contains("EtcdUnhealthy"));
+        assert!(
+            f.warnings[2].contains("\"waitingcreds\" in this namespace is waiting for its credential Secret")
+                && f.warnings[2].contains("the controller rejects \"waitingcreds\" with BackupRejected")
+                && f.warnings[2].ends_with("(rule hcpetcdbackup-backup-pending)"),
+            "{:?}",
+            f.warnings
+        );
     }
 
     #[test]

@@ -165,7 +165,12 @@ impl CompiledCrdSchema {
             .filter(|o| !structural::unknown_fields(&self.schema, o).is_empty())
             .map(|o| structural::prune_unknown(&self.schema, o));
         let old = old_known.as_ref().or(pruned_old.as_deref());
-        structural::validate(&self.schema, object, old, &mut out);
+        // Then defaulting, on the request and on the stored object alike.
+        let object = structural::apply_defaults(&self.schema, object);
+        let object = object.as_ref();
+        let old_defaulted = old.map(|o| structural::apply_defaults(&self.schema, o));
+        let old = old_defaulted.as_deref();
+        structural::validate(&self.schema, object, old, version, &mut out);
         if scope == Scope::StatusSubresource {
             out.errors.iter_mut().for_each(structural::relative_to_status);
         }

@@ -7,8 +7,29 @@ use serde_json::{Map, Value};
 
 use super::{
     field_error::{render_value, FieldError},
-    regex_cache, SchemaOutcome,
+    regex_cache, KubernetesVersion, SchemaOutcome,
 };
+
+/// One validation pass: where its errors go, and the Kubernetes minor whose
+/// OpenAPI behaviour it imitates (1.36 keeps `int32`/`int64`/`float`/`double`
+/// formats that 1.35 strips, and checks a number's range against them).
+struct Pass<'o> {
+    out: &'o mut SchemaOutcome,
+    version: KubernetesVersion,
+}
+
+impl std::ops::Deref for Pass<'_> {
+    type Target = SchemaOutcome;
+    fn deref(&self) -> &SchemaOutcome {
+        self.out
+    }
+}
+
+impl std::ops::DerefMut for Pass<'_> {
+    fn deref_mut(&mut self) -> &mut SchemaOutcome {
+        self.out
+    }
+}
 
 fn contains_null(v: &Value) -> bool {
     match v {
@@ -169,9 +190,66 @@ fn prune_unknown_at(schema: &Value, value: &Value, root: bool) -> Value {
     }
 }
 
+/// Fills in every absent property whose schema has a `default`, as the
+/// apiserver does when it decodes a request and when it reads the stored
+/// object (structural defaulting), so the rules compare what will be stored.
+/// Borrowed when nothing is missing; linear in the value.
+pub fn apply_defaults<'a>(schema: &Value, value: &'a Value) -> std::borrow::Cow<'a, Value> {
+    if missing_default(schema, value) {
+        let mut owned = value.clone();
+        fill_defaults(schema, &mut owned);
+        std::borrow::Cow::Owned(owned)
+    } else {
+        std::borrow::Cow::Borrowed(value)
+    }
+}
+
+fn missing_default(schema: &Value, value: &Value) -> bool {
+    match value {
+        Value::Object(obj) => schema.get("properties").and_then(Value::as_object).is_some_and(|props| {
+            props.iter().any(|(k, child)| match obj.get(k) {
+                None => child.get("default").is_some(),
+                Some(v) => missing_default(child, v),
+            })
+        }),
+        Value::Array(items) => schema.get("items").is_some_and(|s| items.iter().any(|i| missing_default(s, i))),
+        _ => false,
+    }
+}
+
+fn fill_defaults(schema: &Value, value: &mut Value) {
+    match value {
+        Value::Object(obj) => {
+            let Some(props) = schema.get("properties").and_then(Value::as_object) else { return };
+            for (k, child) in props {
+                match obj.get_mut(k) {
+                    Some(v) => fill_defaults(child, v),
+                    None => {
+                        if let Some(d) = child.get("default") {
+                            obj.insert(k.clone(), d.clone());
+                        }
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(s) = schema.get("items") {
+                items.iter_mut().for_each(|i| fill_defaults(s, i));
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Validates `value` against `schema` (root level), appending to `out`.
-pub fn validate(schema: &Value, value: &Value, old: Option<&Value>, out: &mut SchemaOutcome) {
-    walk(schema, value, old, "", out);
+pub fn validate(
+    schema: &Value,
+    value: &Value,
+    old: Option<&Value>,
+    version: KubernetesVersion,
+    out: &mut SchemaOutcome,
+) {
+    walk(schema, value, old, "", &mut Pass { out: &mut *out, version });
     // x-kubernetes-list-type set/map uniqueness is a pass of its own after the
     // OpenAPI checks (structurallisttype); on UPDATE it runs only when the old
     // object passes it (ratcheting).
@@ -189,6 +267,15 @@ pub fn validate(schema: &Value, value: &Value, old: Option<&Value>, out: &mut Sc
 /// of a status UPDATE prints it (the root itself is the empty name). The
 /// field path stays absolute.
 pub fn relative_to_status(e: &mut FieldError) {
+    // A number's range error (1.36+) is reported on the validation's root,
+    // which for the status is `status`, and names the path inside it.
+    if e.field == "<nil>" && e.detail.starts_with("Checked value ") {
+        if let Some((head, rest)) = e.detail.split_once(" in status") {
+            e.detail = format!("{head} in {}", rest.strip_prefix('.').unwrap_or(rest));
+            e.field = "status".to_string();
+        }
+        return;
+    }
     let relative = if e.field == "status" {
         ""
     } else if let Some(rest) = e.field.strip_prefix("status.") {
@@ -312,7 +399,8 @@ fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        // The apiserver decodes a whole number beyond int64 as a float64.
+        Value::Number(n) if n.is_i64() => "integer",
         Value::Number(_) => "number",
         Value::String(_) => "string",
         Value::Array(_) => "array",
@@ -323,21 +411,9 @@ fn json_type(v: &Value) -> &'static str {
 /// The JSON type and the Go format kube-openapi infers from a decoded value.
 fn go_format(v: &Value) -> (&'static str, &'static str) {
     match v {
-        Value::Number(n) if n.is_i64() || n.is_u64() => ("integer", "int64"),
+        Value::Number(n) if n.is_i64() => ("integer", "int64"),
         Value::Number(_) => ("number", "float64"),
         other => (json_type(other), ""),
-    }
-}
-
-fn type_matches(expected: &str, v: &Value) -> bool {
-    match expected {
-        "object" => v.is_object(),
-        "array" => v.is_array(),
-        "string" => v.is_string(),
-        "boolean" => v.is_boolean(),
-        "integer" => v.is_i64() || v.is_u64(),
-        "number" => v.is_number(),
-        _ => true,
     }
 }
 
@@ -353,7 +429,7 @@ fn display_path(path: &str) -> &str {
 // (maxLength, minLength, pattern: the first failure only), format, number,
 // slice (items, then minItems, maxItems), enum, object (min/maxProperties,
 // properties, then required). A type failure does not stop the enum check.
-fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mut SchemaOutcome) {
+fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mut Pass) {
     // Ratcheting (KEP-4008, GA in 1.33): an unchanged value is not re-validated.
     if old.is_some_and(|o| correlated_equal(schema, value, o)) {
         return;
@@ -374,7 +450,11 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
         check_enum(schema, value, shown, out);
         return;
     }
-    match check_type(schema, value, shown, out) {
+    let typed = check_type(schema, value, shown, out);
+    if value.is_number() && !matches!(typed, Typed::Settled) {
+        check_number(schema, value, shown, out);
+    }
+    match typed {
         Typed::Yes => {}
         Typed::No => return check_enum(schema, value, shown, out),
         Typed::Settled => return,
@@ -382,18 +462,6 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
     match value {
         Value::String(s) => {
             check_string(schema, s, value, shown, out);
-            check_enum(schema, value, shown, out);
-        }
-        Value::Number(n) => {
-            if let (Some(min), Some(v)) = (schema.get("minimum").and_then(Value::as_f64), n.as_f64()) {
-                if v < min {
-                    out.errors.push(FieldError::invalid(
-                        shown,
-                        render_value(value),
-                        format!("{shown} in body should be greater than or equal to {}", schema["minimum"]),
-                    ));
-                }
-            }
             check_enum(schema, value, shown, out);
         }
         Value::Array(items) => {
@@ -416,7 +484,7 @@ fn check_count(
     (min_key, max_key, what): (&str, &str, &str),
     len: usize,
     shown: &str,
-    out: &mut SchemaOutcome,
+    out: &mut Pass,
 ) {
     if let Some(min) = schema.get(min_key).and_then(Value::as_u64) {
         if (len as u64) < min {
@@ -444,55 +512,123 @@ enum Typed {
     Settled,
 }
 
-/// The type check (with a string format: kube-openapi's typeValidator,
-/// which keeps only string formats: a list passes the type check, anything
-/// else of the wrong type is named by its Go format, `must be of type
-/// date-time: "int64"`).
-fn check_type(schema: &Value, value: &Value, shown: &str, out: &mut SchemaOutcome) -> Typed {
-    let format = schema.get("format").and_then(Value::as_str).filter(|f| !f.is_empty());
-    match schema.get("type").and_then(Value::as_str) {
-        Some(t) if t == "string" && format.is_some() && !type_matches(t, value) => {
-            let (actual, actual_format) = go_format(value);
-            let float_int = actual == "number" && t == "integer" && value.as_f64().is_some_and(|f| f.fract() == 0.0);
-            let int_float = actual == "integer" && t == "number";
-            let stringish = value.is_string() || value.is_array();
-            let f = format.unwrap_or_default();
-            if !(stringish || actual_format == f || float_int || int_float) {
-                out.errors.push(FieldError::type_invalid(
-                    shown,
-                    format!("\"{actual_format}\""),
-                    format!("{shown} in body must be of type {f}: \"{actual_format}\""),
-                ));
-                Typed::No
-            } else if stringish && t != "number" && t != "integer" {
-                // Passes the type check; no other check applies to it.
-                check_enum(schema, value, shown, out);
-                Typed::Settled
-            } else if !(float_int || int_float) {
-                out.errors.push(FieldError::type_invalid(
-                    shown,
-                    format!("\"{actual}\""),
-                    format!("{shown} in body must be of type {t}: \"{actual}\""),
-                ));
-                Typed::No
-            } else {
-                Typed::Yes
-            }
-        }
-        Some(t) if !type_matches(t, value) => {
-            let actual = json_type(value);
-            out.errors.push(FieldError::type_invalid(
-                shown,
-                format!("\"{actual}\""),
-                format!("{shown} in body must be of type {t}: \"{actual}\""),
-            ));
-            Typed::No
-        }
-        _ => Typed::Yes,
+/// The type check, as kube-openapi's typeValidator does it with the format
+/// the apiserver kept (see [`kept_format`]): a value of another type is named
+/// by its Go format when the schema has a format (`must be of type
+/// date-time: "int64"`, from 1.36 also `must be of type int64: "float64"`),
+/// by its JSON type otherwise; a string or a list passes a non-numeric
+/// format's type check (nothing else then applies to it).
+fn check_type(schema: &Value, value: &Value, shown: &str, out: &mut Pass) -> Typed {
+    let Some(t) = schema.get("type").and_then(Value::as_str) else { return Typed::Yes };
+    let format = kept_format(schema, t, out.version);
+    let (actual, actual_format) = go_format(value);
+    let float_int = actual == "number" && t == "integer" && value.as_f64().is_some_and(is_json_integer);
+    let int_float = actual == "integer" && t == "number";
+    if t == actual || float_int || int_float {
+        return Typed::Yes;
+    }
+    let stringish = value.is_string() || value.is_array();
+    if !format.is_empty() && !stringish && actual_format != format {
+        out.errors.push(FieldError::type_invalid(
+            shown,
+            format!("\"{actual_format}\""),
+            format!("{shown} in body must be of type {format}: \"{actual_format}\""),
+        ));
+        return Typed::No;
+    }
+    if !format.is_empty() && stringish && t != "number" && t != "integer" {
+        check_enum(schema, value, shown, out);
+        return Typed::Settled;
+    }
+    out.errors.push(FieldError::type_invalid(
+        shown,
+        format!("\"{actual}\""),
+        format!("{shown} in body must be of type {t}: \"{actual}\""),
+    ));
+    Typed::No
+}
+
+/// The format the apiserver's schema keeps for type `t`: a string's format
+/// always (our schemas use only `date-time`, supported by every version);
+/// from 1.36 an integer's `int32`/`int64` and a number's `float`/`double`
+/// (apiextensions-apiserver `StripUnsupportedFormatsPostProcessorForVersion`;
+/// 1.35 and older strip them); no other.
+fn kept_format<'s>(schema: &'s Value, t: &str, version: KubernetesVersion) -> &'s str {
+    let format = schema.get("format").and_then(Value::as_str).unwrap_or_default();
+    let kept = match t {
+        "string" => true,
+        "integer" => version.keeps_numeric_formats() && matches!(format, "int32" | "int64"),
+        "number" => version.keeps_numeric_formats() && matches!(format, "float" | "double"),
+        _ => false,
+    };
+    if kept {
+        format
+    } else {
+        ""
     }
 }
 
-fn check_enum(schema: &Value, value: &Value, shown: &str, out: &mut SchemaOutcome) {
+/// go-openapi's `swag.IsFloat64AJSONInteger`: a whole number within ±(2⁵³−1).
+fn is_json_integer(f: f64) -> bool {
+    const MAX: f64 = 9_007_199_254_740_991.0;
+    f.is_finite() && (-MAX..=MAX).contains(&f) && f.fract() == 0.0
+}
+
+/// kube-openapi's numberValidator, which applies to every number whatever the
+/// type check said: from 1.36 the value's range for the schema's numeric type
+/// and format (`Checked value must be of type integer with format int64 in
+/// <path>`: a plain error, which apiextensions reports on the validation's
+/// root with an empty value), then the minimum.
+fn check_number(schema: &Value, value: &Value, shown: &str, out: &mut Pass) {
+    if out.version.checks_number_range() {
+        let t = schema.get("type").and_then(Value::as_str).unwrap_or_default();
+        if let Some(why) = out_of_range(value, t, kept_format(schema, t, out.version)) {
+            out.errors.push(FieldError::invalid("<nil>", "\"\"".to_string(), format!("Checked value {why} in {shown}")));
+        }
+    }
+    if let (Some(min), Some(v)) = (schema.get("minimum").and_then(Value::as_f64), value.as_f64()) {
+        if v < min {
+            out.errors.push(FieldError::invalid(
+                shown,
+                render_value(value),
+                format!("{shown} in body should be greater than or equal to {}", schema["minimum"]),
+            ));
+        }
+    }
+}
+
+/// kube-openapi's `IsValueValidAgainstRange` for a schema of type `t` with
+/// the kept `format`: whether the value, printed as Go prints it, converts to
+/// the type (a float64 never converts to an integer unless it prints whole).
+fn out_of_range(value: &Value, t: &str, format: &str) -> Option<String> {
+    let fits = match (t, format) {
+        ("integer", "int32") => as_go_integer(value).is_some_and(|i| i32::try_from(i).is_ok()),
+        ("integer", _) => as_go_integer(value).is_some(),
+        ("number", "float") => value.as_f64().is_some_and(|f| f.abs() <= f64::from(f32::MAX)),
+        _ => true,
+    };
+    if fits {
+        None
+    } else if format.is_empty() {
+        Some(format!("must be of type {t} (default format)"))
+    } else {
+        Some(format!("must be of type {t} with format {format}"))
+    }
+}
+
+/// The value as an int64 the way Go's `strconv.ParseInt` reads what
+/// `swag.FormatFloat64`/`FormatInt64` printed: an int64 itself, or a float64
+/// that prints without a fraction or an exponent (below 1e21).
+fn as_go_integer(value: &Value) -> Option<i64> {
+    if let Some(i) = value.as_i64() {
+        return Some(i);
+    }
+    let f = value.as_f64()?;
+    // strconv.FormatFloat(f, 'f', -1, 64) for |f| < 1e21 is plain digits.
+    (f.fract() == 0.0 && f.abs() < 1e21 && f >= i64::MIN as f64 && f < i64::MAX as f64).then_some(f as i64)
+}
+
+fn check_enum(schema: &Value, value: &Value, shown: &str, out: &mut Pass) {
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
         if !allowed.contains(value) {
             // `field.Error` prints a list or an object as its JSON (a string
@@ -502,7 +638,7 @@ fn check_enum(schema: &Value, value: &Value, shown: &str, out: &mut SchemaOutcom
     }
 }
 
-fn check_string(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut SchemaOutcome) {
+fn check_string(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut Pass) {
     let chars = s.chars().count() as u64;
     // kube-openapi's stringValidator stops at its first failure.
     if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
@@ -542,7 +678,7 @@ fn check_string(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut S
 
 /// `format: date-time` (the only format our schemas use): go-openapi's
 /// `InvalidType(path, in, "date-time", value)`, a type error.
-fn check_format(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut SchemaOutcome) {
+fn check_format(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut Pass) {
     if schema.get("format").and_then(Value::as_str) == Some("date-time") && crate::time::parse_rfc3339(s).is_err() {
         out.errors.push(FieldError::type_invalid(
             shown,
@@ -552,7 +688,7 @@ fn check_format(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut S
     }
 }
 
-fn check_array(schema: &Value, items: &[Value], old: Option<&Value>, path: &str, out: &mut SchemaOutcome) {
+fn check_array(schema: &Value, items: &[Value], old: Option<&Value>, path: &str, out: &mut Pass) {
     let shown = display_path(path);
     if let Some(item_schema) = schema.get("items") {
         check_items(schema, item_schema, items, old, path, out);
@@ -566,7 +702,7 @@ fn check_items(
     items: &[Value],
     old: Option<&Value>,
     path: &str,
-    out: &mut SchemaOutcome,
+    out: &mut Pass,
 ) {
     let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
     let map_keys: Vec<&str> = schema
@@ -675,7 +811,7 @@ const OBJECT_META_FIELDS: [&str; 15] = [
     "managedFields",
 ];
 
-fn check_object(schema: &Value, obj: &Map<String, Value>, old: Option<&Value>, path: &str, out: &mut SchemaOutcome) {
+fn check_object(schema: &Value, obj: &Map<String, Value>, old: Option<&Value>, path: &str, out: &mut Pass) {
     let shown = display_path(path);
     check_count(schema, ("minProperties", "maxProperties", "properties"), obj.len(), shown, out);
     // Unknown fields are not the walk's: the object it sees is pruned.
@@ -704,7 +840,7 @@ mod tests {
     fn run(schema: Value, v: Value, old: Option<Value>) -> Vec<String> {
         let mut out = SchemaOutcome::default();
         let v = prune_nulls(&schema, &v);
-        validate(&schema, &v, old.as_ref(), &mut out);
+        validate(&schema, &v, old.as_ref(), KubernetesVersion::default(), &mut out);
         out.errors.iter().map(ToString::to_string).collect()
     }
 

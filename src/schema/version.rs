@@ -16,15 +16,24 @@ pub struct KubernetesVersion {
 impl KubernetesVersion {
     /// The oldest minor whose shapes are produced (OpenShift 4.18).
     pub const OLDEST_MINOR: u32 = 31;
-    /// The newest minor CI runs the real apiserver of; the default.
-    pub const NEWEST_TESTED_MINOR: u32 = 35;
-    /// 1.35: the default.
+    /// The newest minor CI runs the real apiserver of; the default. A newer
+    /// one is refused, never mapped onto this one's messages: 1.36 showed that
+    /// a minor can change them.
+    pub const NEWEST_TESTED_MINOR: u32 = 37;
+    /// 1.37: the default.
     pub const NEWEST_TESTED: Self = Self { minor: Self::NEWEST_TESTED_MINOR };
 
-    /// `1.N` for `N` ≥ [`Self::OLDEST_MINOR`].
+    /// `1.N` for [`Self::OLDEST_MINOR`] ≤ `N` ≤ [`Self::NEWEST_TESTED_MINOR`].
     pub fn new(minor: u32) -> Result<Self, String> {
         if minor < Self::OLDEST_MINOR {
             return Err(format!("Kubernetes 1.{minor} is not supported: the oldest is 1.{}", Self::OLDEST_MINOR));
+        }
+        if minor > Self::NEWEST_TESTED_MINOR {
+            return Err(format!(
+                "Kubernetes 1.{minor} is newer than the newest whose messages are tested (1.{n}): its apiserver's \
+                 messages are not known; set \"1.{n}\" for the closest known ones",
+                n = Self::NEWEST_TESTED_MINOR
+            ));
         }
         Ok(Self { minor })
     }
@@ -56,6 +65,21 @@ impl KubernetesVersion {
     /// and `field.OmitValueType{}`); before, it shows the schema type.
     pub fn cel_rule_shows_value(self) -> bool {
         self.minor >= 35
+    }
+
+    /// Whether a CRD schema keeps an integer's `int32`/`int64` and a number's
+    /// `float`/`double` format (1.36+: apiextensions-apiserver stops
+    /// stripping them), so a value of another type is named by its Go format:
+    /// `must be of type int64: "float64"`.
+    pub fn keeps_numeric_formats(self) -> bool {
+        self.minor >= 36
+    }
+
+    /// Whether a number is checked against its schema type's range (1.36+:
+    /// kube-openapi's numberValidator adds `Checked value must be of type
+    /// integer with format int64 in <path>`).
+    pub fn checks_number_range(self) -> bool {
+        self.minor >= 36
     }
 }
 
@@ -90,14 +114,20 @@ mod tests {
 
     #[test]
     fn parses_settings_and_server_versions() {
-        for (text, minor) in [("1.35", 35), ("v1.34", 34), ("1.31.0", 31), ("v1.35.4+k3s1", 35), ("1.36", 36)] {
+        for (text, minor) in
+            [("1.35", 35), ("v1.34", 34), ("1.31.0", 31), ("v1.35.4+k3s1", 35), ("1.36", 36), ("v1.37.2", 37)]
+        {
             assert_eq!(KubernetesVersion::parse(text).map(KubernetesVersion::minor), Ok(minor), "{text}");
         }
-        for text in ["", "1", "2.35", "1.x", "1.30", "1.35a", "v1.29.3", "35"] {
+        for text in ["", "1", "2.35", "1.x", "1.30", "1.35a", "v1.29.3", "35", "1.38", "v1.40.0"] {
             assert!(KubernetesVersion::parse(text).is_err(), "{text}");
         }
         assert_eq!(KubernetesVersion::parse("1.35+").map(KubernetesVersion::minor), Ok(35));
-        assert_eq!(KubernetesVersion::default().to_string(), "1.35");
+        assert_eq!(KubernetesVersion::default().to_string(), "1.37");
+        let newer = KubernetesVersion::parse("1.38").expect_err("newer than tested");
+        assert!(newer.contains("newest whose messages are tested (1.37)") && newer.contains("\"1.37\""), "{newer}");
+        assert!(KubernetesVersion::default().keeps_numeric_formats());
+        assert!(!KubernetesVersion::parse("1.35").is_ok_and(KubernetesVersion::keeps_numeric_formats));
         assert!(KubernetesVersion::default().cel_rule_shows_value());
         assert!(!KubernetesVersion::parse("1.34").is_ok_and(KubernetesVersion::cel_rule_shows_value));
     }

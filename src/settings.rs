@@ -60,11 +60,11 @@ pub struct Settings {
     /// The HyperShift Operator namespace, where the controller reads the
     /// credentials Secret. Default: `hypershift`.
     pub operator_namespace: String,
-    /// The Kubernetes minor version (`"1.35"`, `"1.34"`, … down to `"1.31"`)
+    /// The Kubernetes minor version (`"1.37"`, `"1.36"`, … down to `"1.31"`)
     /// whose apiserver messages the decision reproduces: the CRD's schema and
     /// CEL errors are printed differently by different versions, and a user
     /// searches for what their cluster prints. Default: the newest version CI
-    /// runs the real apiserver of (1.35).
+    /// runs the real apiserver of (1.37); a newer minor is refused.
     #[serde(with = "version_text")]
     pub kubernetes_version: KubernetesVersion,
     /// What a finding does (deny, warn, audit, off) and who is exempt; see
@@ -72,7 +72,7 @@ pub struct Settings {
     pub enforcement: crate::enforcement::Enforcement,
 }
 
-/// `kubernetesVersion` as text (`"1.35"`).
+/// `kubernetesVersion` as text (`"1.37"`).
 mod version_text {
     use serde::{Deserialize, Deserializer, Serializer};
 

@@ -54,6 +54,16 @@ async fn crd_accepted_and_dry_run_create_1_35() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crd_accepted_and_dry_run_create_1_36() {
+    crd_accepted_and_dry_run_create(Kube::V1_36).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crd_accepted_and_dry_run_create_1_37() {
+    crd_accepted_and_dry_run_create(Kube::V1_37).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crd_accepted_and_dry_run_create_1_34() {
     crd_accepted_and_dry_run_create(Kube::V1_34).await;
 }

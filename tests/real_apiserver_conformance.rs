@@ -152,6 +152,16 @@ async fn differential_1_35() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn differential_1_36() {
+    differential(Kube::V1_36).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn differential_1_37() {
+    differential(Kube::V1_37).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn differential_1_34() {
     differential(Kube::V1_34).await;
 }

@@ -105,6 +105,16 @@ async fn configurations_stored_as_the_manifests_say_1_35() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configurations_stored_as_the_manifests_say_1_36() {
+    configurations_stored_as_the_manifests_say(Kube::V1_36).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configurations_stored_as_the_manifests_say_1_37() {
+    configurations_stored_as_the_manifests_say(Kube::V1_37).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configurations_stored_as_the_manifests_say_1_34() {
     configurations_stored_as_the_manifests_say(Kube::V1_34).await;
 }
@@ -202,6 +212,16 @@ async fn backup_preflight_1_35() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_preflight_1_36() {
+    backup_preflight(Kube::V1_36).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_preflight_1_37() {
+    backup_preflight(Kube::V1_37).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backup_preflight_1_34() {
     backup_preflight(Kube::V1_34).await;
 }
@@ -248,6 +268,16 @@ async fn hosted_restore_url(v: Kube) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hosted_restore_url_1_35() {
     hosted_restore_url(Kube::V1_35).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosted_restore_url_1_36() {
+    hosted_restore_url(Kube::V1_36).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosted_restore_url_1_37() {
+    hosted_restore_url(Kube::V1_37).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,8 +365,28 @@ async fn mutation_stored_3_replicas_1_35() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_stored_3_replicas_1_36() {
+    mutation_stored(Kube::V1_36, 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_stored_3_replicas_1_37() {
+    mutation_stored(Kube::V1_37, 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutation_stored_1_replica_1_35() {
     mutation_stored(Kube::V1_35, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_stored_1_replica_1_36() {
+    mutation_stored(Kube::V1_36, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_stored_1_replica_1_37() {
+    mutation_stored(Kube::V1_37, 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -389,6 +439,16 @@ async fn secret_webhook(v: Kube) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secret_webhook_1_35() {
     secret_webhook(Kube::V1_35).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_webhook_1_36() {
+    secret_webhook(Kube::V1_36).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_webhook_1_37() {
+    secret_webhook(Kube::V1_37).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -526,6 +586,16 @@ async fn failure_policy_and_timeout_1_35() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policy_and_timeout_1_36() {
+    failure_policy_and_timeout(Kube::V1_36).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policy_and_timeout_1_37() {
+    failure_policy_and_timeout(Kube::V1_37).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_policy_and_timeout_1_34() {
     failure_policy_and_timeout(Kube::V1_34).await;
 }
@@ -538,15 +608,26 @@ async fn failure_policy_and_timeout_1_34() {
 /// failurePolicy Fail the write is refused either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificate_accepted_and_wrong_one_refused_1_35() {
+    client_certificate_accepted_and_wrong_one_refused(Kube::V1_35).await;
+}
+
+/// 1.36 removed `apiserver.config.k8s.io/v1alpha1` and decodes the admission
+/// configuration strictly: the `v1` files the runbook gives must still load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificate_accepted_and_wrong_one_refused_1_37() {
+    client_certificate_accepted_and_wrong_one_refused(Kube::V1_37).await;
+}
+
+async fn client_certificate_accepted_and_wrong_one_refused(v: Kube) {
     use base64::Engine as _;
     use common::kube_apiserver::{loopback_port, KubeApiserver, TestCa};
-    let v = Kube::V1_35;
-    let test = "client_certificate_accepted_and_wrong_one_refused";
+    let test = format!("client_certificate_accepted_and_wrong_one_refused_{}", v.minor());
+    let test = test.as_str();
     if !common::env::ready(test, &common::kube_apiserver::needs(v)) {
         return;
     }
     let manifests = setup::manifests();
-    let dir = std::env::temp_dir().join(format!("hcp-real-webhooks-client-cert-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("hcp-real-webhooks-client-cert-{}-{}", v.minor(), std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     let ca = TestCa::standalone("webhook client and serving CA").expect("CA");

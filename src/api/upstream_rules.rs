@@ -37,6 +37,8 @@ pub const IDS: &[(&str, &str, &str, &str)] = &[
     ("upstream.hostedcluster", "spec.etcd.managed.backup.aws.kmsKeyARN", "kmsKeyARN must be a valid AWS KMS key ARN (arn:<partition>:kms:<region>:<account-id>:key/<key-id>)", "upstream.hostedcluster.spec.etcd.managed.backup.kmskeyarn-format"),
     ("upstream.hostedcluster", "spec.etcd.managed.backup.azure.encryptionKeyURL", "encryptionKeyURL must be a valid Azure Key Vault or Managed HSM HTTPS URL", "upstream.hostedcluster.spec.etcd.managed.backup.encryptionkeyurl-format"),
     ("upstream.hostedcluster", "spec.etcd.managed.storage", "restoreSnapshotURL cannot be added or removed after creation", "upstream.hostedcluster.spec.etcd.managed.storage.restoresnapshoturl-kept"),
+    ("upstream.hostedcluster", "spec.etcd.managed.storage.persistentVolume.size", "Etcd PV storage size is immutable", "upstream.hostedcluster.spec.etcd.managed.storage.pv-size-immutable"),
+    ("upstream.hostedcluster", "spec.etcd.managed.storage.persistentVolume.storageClassName", "storageClassName is immutable", "upstream.hostedcluster.spec.etcd.managed.storage.pv-storageclass-immutable"),
     ("upstream.hostedcluster", "spec.etcd.managed.storage.restoreSnapshotURL", "RestoreSnapshotURL shouldn't contain more than 1 entry", "upstream.hostedcluster.spec.etcd.managed.storage.restoresnapshoturl-one"),
     ("upstream.hostedcluster", "spec.etcd.managed.storage.restoreSnapshotURL", "restoreSnapshotURL is immutable", "upstream.hostedcluster.spec.etcd.managed.storage.restoresnapshoturl-immutable"),
     ("upstream.hostedcluster", "spec.etcd.managed.storage.restoreSnapshotURL", "restoreSnapshotURL must be a valid URL with scheme https or s3", "upstream.hostedcluster.spec.etcd.managed.storage.restoresnapshoturl-scheme"),

@@ -479,13 +479,7 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
 /// minItems/maxItems or minProperties/maxProperties: go-openapi's
 /// TooFew*/TooMany* carry the actual count; apiextensions turns the second
 /// into field.TooMany.
-fn check_count(
-    schema: &Value,
-    (min_key, max_key, what): (&str, &str, &str),
-    len: usize,
-    shown: &str,
-    out: &mut Pass,
-) {
+fn check_count(schema: &Value, (min_key, max_key, what): (&str, &str, &str), len: usize, shown: &str, out: &mut Pass) {
     if let Some(min) = schema.get(min_key).and_then(Value::as_u64) {
         if (len as u64) < min {
             out.errors.push(FieldError::invalid(
@@ -583,7 +577,11 @@ fn check_number(schema: &Value, value: &Value, shown: &str, out: &mut Pass) {
     if out.version.checks_number_range() {
         let t = schema.get("type").and_then(Value::as_str).unwrap_or_default();
         if let Some(why) = out_of_range(value, t, kept_format(schema, t, out.version)) {
-            out.errors.push(FieldError::invalid("<nil>", "\"\"".to_string(), format!("Checked value {why} in {shown}")));
+            out.errors.push(FieldError::invalid(
+                "<nil>",
+                "\"\"".to_string(),
+                format!("Checked value {why} in {shown}"),
+            ));
         }
     }
     if let (Some(min), Some(v)) = (schema.get("minimum").and_then(Value::as_f64), value.as_f64()) {
@@ -696,14 +694,7 @@ fn check_array(schema: &Value, items: &[Value], old: Option<&Value>, path: &str,
     check_count(schema, ("minItems", "maxItems", "items"), items.len(), shown, out);
 }
 
-fn check_items(
-    schema: &Value,
-    item_schema: &Value,
-    items: &[Value],
-    old: Option<&Value>,
-    path: &str,
-    out: &mut Pass,
-) {
+fn check_items(schema: &Value, item_schema: &Value, items: &[Value], old: Option<&Value>, path: &str, out: &mut Pass) {
     let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
     let map_keys: Vec<&str> = schema
         .get("x-kubernetes-list-map-keys")

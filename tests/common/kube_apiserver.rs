@@ -1,4 +1,4 @@
-//! The real kube-apiserver (1.35 or 1.34, built by `scripts/go-tools.sh`) on
+//! The real kube-apiserver (1.34 to 1.37, built by `scripts/go-tools.sh`) on
 //! loopback, backed by a real etcd 3.6: secure port only, a serving
 //! certificate for `IP:127.0.0.1`, an admin client certificate
 //! (`O=system:masters`), RBAC, service-account signing keys. No
@@ -39,17 +39,21 @@ use super::{env::Need, tools};
 /// A Kubernetes minor version the suites run against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kube {
+    V1_37,
+    V1_36,
     V1_35,
     V1_34,
 }
 
 impl Kube {
     /// Every version CI runs, newest first.
-    pub const ALL: [Kube; 2] = [Kube::V1_35, Kube::V1_34];
+    pub const ALL: [Kube; 4] = [Kube::V1_37, Kube::V1_36, Kube::V1_35, Kube::V1_34];
 
     /// The tool name in `tests/tools/` and the cache.
     pub fn tool(self) -> &'static str {
         match self {
+            Kube::V1_37 => "kube-1.37",
+            Kube::V1_36 => "kube-1.36",
             Kube::V1_35 => "kube-1.35",
             Kube::V1_34 => "kube-1.34",
         }
@@ -58,6 +62,8 @@ impl Kube {
     /// `major.minor`, as the `kubernetesVersion` setting spells it.
     pub fn minor(self) -> &'static str {
         match self {
+            Kube::V1_37 => "1.37",
+            Kube::V1_36 => "1.36",
             Kube::V1_35 => "1.35",
             Kube::V1_34 => "1.34",
         }
@@ -72,6 +78,8 @@ pub fn needs(v: Kube) -> Vec<Need> {
     vec![tools::go_tool(v.tool(), "kube-apiserver"), tools::go_tool(ETCD, "etcd"), Need::Program("/bin/sh", "dash")]
 }
 
+static SHARED_1_37: OnceLock<KubeApiserver> = OnceLock::new();
+static SHARED_1_36: OnceLock<KubeApiserver> = OnceLock::new();
 static SHARED_1_35: OnceLock<KubeApiserver> = OnceLock::new();
 static SHARED_1_34: OnceLock<KubeApiserver> = OnceLock::new();
 
@@ -83,6 +91,8 @@ pub fn shared(test: &str, v: Kube) -> Option<&'static KubeApiserver> {
         return None;
     }
     let cell = match v {
+        Kube::V1_37 => &SHARED_1_37,
+        Kube::V1_36 => &SHARED_1_36,
         Kube::V1_35 => &SHARED_1_35,
         Kube::V1_34 => &SHARED_1_34,
     };

@@ -344,6 +344,8 @@ pub fn hcp_label(manifests: &[Value]) -> (String, String) {
     (k.clone(), v.as_str().unwrap_or_default().to_string())
 }
 
+static ENV_1_37: OnceLock<Env> = OnceLock::new();
+static ENV_1_36: OnceLock<Env> = OnceLock::new();
 static ENV_1_35: OnceLock<Env> = OnceLock::new();
 static ENV_1_34: OnceLock<Env> = OnceLock::new();
 
@@ -354,6 +356,8 @@ pub fn env(test: &str, v: Kube) -> Option<&'static Env> {
         return None;
     }
     let cell = match v {
+        Kube::V1_37 => &ENV_1_37,
+        Kube::V1_36 => &ENV_1_36,
         Kube::V1_35 => &ENV_1_35,
         Kube::V1_34 => &ENV_1_34,
     };

@@ -19,7 +19,7 @@ use super::{
     field_error::{redact_urls_in, render_value, ErrorType, FieldError},
     regex_cache,
     rule_tree::{LazyRule, Read, RuleNode},
-    structural::{correlated_equal, join, list_map_keys, map_list_item},
+    structural::{correlated_equal, join, list_map_keys, MapListIndex},
     version::KubernetesVersion,
 };
 
@@ -149,11 +149,12 @@ impl Walker<'_, '_> {
                     return;
                 };
                 let keys = list_map_keys(node.schema);
+                // Only list-type map items correlate (by their keys); the old
+                // list is indexed once, so this stays linear.
+                let index =
+                    keys.as_deref().and_then(|k| node.old.and_then(Value::as_array).map(|o| MapListIndex::new(o, k)));
                 for (i, item_json) in items.iter().enumerate() {
-                    // Only list-type map items correlate (by their keys).
-                    let old = keys
-                        .as_ref()
-                        .and_then(|k| node.old.and_then(Value::as_array).and_then(|o| map_list_item(o, item_json, k)));
+                    let old = index.as_ref().and_then(|ix| ix.get(item_json));
                     let child = Node {
                         json: item_json,
                         schema: item_schema,

@@ -8,6 +8,7 @@
 //! CEL libraries, and adds the rest so that a user sees the same errors
 //! offline as from kube-apiserver.
 
+mod canonical;
 mod cel_eval;
 mod convert;
 mod field_error;

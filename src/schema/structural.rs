@@ -6,6 +6,7 @@
 use serde_json::{Map, Value};
 
 use super::{
+    canonical,
     field_error::{render_value, FieldError},
     regex_cache, KubernetesVersion, SchemaOutcome,
 };
@@ -321,25 +322,21 @@ fn list_errors(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldErr
                     "must be an object for an array of list-type map",
                 ));
             }
-            let identities: Option<Vec<(Value, String)>> = match list_type {
-                Some("set") => Some(items.iter().map(|i| (i.clone(), error_value(i))).collect()),
-                Some("map") => Some(
-                    items
-                        .iter()
-                        .map(|i| {
-                            let key = map_key(i, &keys);
-                            let shown = error_value(&key);
-                            (key, shown)
-                        })
-                        .collect(),
-                ),
+            // The second occurrence of each identity is reported, once; one
+            // hash lookup per item (structurallisttype keeps a map too).
+            let identity = |i: &Value| match list_type {
+                Some("set") => Some(i.clone()),
+                Some("map") => Some(map_key(i, &keys)),
                 _ => None,
             };
-            if let Some(ids) = identities.filter(|_| not_object.is_none()) {
-                for (i, (id, shown)) in ids.iter().enumerate() {
-                    let before = ids.iter().take(i).filter(|(other, _)| other == id).count();
-                    if before == 1 {
-                        out.push(FieldError::duplicate(format!("{path}[{i}]"), shown.clone()));
+            if matches!(list_type, Some("set" | "map")) && not_object.is_none() {
+                let mut seen: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+                for (i, item) in items.iter().enumerate() {
+                    let Some(id) = identity(item) else { continue };
+                    let count = seen.entry(canonical::key(&id)).or_insert(0);
+                    *count = count.saturating_add(1);
+                    if *count == 2 {
+                        out.push(FieldError::duplicate(format!("{path}[{i}]"), error_value(&id)));
                     }
                 }
             }
@@ -701,19 +698,19 @@ fn check_items(schema: &Value, item_schema: &Value, items: &[Value], old: Option
         .and_then(Value::as_array)
         .map(|k| k.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let old_items = old.and_then(Value::as_array);
+    // Correlate with the old list the way ratcheting does: by key for
+    // list-type map, by value for set; atomic lists do not correlate. The old
+    // list is indexed once, so this is linear in both lists.
+    let identity = |i: &Value| match list_type {
+        Some("map") => Some(canonical::key(&map_key(i, &map_keys))),
+        Some("set") => Some(canonical::key(i)),
+        _ => None,
+    };
+    let old_items = old.and_then(Value::as_array).filter(|_| matches!(list_type, Some("map" | "set")));
+    let old_index = old_items.map(|o| canonical::FirstByKey::new(o, identity));
     for (i, item) in items.iter().enumerate() {
         let item_path = format!("{path}[{i}]");
-        // Correlate with the old list the way ratcheting does: by key for
-        // list-type map, by value for set; atomic lists do not correlate.
-        let correlated = match list_type {
-            Some("map") => {
-                let key = map_key(item, &map_keys);
-                old_items.and_then(|o| o.iter().find(|oi| map_key(oi, &map_keys) == key))
-            }
-            Some("set") => old_items.and_then(|o| o.iter().find(|oi| *oi == item)),
-            _ => None,
-        };
+        let correlated = old_index.as_ref().and_then(|index| identity(item).and_then(|k| index.get(&k)));
         walk(item_schema, item, correlated, &item_path, out);
     }
 }
@@ -752,10 +749,10 @@ pub fn correlated_equal(schema: &Value, new: &Value, old: &Value) -> bool {
         }
         (Value::Array(n), Value::Array(o)) => match (list_map_keys(schema), schema.get("items")) {
             (Some(keys), Some(items)) => {
-                n.len() == o.len()
-                    && n.iter().all(|item| {
-                        map_list_item(o, item, &keys).is_some_and(|old_item| correlated_equal(items, item, old_item))
-                    })
+                n.len() == o.len() && {
+                    let index = MapListIndex::new(o, &keys);
+                    n.iter().all(|item| index.get(item).is_some_and(|old_item| correlated_equal(items, item, old_item)))
+                }
             }
             _ => n == o,
         },
@@ -772,15 +769,40 @@ pub fn list_map_keys(schema: &Value) -> Option<Vec<&str>> {
     Some(keys.iter().filter_map(Value::as_str).collect())
 }
 
-/// The item of list-type map `old` with the keys of `item`, as apiserver's
-/// map list finds it: `item` must be an object with every key set to a
-/// scalar; the first old item with equal keys.
-pub fn map_list_item<'a>(old: &'a [Value], item: &Value, keys: &[&str]) -> Option<&'a Value> {
-    let scalar = |v: &Value| matches!(v, Value::Bool(_) | Value::Number(_) | Value::String(_));
-    if keys.is_empty() || !item.is_object() || !keys.iter().all(|k| item.get(*k).is_some_and(scalar)) {
+/// The items of an old list-type map by their keys, as the apiserver's map
+/// list finds the old item of a new one: the new item must be an object with
+/// every key set to a scalar; the first old item with equal keys. Built once
+/// (linear), then O(1) a lookup.
+pub struct MapListIndex<'a, 'k> {
+    keys: &'k [&'k str],
+    first: canonical::FirstByKey<'a>,
+}
+
+impl<'a, 'k> MapListIndex<'a, 'k> {
+    pub fn new(old: &'a [Value], keys: &'k [&'k str]) -> Self {
+        let first = canonical::FirstByKey::new(old, |o| map_list_key(o, keys, |_| true));
+        Self { keys, first }
+    }
+
+    /// The first old item whose keys equal `item`'s (every key a scalar).
+    pub fn get(&self, item: &Value) -> Option<&'a Value> {
+        let scalar = |v: &Value| matches!(v, Value::Bool(_) | Value::Number(_) | Value::String(_));
+        self.first.get(&map_list_key(item, self.keys, scalar)?)
+    }
+}
+
+/// The canonical key of a list-type map item: its key fields, each present
+/// and accepted by `ok`; `None` for a non-object or no keys.
+fn map_list_key(item: &Value, keys: &[&str], ok: impl Fn(&Value) -> bool) -> Option<String> {
+    if keys.is_empty() || !item.is_object() {
         return None;
     }
-    old.iter().find(|o| o.is_object() && keys.iter().all(|k| o.get(*k) == item.get(*k)))
+    let mut out = String::new();
+    for k in keys {
+        let v = item.get(*k).filter(|v| ok(v))?;
+        out.push_str(&canonical::key(v));
+    }
+    Some(out)
 }
 
 /// The JSON fields of `metav1.ObjectMeta`.

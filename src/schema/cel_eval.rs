@@ -207,7 +207,7 @@ impl Walker<'_, '_> {
             let result = program.execute(&ctx);
             // A rule that reads a value of the wrong type cannot be evaluated,
             // whatever cel made of it (cel-go fails the whole expression).
-            let result = match touched_invalid(rule.reads(), node.schema, &this, old_cel.as_ref()) {
+            let result = match touched_invalid(rule.reads(), node.schema, &this, old_cel.as_ref(), self.version) {
                 Some(Touch::Error(text)) => {
                     self.errors.push(FieldError::invalid(
                         shown,
@@ -262,10 +262,18 @@ enum Touch {
 
 /// The conversion error a rule meets on one of the paths it reads, if any:
 /// on the way to the end of a path, at its end, or (a whole-value
-/// comparison) anywhere below it — except in a set list, which cel-go
-/// compares by raw value (unequal, or a Go panic for an item that cannot be
-/// hashed).
-fn touched_invalid(reads: &[Read], schema: &Value, this: &Cel, old: Option<&Cel>) -> Option<Touch> {
+/// comparison) anywhere below it — except in a set list, which the
+/// apiserver compares by raw value: unequal, or (before 1.37) a Go panic for
+/// an item that cannot be hashed. From 1.37 (k8s.io/apiserver
+/// `setElementKey`) a wrong-typed item is keyed by its conversion error,
+/// which equals nothing: the comparison is false, whatever the item.
+fn touched_invalid(
+    reads: &[Read],
+    schema: &Value,
+    this: &Cel,
+    old: Option<&Cel>,
+    version: KubernetesVersion,
+) -> Option<Touch> {
     reads.iter().find_map(|r| {
         let mut cur = if r.old { old? } else { this };
         let mut at = schema;
@@ -296,7 +304,8 @@ fn touched_invalid(reads: &[Read], schema: &Value, this: &Cel, old: Option<&Cel>
                     Cel::Opaque(o) => Some(o.runtime_type_name().to_string()),
                     _ => None,
                 })?;
-                Some(if bad.contains("got map[") || bad.contains("got []") {
+                let unhashable = bad.contains("got map[") || bad.contains("got []");
+                Some(if unhashable && !version.set_equality_keys_any_item() {
                     let go = if bad.contains("got map[") { "map[string]interface {}" } else { "[]interface {}" };
                     Touch::Error(format!("internal error: runtime error: hash of unhashable type {go}"))
                 } else {

@@ -75,6 +75,14 @@ impl KubernetesVersion {
         self.minor >= 36
     }
 
+    /// Whether comparing a set list keys every item, so a wrong-typed object
+    /// or list item makes `self == oldSelf` false (1.37+: k8s.io/apiserver's
+    /// `setElementKey`) instead of failing the rule with Go's `hash of
+    /// unhashable type` panic.
+    pub fn set_equality_keys_any_item(self) -> bool {
+        self.minor >= 37
+    }
+
     /// Whether a number is checked against its schema type's range (1.36+:
     /// kube-openapi's numberValidator adds `Checked value must be of type
     /// integer with format int64 in <path>`).

@@ -407,6 +407,10 @@ impl KubeApiserver {
             format!("--etcd-servers={}", url(client)),
             "--bind-address=127.0.0.1".into(),
             "--advertise-address=127.0.0.1".into(),
+            // 1.37 refuses a loopback advertise address with an endpoint
+            // reconciler (the `kubernetes` Service's endpoints, which nothing
+            // here reads): none, on every version alike.
+            "--endpoint-reconciler-type=none".into(),
             format!("--secure-port={secure}"),
             format!("--tls-cert-file={}", f("serving.crt").display()),
             format!("--tls-private-key-file={}", f("serving.key").display()),

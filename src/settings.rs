@@ -230,6 +230,13 @@ mod tests {
         assert_eq!(serde_json::to_value(&s).expect("json")["kubernetesVersion"], "1.34");
         let old = Settings::from_json(&json!({"kubernetesVersion": "1.29"})).expect_err("too old");
         assert!(old.contains("kubernetesVersion") && old.contains("oldest is 1.31"), "{old}");
+        // Newer than the newest tested: refused, never given an older minor's messages.
+        let new = Settings::from_json(&json!({"kubernetesVersion": "1.38"})).expect_err("too new");
+        assert!(new.contains("kubernetesVersion") && new.contains("newest whose messages are tested (1.37)"), "{new}");
+        for tested in ["1.36", "1.37"] {
+            let s = Settings::from_json(&json!({"kubernetesVersion": tested})).expect(tested);
+            assert_eq!(s.kubernetes_version.to_string(), tested);
+        }
         let junk = Settings::from_json(&json!({"kubernetesVersion": "latest"})).expect_err("not a version");
         assert!(junk.contains("not a Kubernetes version"), "{junk}");
         assert!(Settings::from_json(&json!({"kubernetesVersion": 35})).is_err());

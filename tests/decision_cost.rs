@@ -10,9 +10,19 @@
 //! linear pass gives about 4, a quadratic one 16; the bound is 8. CPU time
 //! comes from `/proc/thread-self/schedstat` (nanoseconds this thread ran),
 //! so other load on the machine does not count.
+//!
+//! And the decision's memory is bounded by what the server charges for it
+//! before parsing (security review C1): for generated hostile shapes, the
+//! peak heap of parsing and deciding a body, measured by a counting global
+//! allocator, stays under `cost::shape(body).decision_bytes()`.
+
+use std::{
+    alloc::{GlobalAlloc, Layout, System},
+    sync::atomic::{AtomicUsize, Ordering},
+};
 
 use hcp_etcd_admission::{
-    admission::{review, DecisionInput},
+    admission::{cost, review, DecisionInput},
     settings::Settings,
     time::parse_rfc3339,
 };
@@ -138,4 +148,200 @@ fn a_secret_with_many_data_and_string_data_keys_is_decided_in_linear_time() {
         admission_review("secrets", "Secret", "", "CREATE", secret, Value::Null)
     };
     assert_linear("Secret data and stringData", 5_000, make);
+}
+
+/// Counts live heap bytes and their peak since the last reset. Tests in this
+/// binary that measure memory run one at a time ([`MEASURE`]).
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+static MEASURE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded unchanged to the system allocator.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded unchanged to the system allocator.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                let live = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size - layout.size();
+                PEAK.fetch_max(live, Ordering::Relaxed);
+            } else {
+                LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+            }
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// The peak heap (above what was live before) of parsing `body` and deciding it.
+fn decision_peak(body: &[u8]) -> usize {
+    let settings = Settings::default();
+    let input = DecisionInput {
+        settings: &settings,
+        lookup: None,
+        now: Ok(parse_rfc3339("2026-11-29T15:10:00Z").expect("now")),
+        expect: None,
+    };
+    // Warm the lazily compiled rules first: they are process-wide, not per decision.
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        let _ = review(&v, &input);
+    }
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let answer = serde_json::from_slice::<Value>(body).ok().map(|v| review(&v, &input));
+    let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+    drop(answer);
+    peak
+}
+
+/// Hostile and ordinary bodies of about `size` bytes, one per shape, on every webhook's kind.
+fn shapes(size: usize) -> Vec<(String, Value)> {
+    let hc = |storage: Value| {
+        admission_review(
+            "hostedclusters",
+            "HostedCluster",
+            "hypershift.openshift.io",
+            "CREATE",
+            json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedCluster",
+                   "metadata": {"name": "prod", "namespace": "clusters"},
+                   "spec": {"etcd": {"managementType": "Managed", "managed": {"storage": storage}}}}),
+            Value::Null,
+        )
+    };
+    let backup_with = |extra: (&str, Value)| {
+        let mut b = json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
+            "metadata": {"name": "b", "namespace": "clusters"},
+            "spec": {"storage": {"storageType": "S3", "s3": {"bucket": "hcp-etcd-backups", "region": "us-east-1",
+                "keyPrefix": "k", "credentials": {"name": "creds"}}}}});
+        b[extra.0] = extra.1;
+        admission_review("hcpetcdbackups", "HCPEtcdBackup", "hypershift.openshift.io", "CREATE", b, Value::Null)
+    };
+    let n = |per: usize| (size / per).max(1);
+    let deep = {
+        // serde_json refuses nesting beyond 128 (its recursion limit).
+        let depth = n(2).min(100);
+        let text = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        serde_json::from_str::<Value>(&text).unwrap_or(Value::Null)
+    };
+    vec![
+        ("many one-member objects".into(), hc(json!({"type": "PersistentVolume", "x": vec![json!({"a": 0}); n(8)]}))),
+        ("many empty objects".into(), hc(json!({"type": "PersistentVolume", "x": vec![json!({}); n(3)]}))),
+        ("many empty arrays".into(), hc(json!({"type": "PersistentVolume", "x": vec![json!([]); n(3)]}))),
+        ("many small numbers".into(), hc(json!({"type": "PersistentVolume", "x": vec![json!(0); n(2)]}))),
+        ("many nulls".into(), hc(json!({"type": "PersistentVolume", "x": vec![Value::Null; n(5)]}))),
+        (
+            "a set of many URLs".into(),
+            hc(json!({"type": "PersistentVolume",
+                "restoreSnapshotURL": (0..n(12)).map(|i| format!("https://{i:07}")).collect::<Vec<_>>()})),
+        ),
+        (
+            "many one-character keys".into(),
+            backup_with(("metadata", {
+                let labels: serde_json::Map<String, Value> =
+                    (0..n(12)).map(|i| (format!("{i:x}"), json!(""))).collect();
+                json!({"name": "b", "namespace": "clusters", "labels": labels})
+            })),
+        ),
+        ("one long string".into(), backup_with(("metadata", json!({"name": "x".repeat(size), "namespace": "c"})))),
+        (
+            "DEL-heavy string".into(),
+            backup_with(("metadata", json!({"name": "\u{7f}".repeat(n(1)), "namespace": "c"}))),
+        ),
+        ("quote-heavy string".into(), backup_with(("metadata", json!({"name": "\"".repeat(n(2)), "namespace": "c"})))),
+        (
+            "control-character string".into(),
+            backup_with(("metadata", json!({"name": "\u{1}".repeat(n(6)), "namespace": "c"}))),
+        ),
+        ("deep nesting".into(), backup_with(("status", json!({"x": deep})))),
+        (
+            "many conditions".into(),
+            backup_with((
+                "status",
+                json!({"conditions": (0..n(120)).map(|i| json!({"type": format!("T{i}"), "status": "True",
+                    "reason": "R", "message": "", "lastTransitionTime": "2026-11-29T15:05:00Z"})).collect::<Vec<_>>()}),
+            )),
+        ),
+        (
+            // The shape of a big real object: managedFields entries.
+            "managedFields padding (an UPDATE)".into(),
+            {
+                let entry = json!({"manager": "hypershift-operator", "operation": "Update",
+                    "apiVersion": "hypershift.openshift.io/v1beta1", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:status": {"f:conditions": {}}}, "time": "2026-11-29T15:00:00Z"});
+                let hc = |image: &str| {
+                    json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedCluster",
+                    "metadata": {"name": "prod", "namespace": "clusters", "managedFields": vec![entry.clone(); n(400)]},
+                    "spec": {"release": {"image": image}, "platform": {"type": "AWS"},
+                        "etcd": {"managementType": "Managed", "managed": {"storage": {"type": "PersistentVolume"}}}}})
+                };
+                admission_review(
+                    "hostedclusters",
+                    "HostedCluster",
+                    "hypershift.openshift.io",
+                    "UPDATE",
+                    hc("quay.io/ocp-release:4.20.1"),
+                    hc("quay.io/ocp-release:4.20.0"),
+                )
+            },
+        ),
+        (
+            "a Secret with many keys".into(),
+            admission_review(
+                "secrets",
+                "Secret",
+                "",
+                "CREATE",
+                json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "c", "namespace": "hypershift", "labels": {"hypershift.openshift.io/etcd-backup": "true"}},
+                    "data": (0..n(16)).map(|i| (format!("a{i:06}"), json!(0))).collect::<serde_json::Map<String, Value>>()}),
+                Value::Null,
+            ),
+        ),
+    ]
+}
+
+#[test]
+fn the_decision_heap_stays_under_what_is_charged_for_it() {
+    let _one = MEASURE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut report = Vec::new();
+    let mut over = Vec::new();
+    for size in [64 * 1024, 1024 * 1024] {
+        for (what, body) in shapes(size) {
+            let text = serde_json::to_vec(&body).expect("json");
+            let charged = cost::shape(&text).decision_bytes();
+            let peak = decision_peak(&text) as u64;
+            let line = format!(
+                "{what} ({} KiB): peak {} KiB, charged {} KiB ({:.2} of it; {:.0} B of heap a body byte)",
+                text.len() / 1024,
+                peak / 1024,
+                charged / 1024,
+                peak as f64 / charged as f64,
+                peak as f64 / text.len() as f64
+            );
+            if peak > charged {
+                over.push(line.clone());
+            }
+            report.push(line);
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+    assert!(over.is_empty(), "the decision used more heap than it was charged for:\n{}", over.join("\n"));
 }

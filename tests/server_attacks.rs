@@ -832,3 +832,53 @@ async fn hostile_names_on_every_path_leave_memory_metrics_and_logs_bounded() {
     assert!(peak < 384 * 1024, "peak VmRSS {peak} KiB (the Deployment's limit is 384 MiB)");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The security review's C1: a review whose parsed form is many times its
+/// size (`[{"a":0},…]`: 8 bytes of body, ~1.9 KiB of heap to parse and decide)
+/// took the pod down: one 3 MiB review, or two concurrent 1 MiB ones. Now
+/// each body is charged from its shape before it is parsed
+/// (`admission::cost`), and one that would need more than the whole
+/// decision budget is refused (413) unparsed: the server's memory hardly
+/// moves, and a real review is answered throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reviews_of_many_small_objects_are_refused_unparsed_and_memory_stays_flat() {
+    let dir = tempdir("amplify");
+    let (mut child, addr) = spawn_serve(&dir, &["--watch-hostedcontrolplanes", "never"]);
+    let pid = child.id();
+    let ca = std::fs::read_to_string(dir.join("ca.crt")).expect("dev CA");
+    let client = Arc::new(Client::new(&[&ca], None));
+    real_reviews_pass(&client, addr, "warm-up").await;
+    let body = |size: usize, uid: &str| {
+        let hc = serde_json::json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedCluster",
+            "metadata": {"name": "prod", "namespace": "clusters"},
+            "spec": {"etcd": {"managementType": "Managed", "managed": {"storage": {"type": "PersistentVolume",
+                "x": vec![serde_json::json!({"a": 0}); size / 8]}}}}});
+        serde_json::to_vec(&common::admission_review(uid, "hostedclusters", None, "CREATE", Some(&hc), None))
+            .expect("json")
+    };
+    let before = vm_rss_kib(pid);
+    let sampler = RssPeak::start(pid);
+    let mut sends = Vec::new();
+    for (i, size) in [3 * 1024 * 1024, 1024 * 1024, 1024 * 1024, 1024 * 1024, 1024 * 1024].into_iter().enumerate() {
+        let (client, b) = (client.clone(), body(size, &format!("amp-{i}")));
+        sends.push(tokio::spawn(async move { client.request(addr, "POST", "/validate/hostedclusters", b).await }));
+    }
+    for s in sends {
+        let r = s.await.expect("task").expect("an answer");
+        assert_eq!(r.status, 413, "{}", r.text());
+        assert!(r.text().contains("more than this server's decision budget"), "{}", r.text());
+    }
+    let during = real_reviews_pass(&client, addr, "after amplifying reviews").await;
+    let peak = sampler.stop();
+    let grown_mib = peak.saturating_sub(before) / 1024;
+    eprintln!(
+        "7 MiB of amplifying reviews: VmRSS {} MiB -> peak {} MiB (+{grown_mib} MiB); review {during:?}",
+        before / 1024,
+        peak / 1024
+    );
+    // The bodies themselves (7 MiB, read before they are judged) and their
+    // buffers; never a parse (which would be ~1.5 GiB).
+    assert!(grown_mib < 64, "VmRSS grew by {grown_mib} MiB");
+    let _ = child.kill();
+    let _ = child.wait();
+}

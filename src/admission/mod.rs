@@ -7,6 +7,7 @@
 //! project rules, and builds the response. The server, the CLI and the Wasm
 //! policy all call [`review`]; none of them decides anything itself.
 
+pub mod cost;
 mod decision;
 pub mod enforce;
 mod mutating;

@@ -70,8 +70,9 @@ pub struct ServeArgs {
     /// Seconds between certificate file checks.
     #[arg(long, default_value_t = 2)]
     pub reload_interval_seconds: u64,
-    /// Decision units at once (one unit per started MiB of body); more wait
-    /// up to --queue-wait-ms, then get 429.
+    /// Decision units at once (one per started 6 MiB of heap a review is
+    /// charged from its shape before parsing); more wait up to
+    /// --queue-wait-ms, then get 429; one costing more than all is refused (413).
     #[arg(long, default_value_t = 16)]
     pub max_concurrent: u32,
     /// How long a review waits for a decision slot before a 429.

@@ -16,15 +16,19 @@
 //!    slot; anything beyond is charged to a shared **body budget** (none left:
 //!    503 + `Retry-After`), so clients that stall big bodies can hold at most
 //!    that budget, and small reviews never wait for it;
-//! 3. a **decision slot**, weighted by body size (one unit per started MiB),
-//!    waited for at most `queue_wait` (then 429 + `Retry-After`);
+//! 3. a **decision slot**, weighted by what the body will take to parse and
+//!    decide, read from its shape before it is parsed
+//!    ([`crate::admission::cost`]: one unit per started
+//!    [`DECISION_UNIT_BYTES`]), waited for at most `queue_wait` (then 429 +
+//!    `Retry-After`); a body that would need more than every unit together is
+//!    refused (413) unparsed;
 //! 4. the decision, all of it inside the per-request deadline (503 after it).
 //!    A review that needs live apiserver reads gives its decision slot back
 //!    after parsing, has them done under the live-read budget
 //!    ([`super::reads`]), and takes a slot again for the decision.
 //!
 //! Worst-case memory is therefore about `max_requests × body_free +
-//! body_budget + max_decision_units MiB × (parse expansion)`, plus per
+//! body_budget + max_decision_units × DECISION_UNIT_BYTES`, plus per
 //! connection: rustls buffers, the HTTP/1.1 read buffer (`max_header_bytes`)
 //! or the HTTP/2 receive window (`h2_window`) and send buffer. The README's
 //! deploy section has the numbers behind the Deployment's memory limit.
@@ -51,6 +55,11 @@ use tokio::{
 /// envelope (userInfo, options, names): 2 × 3 MiB + 1 MiB.
 pub const MAX_BODY: usize = 7 * 1024 * 1024;
 
+/// Heap one decision unit stands for: the parse and the decision of a review
+/// are charged by [`crate::admission::cost::Shape::decision_bytes`], so 16
+/// units hold at most 96 MiB of decisions (the README's sizing).
+pub const DECISION_UNIT_BYTES: u64 = 6 * 1024 * 1024;
+
 /// The limits of one server (see the module documentation).
 #[derive(Debug, Clone)]
 pub struct LimitOptions {
@@ -68,7 +77,8 @@ pub struct LimitOptions {
     pub body_budget: usize,
     /// Bytes of every body not charged to the shared budget.
     pub body_free: usize,
-    /// Decision units (one per started MiB of body) at once.
+    /// Decision units (one per started [`DECISION_UNIT_BYTES`] of heap the
+    /// decision is charged) at once.
     pub max_decision_units: u32,
     /// Longest a request waits for a decision slot before a 429.
     pub queue_wait: Duration,
@@ -347,15 +357,20 @@ impl Limits {
         Ok((Bytes::from(buf), Held { _budget: budget }))
     }
 
-    /// Decision units for a body of `len` bytes: one per started MiB.
-    pub fn units_for(&self, len: usize) -> u32 {
-        let units = u32::try_from(len / (1024 * 1024) + 1).unwrap_or(u32::MAX);
-        units.clamp(1, self.opts.max_decision_units.max(1))
+    /// Decision units for a decision charged `bytes` of heap: one per started
+    /// [`DECISION_UNIT_BYTES`]; `Err(budget)` when that is more than every
+    /// unit together (`budget` bytes): such a review is never decided.
+    pub fn units_for(&self, bytes: u64) -> Result<u32, u64> {
+        let max = self.opts.max_decision_units.max(1);
+        let units = bytes.div_ceil(DECISION_UNIT_BYTES).max(1);
+        if units > u64::from(max) {
+            return Err(u64::from(max).saturating_mul(DECISION_UNIT_BYTES));
+        }
+        Ok(u32::try_from(units).unwrap_or(max))
     }
 
-    /// A decision slot for a body of `len` bytes, waiting at most `queue_wait`.
-    pub async fn decision_slot(&self, len: usize) -> Option<OwnedSemaphorePermit> {
-        let units = self.units_for(len);
+    /// `units` decision units, waiting at most `queue_wait`.
+    pub async fn decision_slot(&self, units: u32) -> Option<OwnedSemaphorePermit> {
         tokio::time::timeout(self.opts.queue_wait, self.decisions.clone().acquire_many_owned(units)).await.ok()?.ok()
     }
 }

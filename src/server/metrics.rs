@@ -117,6 +117,9 @@ label_enum!(
         Decisions => "decisions",
         /// Body over the size limit: 413.
         BodyTooLarge => "body_too_large",
+        /// A body whose shape would take more heap to parse and decide than
+        /// every decision unit together (`admission::cost`): 413.
+        DecisionTooCostly => "decision_too_costly",
         /// Body did not arrive within the body deadline: 408.
         BodyTimeout => "body_timeout",
         /// Every in-flight slot was taken: the request that had been reading

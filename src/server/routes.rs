@@ -353,7 +353,8 @@ impl Admission {
     /// what the caches cannot answer (no decision slot held), decide.
     async fn review(&self, bytes: Bytes) -> Result<Response, Refused> {
         let len = bytes.len();
-        let slot = self.decision_slot(len).await?;
+        let units = self.units(&bytes)?;
+        let slot = self.decision_slot(units).await?;
         let big = len >= BLOCKING_DECISION_BYTES;
         let parsed = Arc::new(if big {
             tokio::task::spawn_blocking(move || parse(&bytes)).await.map_err(task_failed)??
@@ -377,14 +378,34 @@ impl Admission {
         }
         let mut fetched = self.app.reads.execute(&self.app, &plan, self.source, self.deadline).await;
         fetched.hcps = fetched.hcps.or(cached.hcps);
-        let slot = self.decision_slot(len).await?;
+        let slot = self.decision_slot(units).await?;
         let reviewed = self.decision(&parsed, fetched, self.app.settings.clone(), big, slot).await?;
         Ok(answer(&self.app, &parsed, reviewed, self.target, self.started))
     }
 
-    /// A decision slot for a body of `len` bytes, within the queue wait and the deadline.
-    async fn decision_slot(&self, len: usize) -> Result<OwnedSemaphorePermit, Refused> {
-        let slot = tokio::time::timeout_at(self.deadline, self.app.limits.decision_slot(len)).await.ok().flatten();
+    /// The decision units `bytes` is charged, from its shape before it is
+    /// parsed (linear, no allocation); a body whose parse and decision would
+    /// need more heap than every unit together is refused here, unparsed.
+    fn units(&self, bytes: &[u8]) -> Result<u32, Refused> {
+        let charged = admission::cost::shape(bytes).decision_bytes();
+        self.app.limits.units_for(charged).map_err(|budget| {
+            Refused::rejected(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                RejectReason::DecisionTooCostly,
+                format!(
+                    "the review would take about {} MiB of memory to parse and decide (its shape, not its length: \
+                     many small objects or strings), more than this server's decision budget of {} MiB \
+                     (--max-concurrent units); not decided",
+                    charged.div_ceil(1024 * 1024),
+                    budget / (1024 * 1024)
+                ),
+            )
+        })
+    }
+
+    /// `units` decision units, within the queue wait and the deadline.
+    async fn decision_slot(&self, units: u32) -> Result<OwnedSemaphorePermit, Refused> {
+        let slot = tokio::time::timeout_at(self.deadline, self.app.limits.decision_slot(units)).await.ok().flatten();
         slot.ok_or_else(|| {
             Refused::busy(StatusCode::TOO_MANY_REQUESTS, RejectReason::Decisions, "every decision slot is busy; retry")
         })

@@ -403,7 +403,7 @@ fn rbac_is_least_privilege() {
     }
     grants.sort_by(|a, b| (&a.0, &a.1, &a.2, &a.3).cmp(&(&b.0, &b.1, &b.2, &b.3)));
     let want: Vec<(String, String, String, String, Value)> = [
-        ("ClusterRole", "", "apps", "statefulsets", serde_json::json!(["list", "watch"])),
+        ("ClusterRole", "", "apps", "statefulsets", serde_json::json!(["get"])),
         ("ClusterRole", "", "apps", "statefulsets/resourceNames", serde_json::json!(["etcd"])),
         ("ClusterRole", "", "hypershift.openshift.io", "hcpetcdbackups", serde_json::json!(["list", "watch"])),
         ("ClusterRole", "", "hypershift.openshift.io", "hostedcontrolplanes", serde_json::json!(["list", "watch"])),

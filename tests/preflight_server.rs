@@ -160,12 +160,15 @@ async fn preflight_from_the_cluster_watch_and_a_live_secret_read() {
     }
     assert!(!metrics.contains(MARKER));
 
-    // Least privilege, as asked of the apiserver: StatefulSets only with the
-    // etcd field selector, Secrets only by GET in the operator namespace.
+    // Least privilege, as asked of the apiserver: StatefulSets only by GET of
+    // `etcd` (never listed or watched), Secrets only by GET in the operator
+    // namespace.
     let requests = api.requests();
+    assert!(requests.iter().any(|r| r.contains("/statefulsets")), "the etcd StatefulSet is read: {requests:#?}");
     for r in &requests {
         if r.contains("/statefulsets") {
-            assert!(r.contains("fieldSelector=metadata.name%3Detcd"), "{r}");
+            assert!(r.starts_with("GET /apis/apps/v1/namespaces/") && r.contains("/statefulsets/etcd"), "{r}");
+            assert!(!r.contains("watch"), "{r}");
         }
         if r.contains("secrets") {
             assert!(r.starts_with("GET /api/v1/namespaces/hypershift/secrets/"), "{r}");
@@ -439,6 +442,57 @@ async fn callers_that_make_the_server_read_hold_no_decision_slot() {
     // Attacker-named Secrets that do not exist are counted (allowed with a
     // warning), but never more than the series cap.
     assert!(metrics.len() < 256 * 1024, "{} bytes of /metrics", metrics.len());
+    srv.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The security review's C3: any namespace admin can create a StatefulSet
+/// named `etcd` of 1.4 MiB, and a reflector of every such object took the
+/// webhook down at every start. The server never lists or watches
+/// StatefulSets; it reads the etcd StatefulSet of a backup's namespace live,
+/// only when that namespace has a HostedControlPlane, and keeps its replica
+/// counts only: a tenant's StatefulSet is never requested, even when a
+/// backup names the tenant's namespace, and a big one in a hosted namespace
+/// is still judged by its counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_statefulsets_named_etcd_are_never_listed_and_a_big_one_is_read_by_its_counts() {
+    common::https::install_provider();
+    let fx = fixtures();
+    let big = |ns: &str, ready: i64| {
+        let env: Vec<Value> =
+            (0..50_000).map(|i| serde_json::json!({"name": format!("E{i:05}"), "value": ""})).collect();
+        serde_json::json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "etcd", "namespace": ns},
+            "spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "x", "image": "x", "env": env}]}}},
+            "status": {"readyReplicas": ready}})
+    };
+    let mut objects = vec![fx["hcp"].clone(), big("clusters-prod", 1)];
+    objects.extend((0..20).map(|i| big(&format!("tenant-{i}"), 0)));
+    let size = serde_json::to_vec(&objects[1]).expect("json").len();
+    assert!(size > 1_300_000, "a 1.4 MiB StatefulSet: {size} bytes");
+    let api = common::fake_apiserver::start(objects, Duration::from_millis(0)).await;
+    let (srv, https, dir) = serve_cluster(&api, "tenant-etcd", Default::default(), &fx).await;
+
+    // A backup in the hosted namespace: its big etcd StatefulSet is judged by its counts.
+    let v = https.post_json(srv.addr, "/validate/hcpetcdbackups", &backup_review("t1", &fx, "s3", "any")).await;
+    let v = v.expect("post").json();
+    assert!(
+        v["response"]["warnings"].to_string().contains("etcd StatefulSet not fully ready: 1/3 replicas ready"),
+        "{v}"
+    );
+    // A backup naming a tenant's namespace: denied (no HostedControlPlane), its StatefulSet never read.
+    let mut tenant = backup_review("t2", &fx, "s3", "any");
+    tenant["request"]["namespace"] = "tenant-3".into();
+    tenant["request"]["object"]["metadata"]["namespace"] = "tenant-3".into();
+    let v = https.post_json(srv.addr, "/validate/hcpetcdbackups", &tenant).await.expect("post").json();
+    assert_eq!(v["response"]["allowed"], false, "{v}");
+    assert!(!v.to_string().contains("StatefulSet"), "{v}");
+
+    let requests = api.requests();
+    let sts: Vec<&String> = requests.iter().filter(|r| r.contains("statefulsets")).collect();
+    assert!(!sts.is_empty(), "{requests:#?}");
+    for r in sts {
+        assert!(r.starts_with("GET /apis/apps/v1/namespaces/clusters-prod/statefulsets/etcd?"), "{requests:#?}");
+    }
     srv.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

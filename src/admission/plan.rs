@@ -32,6 +32,9 @@ pub struct ReadPlan {
     /// The namespace's HCPEtcdBackups (the preflight's serial guard).
     pub backups: Option<String>,
     /// The namespace's etcd StatefulSet (the preflight's readiness warning).
+    /// Read only once the namespace is known to have a HostedControlPlane
+    /// ([`ReadPlan::hosted`]): in any other namespace a tenant may own a
+    /// StatefulSet named `etcd` of any size.
     pub etcd_stateful_set: Option<String>,
     /// The decision can deny without these reads (schema, CEL and the other
     /// rules of an HCPEtcdBackup): a shell that pays for a read runs the
@@ -56,8 +59,8 @@ impl ReadPlan {
             && self.etcd_stateful_set.is_none()
     }
 
-    /// Whether the read that waits for a hosted namespace (the credentials
-    /// Secret) may go ahead, given what the HostedControlPlane read gave:
+    /// Whether the reads that wait for a hosted namespace (the credentials
+    /// Secret, the etcd StatefulSet) may go ahead, given what the HostedControlPlane read gave:
     /// only a namespace with a HostedControlPlane is, so that naming any
     /// namespace never makes a shell read the operator namespace's Secrets.
     pub fn hosted(&self, hcps: Option<&Result<Vec<Value>, LookupError>>) -> bool {
@@ -113,8 +116,8 @@ impl ReadPlan {
     /// Carries the plan out on `source`, in the order the decision reads:
     /// the HCPEtcdBackups first (when they cannot be read the preflight is
     /// skipped, and nothing else of it is read), the HostedControlPlanes,
-    /// the credentials Secret only for a hosted namespace, the etcd
-    /// StatefulSet. A shell whose source does I/O (Kubewarden's host calls)
+    /// the credentials Secret and the etcd StatefulSet only for a hosted
+    /// namespace. A shell whose source does I/O (Kubewarden's host calls)
     /// reads here, before the decision; the decision then runs on the
     /// answers alone.
     pub fn read_from(&self, source: &dyn Lookup) -> Answers {
@@ -134,7 +137,7 @@ impl ReadPlan {
         if let Some(s) = self.credentials_secret.as_ref().filter(|_| hosted) {
             answers.secret = Some((s.namespace.clone(), s.name.clone(), source.secret(&s.namespace, &s.name)));
         }
-        if let Some(ns) = &self.etcd_stateful_set {
+        if let Some(ns) = self.etcd_stateful_set.as_ref().filter(|_| hosted) {
             answers.etcd_stateful_set = Some((ns.clone(), source.etcd_stateful_set(ns)));
         }
         answers

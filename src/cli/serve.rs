@@ -135,7 +135,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 20)]
     pub shutdown_grace_seconds: u64,
     /// Watch HostedControlPlanes (and, with the backup preflight,
-    /// HCPEtcdBackups and etcd StatefulSets) in the cluster of the kubeconfig
+    /// HCPEtcdBackups; the etcd StatefulSet is read live) in the cluster of the kubeconfig
     /// or the in-cluster config. `auto`: only with --tls-cert/--tls-key, no
     /// `--context`, and a cluster configuration found; the development mode
     /// (no TLS files) never watches unless this is `always`.

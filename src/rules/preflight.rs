@@ -180,7 +180,13 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
     if hosted.is_some() || hcps_unread {
         check_credentials(obj, hosted, settings, &mut f);
     }
-    etcd_ready(lookup, namespace, &mut f);
+    // The etcd StatefulSet likewise: only a hosted namespace's is read (a
+    // tenant may own a StatefulSet named etcd of any size elsewhere).
+    match hosted {
+        Some(lookup) => etcd_ready(lookup, namespace, &mut f),
+        None if hcps_unread => skipped_part(&mut f, "metadata.namespace", "the etcd StatefulSet"),
+        None => {}
+    }
     f
 }
 
@@ -393,9 +399,9 @@ mod tests {
         let text: Vec<String> = f.errors.iter().map(ToString::to_string).collect();
         assert!(text[0].contains("HostedControlPlane not found in namespace clusters-prod"), "{text:?}");
         assert_eq!(text.len(), 1, "{text:?}");
-        // No HostedControlPlane: the credentials Secret is not looked at.
-        assert!(!f.warnings.iter().any(|w| w.contains("credential")), "{f:?}");
-        assert!(f.warnings[0].contains("etcd StatefulSet not found"));
+        // No HostedControlPlane: neither the credentials Secret nor the etcd
+        // StatefulSet is looked at.
+        assert!(!f.warnings.iter().any(|w| w.contains("credential") || w.contains("StatefulSet")), "{f:?}");
         let objs = vec![
             json!({"kind": "StatefulSet", "metadata": {"name": "etcd", "namespace": "clusters-prod"},
                 "spec": {"replicas": 3}, "status": {"readyReplicas": 1}}),

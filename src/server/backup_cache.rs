@@ -2,11 +2,13 @@
 //! privilege that does it:
 //!
 //! * HCPEtcdBackups: a reflector over all namespaces (list/watch, ClusterRole);
-//! * the etcd StatefulSets: a reflector with the field selector
-//!   `metadata.name=etcd` on its LIST and WATCH, so no other StatefulSet is
-//!   ever held in memory, and RBAC can grant exactly that (the apiserver
-//!   authorises a list/watch whose field selector pins `metadata.name` as a
-//!   request for that name: `resourceNames: [etcd]`);
+//! * the etcd StatefulSet: **never cached**, read live (`get` of
+//!   `statefulsets/etcd`, RBAC `resourceNames: [etcd]`) for an HCPEtcdBackup
+//!   CREATE in a namespace that has a HostedControlPlane, and decoded into
+//!   the three fields the preflight reads (the rest is skipped, never
+//!   allocated). A reflector of every `StatefulSet/etcd` held whatever any
+//!   tenant named `etcd`: ten of 1.4 MiB took the pod down at every start
+//!   (security review C3); this costs one bounded read per backup CREATE;
 //! * the credentials Secret: **never cached**. It is read live (`get` only,
 //!   through a Role in the HyperShift Operator namespace) when an
 //!   HCPEtcdBackup CREATE names it. A Secret cache would need list/watch on
@@ -22,7 +24,7 @@ use std::sync::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{
     api::{Api, ApiResource, DynamicObject},
     runtime::{reflector, watcher, WatchStreamExt},
@@ -38,12 +40,10 @@ use crate::{
 /// Longest a live Secret read may take before the preflight skips it.
 pub const SECRET_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// The HCPEtcdBackup and etcd StatefulSet caches, and the live Secret reader.
+/// The HCPEtcdBackup cache, and the live Secret and etcd StatefulSet readers.
 pub struct BackupCache {
     backups: reflector::Store<DynamicObject>,
-    etcd: reflector::Store<DynamicObject>,
     backups_synced: Arc<AtomicBool>,
-    etcd_synced: Arc<AtomicBool>,
     client: Client,
     operator_namespace: String,
 }
@@ -80,7 +80,7 @@ pub(super) fn spawn_reflector(
 }
 
 impl BackupCache {
-    /// Starts both reflectors on `client`; returns at once.
+    /// Starts the HCPEtcdBackup reflector on `client`; returns at once.
     pub fn start(client: Client, operator_namespace: String) -> Arc<Self> {
         let backups_res = ApiResource::erase::<HCPEtcdBackup>(&());
         let (backups, backups_synced) = spawn_reflector(
@@ -89,14 +89,7 @@ impl BackupCache {
             watcher::Config::default(),
             "HCPEtcdBackups",
         );
-        let sts_res = ApiResource::erase::<StatefulSet>(&());
-        let (etcd, etcd_synced) = spawn_reflector(
-            Api::all_with(client.clone(), &sts_res),
-            sts_res,
-            watcher::Config::default().fields("metadata.name=etcd"),
-            "etcd StatefulSets",
-        );
-        Arc::new(Self { backups, etcd, backups_synced, etcd_synced, client, operator_namespace })
+        Arc::new(Self { backups, backups_synced, client, operator_namespace })
     }
 
     pub fn operator_namespace(&self) -> &str {
@@ -156,16 +149,63 @@ impl BackupCache {
         Ok(super::hcp_cache::in_namespace(self.backups.state().iter().map(AsRef::as_ref), namespace))
     }
 
-    pub fn etcd_in(&self, namespace: &str) -> Result<Option<Value>, String> {
-        if !self.etcd_synced.load(Ordering::Acquire) {
-            return Err("the etcd StatefulSet cache has not synced yet".to_string());
+    /// Reads `namespace`'s `StatefulSet/etcd`, live (`Ok(None)`: not found),
+    /// keeping only `spec.replicas` and `status.readyReplicas`: the body is
+    /// decoded into [`EtcdReadiness`], which skips everything else without
+    /// allocating it, whatever the pod template holds.
+    pub async fn read_etcd(&self, namespace: &str) -> Result<Option<Value>, String> {
+        if !crate::api::names::is_dns1123_label(namespace) {
+            return Err("the namespace is not a namespace name (a DNS-1123 label); not read".to_string());
         }
-        Ok(self
-            .etcd
-            .state()
-            .iter()
-            .find(|o| o.metadata.namespace.as_deref() == Some(namespace) && o.metadata.name.as_deref() == Some("etcd"))
-            .and_then(|o| serde_json::to_value(o.as_ref()).ok()))
+        let request = kube::core::Request::new(format!("/apis/apps/v1/namespaces/{namespace}/statefulsets"))
+            .get("etcd", &kube::api::GetParams::default())
+            .map_err(|e| format!("reading the etcd StatefulSet: {e}"))?;
+        let read = tokio::time::timeout(SECRET_READ_TIMEOUT, self.client.request::<EtcdReadiness>(request)).await;
+        match read {
+            Err(_) => Err(format!("reading the etcd StatefulSet took longer than {SECRET_READ_TIMEOUT:?}")),
+            Ok(Err(kube::Error::Api(status))) if status.code == 404 => Ok(None),
+            Ok(Err(kube::Error::Api(status))) => {
+                Err(format!("reading the etcd StatefulSet: the apiserver answered {} {}", status.code, status.reason))
+            }
+            Ok(Err(e)) => Err(format!("reading the etcd StatefulSet: {e}")),
+            Ok(Ok(sts)) => Ok(Some(sts.to_value(namespace))),
+        }
+    }
+}
+
+/// What the preflight reads of the etcd StatefulSet; every other field of
+/// the object is skipped by the decoder (serde's `IgnoredAny`).
+#[derive(serde::Deserialize)]
+pub struct EtcdReadiness {
+    #[serde(default)]
+    spec: EtcdReplicas,
+    #[serde(default)]
+    status: EtcdReady,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct EtcdReplicas {
+    replicas: Option<i64>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct EtcdReady {
+    ready_replicas: Option<i64>,
+}
+
+impl EtcdReadiness {
+    /// The object as the preflight looks it up (the fields it reads).
+    fn to_value(&self, namespace: &str) -> Value {
+        let mut v = serde_json::json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "etcd", "namespace": namespace}, "spec": {}, "status": {}});
+        if let Some(r) = self.spec.replicas {
+            v["spec"]["replicas"] = r.into();
+        }
+        if let Some(r) = self.status.ready_replicas {
+            v["status"]["readyReplicas"] = r.into();
+        }
+        v
     }
 }
 
@@ -193,11 +233,9 @@ impl Lookup for ClusterLookup {
         }
     }
 
-    fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, LookupError> {
-        match &self.backups {
-            Some(b) => b.etcd_in(namespace).map_err(LookupError::Failed),
-            None => Err(LookupError::NotProvided),
-        }
+    /// Never cached: read live per request ([`RequestReads`]).
+    fn etcd_stateful_set(&self, _namespace: &str) -> Result<Option<Value>, LookupError> {
+        Err(LookupError::NotProvided)
     }
 }
 
@@ -211,7 +249,7 @@ impl Lookup for ClusterLookup {
 ///   when that read fails (no live-read place, the deadline) the cache's view
 ///   stands: a failed confirmation must not skip the whole preflight (every
 ///   denial of it a warning) for a caller that can exhaust the read budget;
-/// * the credentials Secret (never cached).
+/// * the credentials Secret and the etcd StatefulSet (never cached).
 ///
 /// Whatever was not read live comes from `inner`.
 #[derive(Default)]
@@ -220,6 +258,7 @@ pub struct RequestReads<'a> {
     pub hcps: Option<&'a Prefetched>,
     pub backups: Option<(String, Result<Vec<Value>, String>)>,
     pub secret: Option<(String, String, Result<Option<Value>, String>)>,
+    pub etcd: Option<(String, Result<Option<Value>, String>)>,
 }
 
 impl RequestReads<'_> {
@@ -253,9 +292,10 @@ impl Lookup for RequestReads<'_> {
         }
     }
     fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, LookupError> {
-        match self.inner {
-            Some(inner) => inner.etcd_stateful_set(namespace),
-            None => Err(LookupError::NotProvided),
+        match (&self.etcd, self.inner) {
+            (Some((ns, read)), _) if ns == namespace => read.clone().map_err(LookupError::Failed),
+            (_, Some(inner)) => inner.etcd_stateful_set(namespace),
+            _ => Err(LookupError::NotProvided),
         }
     }
 }

@@ -57,12 +57,16 @@ pub type BackupsRead = (String, Result<Vec<Value>, String>);
 /// A credentials Secret read: (namespace, name, what the read gave).
 pub type SecretRead = (String, String, Result<Option<Value>, String>);
 
+/// A namespace's etcd StatefulSet, read live: the namespace, and what the read gave.
+pub type EtcdRead = (String, Result<Option<Value>, String>);
+
 /// What was read for one review.
 #[derive(Default)]
 pub struct Fetched {
     pub hcps: Option<Prefetched>,
     pub secret: Option<SecretRead>,
     pub backups: Option<BackupsRead>,
+    pub etcd: Option<EtcdRead>,
 }
 
 /// What of the core's read plan this server must read live (the reads its
@@ -73,10 +77,11 @@ pub struct Fetched {
 /// watch: the core skips the preflight and says so).
 pub fn live(app: &App, mut plan: ReadPlan) -> (ReadPlan, Fetched) {
     let mut cached = Fetched::default();
-    // The backup watch holds the etcd StatefulSets; only an object name
-    // reaches an apiserver URL (anything else is answered by the caches as
-    // not there).
-    plan.etcd_stateful_set = None;
+    // Only an object name reaches an apiserver URL (anything else is
+    // answered as not read).
+    if plan.etcd_stateful_set.as_deref().is_some_and(|ns| !is_dns1123_label(ns)) {
+        plan.etcd_stateful_set = None;
+    }
     if plan.credentials_secret.as_ref().is_some_and(|s| !is_dns1123_subdomain(&s.name)) {
         plan.credentials_secret = None;
     }
@@ -85,6 +90,7 @@ pub fn live(app: &App, mut plan: ReadPlan) -> (ReadPlan, Fetched) {
         None => {
             plan.credentials_secret = None;
             plan.backups = None;
+            plan.etcd_stateful_set = None;
         }
         Some(cache) => {
             let confirm = plan
@@ -287,16 +293,24 @@ impl LiveReads {
                 tokio::time::timeout_at(deadline, cache.list_backups_live(ns)).await.unwrap_or_else(|_| Err(late()));
             Some((ns.clone(), live))
         };
-        // The HostedControlPlanes first: the Secret and the other backups are
-        // read only for a namespace that has one (the namespace's own denial
+        // The HostedControlPlanes first: the Secret, the other backups and
+        // the etcd StatefulSet are read only for a namespace that has one (the namespace's own denial
         // already stands otherwise), so a caller naming any namespace cannot
         // use the server to probe the operator namespace's Secrets.
         let hcps = hcps.await;
         if !plan.hosted(hcps.as_ref().map(|p| &p.0)) {
             return Fetched { hcps, ..Fetched::default() };
         }
+        let etcd = async {
+            let (Some(ns), Some(cache)) = (&plan.etcd_stateful_set, &app.backup_cache) else { return None };
+            let Some(_place) = self.place(source, deadline).await else { return Some((ns.clone(), Err(busy()))) };
+            let read = tokio::time::timeout_at(deadline, cache.read_etcd(ns)).await.unwrap_or_else(|_| Err(late()));
+            Some((ns.clone(), read))
+        };
+        // Two at once at most: one source holds at most half the places.
         let (secret, backups) = tokio::join!(secret, backups);
-        Fetched { hcps, secret, backups }
+        let etcd = etcd.await;
+        Fetched { hcps, secret, backups, etcd }
     }
 }
 

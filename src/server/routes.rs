@@ -477,6 +477,7 @@ fn core_decision(
         hcps: fetched.hcps.as_ref(),
         backups: fetched.backups.clone(),
         secret: fetched.secret.clone(),
+        etcd: fetched.etcd.clone(),
     };
     let lookup = reads.any().then_some(&reads as &dyn Lookup);
     let input = DecisionInput { settings, lookup, now: crate::time::system_now(), expect: Some(target) };

@@ -2,7 +2,8 @@
 //! machines) serving exactly the requests the server's cluster watch makes:
 //! LIST and WATCH of hostedcontrolplanes, hcpetcdbackups and statefulsets
 //! (honouring a `metadata.name=` field selector), the namespaced LISTs the
-//! live reads make, and GET of one Secret (403 in the namespace `forbidden`).
+//! live reads make, and GET of one Secret or StatefulSet (403 in the
+//! namespace `forbidden`).
 //! Objects can be replaced while it runs ([`FakeApi::set_objects`]): its
 //! WATCH streams never send events, so the server's caches keep what they
 //! listed first — a watch lagging behind the cluster.
@@ -92,27 +93,35 @@ pub async fn start_with_delays(objects: Vec<Value>, list_delay: Duration, get_de
                     .into_response()
             };
             let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-            // GET /api/v1/namespaces/{ns}/secrets/{name}
-            if let ["api", "v1", "namespaces", ns, "secrets", name] = segments.as_slice() {
+            // GET of one object: /api/v1/namespaces/{ns}/secrets/{name}
+            // and /apis/apps/v1/namespaces/{ns}/statefulsets/{name}.
+            let one = match segments.as_slice() {
+                ["api", "v1", "namespaces", ns, "secrets", name] => Some((*ns, "secrets", "Secret", *name)),
+                ["apis", "apps", "v1", "namespaces", ns, "statefulsets", name] => {
+                    Some((*ns, "statefulsets", "StatefulSet", *name))
+                }
+                _ => None,
+            };
+            if let Some((ns, plural, kind, name)) = one {
                 // A namespace the webhook has no Role in.
-                if *ns == "forbidden" {
+                if ns == "forbidden" {
                     return json_reply(
                         403,
                         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                            "message": format!("secrets \"{name}\" is forbidden"), "reason": "Forbidden", "code": 403}),
+                            "message": format!("{plural} \"{name}\" is forbidden"), "reason": "Forbidden", "code": 403}),
                     );
                 }
                 tokio::time::sleep(get_delay).await;
-                let found = objects.iter().find(|o| {
-                    o["kind"] == "Secret" && o["metadata"]["namespace"] == *ns && o["metadata"]["name"] == *name
-                });
+                let found = objects
+                    .iter()
+                    .find(|o| o["kind"] == kind && o["metadata"]["namespace"] == ns && o["metadata"]["name"] == name);
                 return match found {
                     Some(s) => json_reply(200, s.clone()),
                     None => json_reply(
                         404,
                         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                            "message": format!("secrets \"{name}\" not found"), "reason": "NotFound",
-                            "details": {"name": name, "kind": "secrets"}, "code": 404}),
+                            "message": format!("{plural} \"{name}\" not found"), "reason": "NotFound",
+                            "details": {"name": name, "kind": plural}, "code": 404}),
                     ),
                 };
             }

@@ -200,9 +200,15 @@ async fn backup_preflight(v: Kube) {
         did("get", &format!("/namespaces/{}/secrets/{creds}", env.operator_ns)),
         "no live Secret GET in the audit log"
     );
-    for r in ["hostedcontrolplanes", "hcpetcdbackups", "statefulsets"] {
+    for r in ["hostedcontrolplanes", "hcpetcdbackups"] {
         assert!(did("watch", r) && did("list", r), "serve never listed and watched {r}");
     }
+    // The etcd StatefulSet is read live, by its name, in the backup's namespace: never listed.
+    assert!(
+        did("get", &format!("/namespaces/{ns}/statefulsets/etcd")),
+        "no live etcd StatefulSet GET in the audit log"
+    );
+    assert!(!did("list", "statefulsets") && !did("watch", "statefulsets"), "serve listed or watched StatefulSets");
     env.assert_never_forbidden();
 }
 

@@ -34,9 +34,8 @@ fn thread_cpu_ns() -> u64 {
     text.split_whitespace().next().and_then(|n| n.parse().ok()).expect("the first field is the run time")
 }
 
-/// The CPU time of deciding `body`, the best of three runs (the least
-/// disturbed by cache misses and preemption).
-fn decide_cpu_ns(body: &Value) -> u64 {
+/// The library's answer to `body`, with default settings, no cluster.
+fn decide(body: &Value) -> Option<Value> {
     let settings = Settings::default();
     let input = DecisionInput {
         settings: &settings,
@@ -44,10 +43,16 @@ fn decide_cpu_ns(body: &Value) -> u64 {
         now: Ok(parse_rfc3339("2026-11-29T15:10:00Z").expect("now")),
         expect: None,
     };
+    review(body, &input).ok()
+}
+
+/// The CPU time of deciding `body`, the best of three runs (the least
+/// disturbed by cache misses and preemption).
+fn decide_cpu_ns(body: &Value) -> u64 {
     (0..3)
         .map(|_| {
             let start = thread_cpu_ns();
-            let answer = review(body, &input).expect("an answer");
+            let answer = decide(body).expect("an answer");
             let spent = thread_cpu_ns().saturating_sub(start);
             assert!(answer["response"]["uid"].is_string(), "{answer}");
             spent
@@ -93,7 +98,7 @@ fn a_set_list_with_many_items_is_decided_in_linear_time() {
         });
         admission_review("hostedclusters", "HostedCluster", "hypershift.openshift.io", "CREATE", hc, Value::Null)
     };
-    assert_linear("set list on CREATE", 5_000, make);
+    assert_linear("set list on CREATE", 20_000, make);
 }
 
 #[test]
@@ -129,7 +134,7 @@ fn a_list_type_map_on_both_sides_of_an_update_is_decided_in_linear_time() {
         r["request"]["subResource"] = json!("status");
         r
     };
-    assert_linear("list-type map on a status UPDATE", 2_000, make);
+    assert_linear("list-type map on a status UPDATE", 4_000, make);
 }
 
 #[test]
@@ -193,20 +198,13 @@ static ALLOCATOR: Counting = Counting;
 
 /// The peak heap (above what was live before) of parsing `body` and deciding it.
 fn decision_peak(body: &[u8]) -> usize {
-    let settings = Settings::default();
-    let input = DecisionInput {
-        settings: &settings,
-        lookup: None,
-        now: Ok(parse_rfc3339("2026-11-29T15:10:00Z").expect("now")),
-        expect: None,
-    };
     // Warm the lazily compiled rules first: they are process-wide, not per decision.
     if let Ok(v) = serde_json::from_slice::<Value>(body) {
-        let _ = review(&v, &input);
+        let _ = decide(&v);
     }
     let base = LIVE.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);
-    let answer = serde_json::from_slice::<Value>(body).ok().map(|v| review(&v, &input));
+    let answer = serde_json::from_slice::<Value>(body).ok().map(|v| decide(&v));
     let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
     drop(answer);
     peak
@@ -251,6 +249,15 @@ fn shapes(size: usize) -> Vec<(String, Value)> {
             "a set of many URLs".into(),
             hc(json!({"type": "PersistentVolume",
                 "restoreSnapshotURL": (0..n(12)).map(|i| format!("https://{i:07}")).collect::<Vec<_>>()})),
+        ),
+        (
+            // One type error per item: each a FieldError, a cause and a line of the message.
+            "a set of many wrong-typed items".into(),
+            hc(json!({"type": "PersistentVolume", "restoreSnapshotURL": vec![json!(0); n(2)]})),
+        ),
+        (
+            "C1-control-character string".into(),
+            backup_with(("metadata", json!({"name": "\u{85}".repeat(n(2)), "namespace": "c"}))),
         ),
         (
             "many one-character keys".into(),

@@ -7,7 +7,7 @@
 //! is about its own length. Charging a decision by body bytes let one 3 MiB
 //! review of small objects take a 384 MiB pod down. So the body is first
 //! scanned — one pass, no allocation, linear — for what drives the parse and
-//! the decision (containers, members, elements, strings, nulls, depth), and
+//! the decision (containers, members, elements, strings, escapes, nulls), and
 //! the decision is charged by [`Shape::decision_bytes`], an upper bound of
 //! the heap the parse and the decision hold at their peak. `tests/
 //! decision_cost.rs` measures that peak with a counting allocator over
@@ -34,8 +34,9 @@ pub struct Shape {
     pub string_bytes: u64,
     /// `null` tokens (the decision copies a value holding one: null pruning).
     pub nulls: u64,
-    /// Escapes and DEL bytes inside strings: a value quoted in an answer
-    /// (Go's `%q`, then JSON) grows most where it holds these.
+    /// Escapes, DEL bytes and C1 control characters (U+0080–U+009F, raw as
+    /// two bytes) inside strings: a value quoted in an answer (Go's `%q`,
+    /// then JSON) grows most where it holds these.
     pub escapes: u64,
     /// Deepest nesting of containers.
     pub max_depth: u32,
@@ -49,6 +50,8 @@ pub fn shape(text: &[u8]) -> Shape {
     let (mut in_string, mut escaped, mut depth) = (false, false, 0u32);
     // Just after a `{`: the next token says whether the object is empty.
     let mut opened = false;
+    // The previous byte in a string was 0xC2, the lead of U+0080–U+00BF.
+    let mut c2 = false;
     for &b in text {
         if opened && !in_string && !b.is_ascii_whitespace() {
             opened = false;
@@ -57,6 +60,10 @@ pub fn shape(text: &[u8]) -> Shape {
             }
         }
         if in_string {
+            if c2 && (0x80..=0x9f).contains(&b) {
+                s.escapes += 1;
+            }
+            c2 = b == 0xc2;
             if escaped {
                 escaped = false;
             } else if b == b'\\' {
@@ -66,6 +73,7 @@ pub fn shape(text: &[u8]) -> Shape {
                 s.escapes += 1;
             } else if b == b'"' {
                 in_string = false;
+                c2 = false;
                 continue;
             }
             s.string_bytes += 1;

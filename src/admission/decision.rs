@@ -128,9 +128,12 @@ pub fn denial_message(kind: &str, group: &str, name: &str, errors: &[FieldError]
 /// [`denial_message`] from the errors' texts.
 pub(crate) fn invalid_message(kind: &str, group: &str, name: &str, texts: impl Iterator<Item = String>) -> String {
     let qualified = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
+    // A set of the texts seen, as Go's aggregate keeps one: linear, where
+    // `Vec::contains` made a review with one error per list item quadratic.
+    let mut seen = std::collections::HashSet::new();
     let mut distinct: Vec<String> = Vec::new();
     for text in texts {
-        if !distinct.contains(&text) {
+        if seen.insert(text.clone()) {
             distinct.push(text);
         }
     }

@@ -29,7 +29,9 @@ fn write(v: &Value, out: &mut String) {
             } else if let Some(i) = n.as_i64() {
                 let _ = write!(out, "i{i};");
             } else {
-                let _ = write!(out, "d{};", n.as_f64().map(f64::to_bits).unwrap_or_default());
+                // -0.0 == 0.0 under `==`: one key for both.
+                let f = n.as_f64().unwrap_or_default();
+                let _ = write!(out, "d{};", if f == 0.0 { 0 } else { f.to_bits() });
             }
         }
         Value::String(s) => {
@@ -90,6 +92,7 @@ mod tests {
             (json!("x"), json!("x")),
             (json!(-3), json!(-3)),
             (json!(1.5), json!(1.5)),
+            (json!(0.0), json!(-0.0)),
         ];
         for (a, b) in same {
             assert_eq!(a, b);

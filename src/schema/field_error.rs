@@ -99,6 +99,16 @@ impl FieldError {
     pub fn duplicate(field: impl Into<String>, value: String) -> Self {
         Self::new(field, ErrorType::Duplicate, value, String::new())
     }
+    /// The last error of an object that has more than `max`: the rest are
+    /// not reported (every one names the same kind of mistake).
+    pub fn too_many_errors(max: usize) -> Self {
+        Self::invalid(
+            "<nil>",
+            "null".to_string(),
+            format!("more than {max} errors: only the first {max} are reported; correct them and validate again"),
+        )
+    }
+
     pub fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::new(field, ErrorType::Forbidden, String::new(), detail)
     }

@@ -11,6 +11,14 @@ use super::{
     regex_cache, KubernetesVersion, SchemaOutcome,
 };
 
+/// The most schema errors (and unknown fields) one object is reported with.
+/// A list of n wrong-typed items makes n errors, each kept as an error, a
+/// cause and a line of the message: 1 KiB of heap per 2 bytes of body, so an
+/// uncapped 1 MiB list took 1.1 GiB. The apiserver checks the schema before
+/// any webhook is called, so a review it sends never comes near this; a
+/// direct caller's is cut here, and the answer says so.
+pub const MAX_SCHEMA_ERRORS: usize = 256;
+
 /// One validation pass: where its errors go, and the Kubernetes minor whose
 /// OpenAPI behaviour it imitates (1.36 keeps `int32`/`int64`/`float`/`double`
 /// formats that 1.35 strips, and checks a number's range against them).
@@ -112,11 +120,15 @@ fn field_of<'s>(schema: &'s Value, key: &str, root: bool) -> Field<'s> {
 pub fn unknown_fields(schema: &Value, value: &Value) -> Vec<String> {
     let mut out = Vec::new();
     unknown_at(schema, value, &mut String::new(), &mut out);
+    out.truncate(MAX_SCHEMA_ERRORS);
     out
 }
 
 /// `path` is a buffer: each level appends its segment and takes it off again.
 fn unknown_at(schema: &Value, value: &Value, path: &mut String, out: &mut Vec<String>) {
+    if out.len() >= MAX_SCHEMA_ERRORS {
+        return;
+    }
     let len = path.len();
     match value {
         Value::Object(obj) => {
@@ -251,6 +263,7 @@ pub fn validate(
     out: &mut SchemaOutcome,
 ) {
     walk(schema, value, old, "", &mut Pass { out: &mut *out, version });
+    let walked = out.errors.len();
     // x-kubernetes-list-type set/map uniqueness is a pass of its own after the
     // OpenAPI checks (structurallisttype); on UPDATE it runs only when the old
     // object passes it (ratcheting).
@@ -260,6 +273,10 @@ pub fn validate(
     }
     if old_list_errors.is_empty() {
         list_errors(schema, value, "", &mut out.errors);
+    }
+    if walked >= MAX_SCHEMA_ERRORS || out.errors.len() >= MAX_SCHEMA_ERRORS {
+        out.errors.truncate(MAX_SCHEMA_ERRORS);
+        out.errors.push(FieldError::too_many_errors(MAX_SCHEMA_ERRORS));
     }
 }
 
@@ -294,6 +311,9 @@ pub fn relative_to_status(e: &mut FieldError) {
 /// (a string quoted, a key map as JSON); only the first repeat of a value is
 /// reported.
 fn list_errors(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldError>) {
+    if out.len() >= MAX_SCHEMA_ERRORS {
+        return;
+    }
     match value {
         Value::Object(obj) => {
             let props = schema.get("properties").and_then(Value::as_object);
@@ -336,6 +356,9 @@ fn list_errors(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldErr
                     let count = seen.entry(canonical::key(&id)).or_insert(0);
                     *count = count.saturating_add(1);
                     if *count == 2 {
+                        if out.len() >= MAX_SCHEMA_ERRORS {
+                            return;
+                        }
                         out.push(FieldError::duplicate(format!("{path}[{i}]"), error_value(&id)));
                     }
                 }
@@ -427,6 +450,9 @@ fn display_path(path: &str) -> &str {
 // slice (items, then minItems, maxItems), enum, object (min/maxProperties,
 // properties, then required). A type failure does not stop the enum check.
 fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mut Pass) {
+    if out.errors.len() >= MAX_SCHEMA_ERRORS {
+        return;
+    }
     // Ratcheting (KEP-4008, GA in 1.33): an unchanged value is not re-validated.
     if old.is_some_and(|o| correlated_equal(schema, value, o)) {
         return;
@@ -559,10 +585,27 @@ fn kept_format<'s>(schema: &'s Value, t: &str, version: KubernetesVersion) -> &'
     }
 }
 
-/// go-openapi's `swag.IsFloat64AJSONInteger`: a whole number within ±(2⁵³−1).
+/// go-openapi's `swag.IsFloat64AJSONInteger` (v0.23): within ±(2⁵³−1), and
+/// equal to its truncation or within a relative error of 1e-9 of it (so
+/// `1000000000.5` counts as an integer there). Go's `uint64(f)` of a negative
+/// float on amd64 wraps the `int64` truncation, as `(f as i64) as u64` does.
 fn is_json_integer(f: f64) -> bool {
     const MAX: f64 = 9_007_199_254_740_991.0;
-    f.is_finite() && (-MAX..=MAX).contains(&f) && f.fract() == 0.0
+    const EPSILON: f64 = 1e-9;
+    if !f.is_finite() || !(-MAX..=MAX).contains(&f) {
+        return false;
+    }
+    let truncated = f as i64;
+    let g = truncated as u64 as f64;
+    let diff = (f - g).abs();
+    let smallest = f64::from_bits(1);
+    if f == g || f == truncated as f64 {
+        return true;
+    }
+    if f == 0.0 || g == 0.0 || diff < smallest {
+        return diff < EPSILON * smallest;
+    }
+    diff / (f.abs() + g.abs()).min(f64::MAX) < EPSILON
 }
 
 /// kube-openapi's numberValidator, which applies to every number whatever the
@@ -612,8 +655,8 @@ fn out_of_range(value: &Value, t: &str, format: &str) -> Option<String> {
 }
 
 /// The value as an int64 the way Go's `strconv.ParseInt` reads what
-/// `swag.FormatFloat64`/`FormatInt64` printed: an int64 itself, or a float64
-/// that prints without a fraction or an exponent (below 1e21).
+/// `swag.FormatFloat64`/`FormatInt64` printed (`'f'` format: never an
+/// exponent): an int64 itself, or a whole float64 within int64's range.
 fn as_go_integer(value: &Value) -> Option<i64> {
     if let Some(i) = value.as_i64() {
         return Some(i);
@@ -855,6 +898,23 @@ mod tests {
         let v = prune_nulls(&schema, &v);
         validate(&schema, &v, old.as_ref(), KubernetesVersion::default(), &mut out);
         out.errors.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn errors_are_capped_and_the_answer_says_so() {
+        let s = json!({"type":"object","properties":{"l":{"type":"array","items":{"type":"string"}}}});
+        let many = json!({"l": vec![json!(0); MAX_SCHEMA_ERRORS + 50]});
+        let errors = run(s.clone(), many, None);
+        assert_eq!(errors.len(), MAX_SCHEMA_ERRORS + 1, "{:?}", errors.last());
+        assert!(errors[MAX_SCHEMA_ERRORS - 1]
+            .starts_with(&format!("l[{}]: Invalid value: \"integer\"", MAX_SCHEMA_ERRORS - 1)));
+        assert!(errors[MAX_SCHEMA_ERRORS].contains("only the first 256 are reported"), "{:?}", errors.last());
+        // Below the cap nothing is added.
+        let few = json!({"l": vec![json!(0); 3]});
+        assert_eq!(run(s, few, None).len(), 3);
+        let wide: serde_json::Map<String, Value> =
+            (0..MAX_SCHEMA_ERRORS + 10).map(|i| (format!("u{i}"), json!(1))).collect();
+        assert_eq!(unknown_fields(&schema, &json!({"k": [wide]})).len(), MAX_SCHEMA_ERRORS);
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //! * the etcd StatefulSet: **never cached**, read live (`get` of
 //!   `statefulsets/etcd`, RBAC `resourceNames: [etcd]`) for an HCPEtcdBackup
 //!   CREATE in a namespace that has a HostedControlPlane, and decoded into
-//!   the three fields the preflight reads (the rest is skipped, never
-//!   allocated). A reflector of every `StatefulSet/etcd` held whatever any
+//!   the fields the preflight reads: the body is buffered once (an object
+//!   etcd holds: at most ~1.5 MiB) and never parsed into a tree. A reflector of every `StatefulSet/etcd` held whatever any
 //!   tenant named `etcd`: ten of 1.4 MiB took the pod down at every start
 //!   (security review C3); this costs one bounded read per backup CREATE;
 //! * the credentials Secret: **never cached**. It is read live (`get` only,
@@ -150,9 +150,10 @@ impl BackupCache {
     }
 
     /// Reads `namespace`'s `StatefulSet/etcd`, live (`Ok(None)`: not found),
-    /// keeping only `spec.replicas` and `status.readyReplicas`: the body is
-    /// decoded into [`EtcdReadiness`], which skips everything else without
-    /// allocating it, whatever the pod template holds.
+    /// keeping only `spec.replicas` and `status.readyReplicas`: the body
+    /// (buffered once by the client) is decoded into [`EtcdReadiness`], which
+    /// skips everything else without building it, whatever the pod template
+    /// holds.
     pub async fn read_etcd(&self, namespace: &str) -> Result<Option<Value>, String> {
         if !crate::api::names::is_dns1123_label(namespace) {
             return Err("the namespace is not a namespace name (a DNS-1123 label); not read".to_string());

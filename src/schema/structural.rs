@@ -912,6 +912,9 @@ mod tests {
         // Below the cap nothing is added.
         let few = json!({"l": vec![json!(0); 3]});
         assert_eq!(run(s, few, None).len(), 3);
+        // Unknown fields likewise.
+        let schema =
+            json!({"type":"object","properties":{"k":{"type":"array","items":{"type":"object","properties":{}}}}});
         let wide: serde_json::Map<String, Value> =
             (0..MAX_SCHEMA_ERRORS + 10).map(|i| (format!("u{i}"), json!(1))).collect();
         assert_eq!(unknown_fields(&schema, &json!({"k": [wide]})).len(), MAX_SCHEMA_ERRORS);

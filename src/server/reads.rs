@@ -120,6 +120,9 @@ pub fn live(app: &App, mut plan: ReadPlan) -> (ReadPlan, Fetched) {
     (plan, cached)
 }
 
+const LIVE_READS_TAKEN: &str = "the server's live-read budget is taken (too many reads at once); not read";
+const LIVE_READ_LATE: &str = "the live read did not finish within the request deadline";
+
 /// A live-read place; given back (and its source's count) when dropped.
 struct Place {
     _permit: OwnedSemaphorePermit,
@@ -225,14 +228,30 @@ impl LiveReads {
         }
     }
 
+    /// One live read in a place of `source`'s, within `deadline`; not read
+    /// (an error the decision reports) without a place or in time.
+    async fn placed<T>(
+        &self,
+        app: &App,
+        source: IpAddr,
+        deadline: Instant,
+        read: impl std::future::Future<Output = Result<T, String>>,
+    ) -> Result<T, String> {
+        let Some(_place) = self.place(source, deadline).await else {
+            app.metrics.rejected(RejectReason::LiveReads);
+            return Err(LIVE_READS_TAKEN.to_string());
+        };
+        tokio::time::timeout_at(deadline, read).await.unwrap_or_else(|_| Err(LIVE_READ_LATE.to_string()))
+    }
+
     /// Carries out `plan` for a review from `source`, every read bounded by
     /// `deadline` (the request's).
     pub async fn execute(&self, app: &App, plan: &ReadPlan, source: IpAddr, deadline: Instant) -> Fetched {
         let busy = || {
             app.metrics.rejected(RejectReason::LiveReads);
-            "the server's live-read budget is taken (too many reads at once); not read".to_string()
+            LIVE_READS_TAKEN.to_string()
         };
-        let late = || "the live read did not finish within the request deadline".to_string();
+        let late = || LIVE_READ_LATE.to_string();
         let hcps = async {
             let (Some((ns, freshness)), Some(cache)) = (&plan.hosted_control_planes, &app.hcp_cache) else {
                 return None;
@@ -288,10 +307,7 @@ impl LiveReads {
         };
         let backups = async {
             let (Some(ns), Some(cache)) = (&plan.backups, &app.backup_cache) else { return None };
-            let Some(_place) = self.place(source, deadline).await else { return Some((ns.clone(), Err(busy()))) };
-            let live =
-                tokio::time::timeout_at(deadline, cache.list_backups_live(ns)).await.unwrap_or_else(|_| Err(late()));
-            Some((ns.clone(), live))
+            Some((ns.clone(), self.placed(app, source, deadline, cache.list_backups_live(ns)).await))
         };
         // The HostedControlPlanes first: the Secret, the other backups and
         // the etcd StatefulSet are read only for a namespace that has one (the namespace's own denial
@@ -303,9 +319,7 @@ impl LiveReads {
         }
         let etcd = async {
             let (Some(ns), Some(cache)) = (&plan.etcd_stateful_set, &app.backup_cache) else { return None };
-            let Some(_place) = self.place(source, deadline).await else { return Some((ns.clone(), Err(busy()))) };
-            let read = tokio::time::timeout_at(deadline, cache.read_etcd(ns)).await.unwrap_or_else(|_| Err(late()));
-            Some((ns.clone(), read))
+            Some((ns.clone(), self.placed(app, source, deadline, cache.read_etcd(ns)).await))
         };
         // Two at once at most: one source holds at most half the places.
         let (secret, backups) = tokio::join!(secret, backups);

@@ -302,7 +302,7 @@ fn objects_in_the_judged_files_are_context() {
     assert_eq!(o.status.code(), Some(0), "{}", out(&o));
     let text = out(&o);
     assert!(
-        text.contains("both.yaml#1: StatefulSet/clusters-prod/etcd: allowed (mutated: 1 JSON patch operations"),
+        text.contains("both.yaml#1: StatefulSet/clusters-prod/etcd: allowed (mutated: 3 JSON patch operations"),
         "{text}"
     );
     assert!(text.contains("both.yaml#2: HostedControlPlane/clusters-prod/prod: allowed"), "{text}");
@@ -423,7 +423,10 @@ fn every_output_format() {
     assert_eq!(v[0]["causes"][0]["rule"], "hcpetcdbackup-s3-bucket-naming");
     assert_eq!(v[0]["operation"], "CREATE");
     let sts = v.as_array().and_then(|a| a.iter().find(|r| r["file"] == "examples/etcd-statefulset.yaml")).expect("sts");
-    assert!(sts["patch"].to_string().contains("1764428700.db?<redacted>"), "{sts}");
+    // The patch copies the URL from the object's own etcd-init (add, copy, remove).
+    let ops: Vec<&str> = sts["patch"].as_array().expect("ops").iter().filter_map(|o| o["op"].as_str()).collect();
+    assert_eq!(ops, ["add", "copy", "remove"], "{sts}");
+    assert!(!sts["patch"].to_string().contains("1764428700.db"), "{sts}");
     assert!(!out(&o).contains(SIGNATURE));
     // yaml: one document per object.
     let o = run(&args("yaml"));
@@ -487,14 +490,14 @@ fn show_patched_prints_the_stored_object_with_the_url_redacted() {
     let inits = v[0]["patched"]["spec"]["template"]["spec"]["initContainers"].as_array().expect("patched");
     let names: Vec<&str> = inits.iter().filter_map(|c| c["name"].as_str()).collect();
     assert_eq!(names, vec!["ensure-dns", "etcd-init", "reset-member"]);
-    // --show-secrets: as the apiserver receives it.
+    // --show-secrets: the stored object as the apiserver stores it.
     let mut args = base.to_vec();
-    args.extend(["-o", "json", "--show-secrets", "examples/etcd-statefulset.yaml"]);
+    args.extend(["-o", "json", "--show-secrets", "--show-patched", "examples/etcd-statefulset.yaml"]);
     assert!(out(&run(&args)).contains(SIGNATURE));
 }
 
 #[test]
-fn review_redacts_the_patch_unless_asked() {
+fn review_patches_never_hold_the_restore_url() {
     let t = Tmp::new("review");
     let sts: Value = serde_yaml_ng::from_str(
         &std::fs::read_to_string(common::root().join("examples/etcd-statefulset.yaml")).expect("sts"),
@@ -511,11 +514,14 @@ fn review_redacts_the_patch_unless_asked() {
     let ctx = ["review", "--now", "2026-11-29T15:10:00Z", "--context", "examples/hostedcontrolplane.yaml"];
     let mut args = ctx.to_vec();
     args.push(s(&f));
-    let redacted = decode(&run(&args));
-    assert!(redacted.contains("1764428700.db?<redacted>") && !redacted.contains(SIGNATURE), "{redacted}");
+    // The patch copies the URL from the object's own etcd-init: it never
+    // holds it, redacted or not.
+    let patch = decode(&run(&args));
+    assert!(patch.contains(r#""op":"copy""#) && !patch.contains("1764428700.db"), "{patch}");
     let mut args = ctx.to_vec();
     args.extend(["--show-secrets", s(&f)]);
-    assert!(decode(&run(&args)).contains(SIGNATURE));
+    let patch = decode(&run(&args));
+    assert!(patch.contains(r#""op":"copy""#) && !patch.contains("1764428700.db"), "{patch}");
 }
 
 #[test]

@@ -15,6 +15,9 @@ use common::https::Client;
 use hcp_etcd_admission::{server::certs, server::LookupSource};
 use serde_json::{json, Value};
 
+/// The restore URL of every HostedControlPlane the fake apiserver serves.
+const URL: &str = "https://b.s3.us-east-1.amazonaws.com/k/1764428700.db?X-Amz-Signature=abc";
+
 fn hcp() -> Value {
     hcp_in("clusters-prod")
 }
@@ -25,7 +28,7 @@ fn hcp_in(ns: &str) -> Value {
         "metadata": {"name": "prod", "namespace": ns, "resourceVersion": "99", "uid": "1f0e"},
         "spec": {"etcd": {"managementType": "Managed", "managed": {"storage": {
             "type": "PersistentVolume",
-            "restoreSnapshotURL": ["https://b.s3.us-east-1.amazonaws.com/k/1764428700.db?X-Amz-Signature=abc"]}}},
+            "restoreSnapshotURL": [URL]}}},
             "releaseImage": "quay.io/openshift-release-dev/ocp-release:4.20.0", "networking": {"clusterNetwork": [{"cidr": "10.132.0.0/14"}]}},
         "status": {"ready": false, "conditions": [{"type": "Available", "status": "False", "reason": "Waiting", "message": "", "lastTransitionTime": "2026-11-29T15:00:00Z"}]}
     })
@@ -78,6 +81,7 @@ fn statefulset_review_in(resource: &str, ns: &str) -> Value {
     let doc: Value = serde_yaml_ng::from_str(&text).expect("yaml");
     let mut sts = doc["fixtures"]["sts3"].clone();
     sts["metadata"]["namespace"] = json!(ns);
+    common::render_etcd_init(&mut sts, URL);
     common::admission_review("mut-1", resource, None, "CREATE", Some(&sts), None)
 }
 
@@ -121,7 +125,8 @@ async fn mutation_uses_the_reflector_and_readyz_waits_for_its_sync() {
     let patch =
         base64::engine::general_purpose::STANDARD.decode(resp["patch"].as_str().expect("base64 string")).expect("b64");
     let patch: Value = serde_json::from_slice(&patch).expect("json patch");
-    assert!(patch.to_string().contains("RESTORE_URL_ETCD"), "{patch}");
+    // The URL is copied from the object's own etcd-init, never written.
+    assert!(patch.to_string().contains(r#""op":"copy""#) && !patch.to_string().contains("1764428700.db"), "{patch}");
     // The wrong resource on the mutating path: allowed, untouched, with a warning.
     let reply = https
         .post_json(

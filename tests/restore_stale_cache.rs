@@ -19,6 +19,9 @@ use hcp_etcd_admission::{
 use serde_json::{json, Value};
 
 const NS: &str = "clusters-prod";
+/// The new HostedControlPlane's restore URL (the control-plane-operator
+/// renders its etcd-init with it; the webhook copies it from there).
+const URL: &str = "https://b.s3.us-east-1.amazonaws.com/k/1.db";
 
 fn hcp(uid: &str, url: Option<&str>) -> Value {
     let storage = match url {
@@ -37,6 +40,7 @@ fn sts(owner: Option<&str>) -> Value {
             "name": "etcd", "image": "etcd",
             "env": [{"name": "ETCD_DATA_DIR", "value": "/var/lib/data"}, {"name": "ETCD_NAME", "value": "etcd-0"}],
             "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}]}]}}}});
+    common::render_etcd_init(&mut s, URL);
     if let Some(uid) = owner {
         s["metadata"]["ownerReferences"] = json!([{"apiVersion": "hypershift.openshift.io/v1beta1",
             "kind": "HostedControlPlane", "name": "prod", "uid": uid, "controller": true}]);
@@ -59,7 +63,7 @@ async fn a_stale_cache_never_skips_a_restore() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The HostedControlPlane is replaced in the cluster; the watch does not say so.
-    api.set_objects(vec![hcp("new-uid", Some("https://b.s3.us-east-1.amazonaws.com/k/1.db"))]);
+    api.set_objects(vec![hcp("new-uid", Some(URL))]);
     let cached = cache.hosted_control_planes(NS).expect("cached");
     assert_eq!(cached[0]["metadata"]["uid"], "old-uid", "the cache must be stale for this test");
     let s = Settings::default();
@@ -84,7 +88,8 @@ async fn a_stale_cache_never_skips_a_restore() {
     let before = lists(&api);
     let object = sts(Some("old-uid"));
     let p = cache.lookup_fresh(NS, &freshness(false, &object)).await;
-    assert_eq!(decide(&p, &object, Some(&object)), Outcome::NotNeeded);
+    // (The cached one has no restore URL: the rendered etcd-init goes.)
+    assert_eq!(decide(&p, &object, Some(&object)), Outcome::Removed);
     assert_eq!(lists(&api), before, "an UPDATE owned by the cached HostedControlPlane read live");
     assert!(before >= 4, "every CREATE and the foreign-owner UPDATE read live: {:?}", api.requests());
 
@@ -120,10 +125,14 @@ async fn the_server_decides_a_create_from_a_live_read_through_its_route() {
         assert!(tokio::time::Instant::now() < deadline, "the server's cache never synced");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    api.set_objects(vec![hcp("new-uid", Some("https://b.s3.us-east-1.amazonaws.com/k/1.db"))]);
+    api.set_objects(vec![hcp("new-uid", Some(URL))]);
+    // Injected: the patch adds etcd-init (a stale cache would only remove it).
     let patched = |reply: &Value| {
         assert_eq!(reply["response"]["allowed"], true, "{reply}");
-        reply["response"]["patchType"] == "JSONPatch"
+        match common::decode_patch(&reply["response"]) {
+            Some(Ok(patch)) => patch.0.iter().any(|op| matches!(op, json_patch::PatchOperation::Add(_))),
+            _ => false,
+        }
     };
     let post = |review: Value| {
         let (https, addr) = (&https, srv.addr);

@@ -137,9 +137,11 @@ fn check_binary_every_output_format() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The presigned restore URL the etcd-init patch must carry: every output of
-/// `check` (each format, with and without `--show-patched`) and `review`
-/// shows it redacted; only `--show-secrets` prints it (so this test can fail).
+/// The presigned restore URL: the etcd-init patch copies it from the
+/// object's own etcd-init and never holds it; every output of `check` (each
+/// format, with and without `--show-patched`) and `review` shows it redacted
+/// at most; only `--show-secrets --show-patched` prints it (so this test can
+/// fail).
 #[test]
 fn restore_url_in_patches_check_and_review() {
     let dir = tmp("patch");
@@ -150,7 +152,10 @@ fn restore_url_in_patches_check_and_review() {
     assert!(hcp_text.contains(&secret_sig), "the marker is in the restore URL");
     let hcp = dir.join("hcp.yaml");
     std::fs::write(&hcp, &hcp_text).expect("write");
-    let sts = root.join("examples/etcd-statefulset.yaml");
+    // The StatefulSet carries the control-plane-operator's etcd-init with the same URL.
+    let sts_text = std::fs::read_to_string(root.join("examples/etcd-statefulset.yaml")).expect("sts");
+    let sts = dir.join("etcd-statefulset.yaml");
+    std::fs::write(&sts, sts_text.replace("X-Amz-Signature=abc123", &secret_sig)).expect("write");
     let run = |args: &[&str], files: &[&std::path::Path]| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"));
         c.env("RUST_LOG", "trace").args(args).args(["--now", "2026-11-29T15:10:00Z"]);
@@ -175,8 +180,11 @@ fn restore_url_in_patches_check_and_review() {
             assert_clean(&format!("check -o {output} stderr"), &String::from_utf8_lossy(&o.stderr));
         }
     }
-    let shown = run(&["check", "--output", "json", "--show-secrets"], &[&hcp, &sts]);
+    let shown = run(&["check", "--output", "json", "--show-secrets", "--show-patched"], &[&hcp, &sts]);
     assert!(String::from_utf8_lossy(&shown.stdout).contains(MARKER), "--show-secrets prints the URL");
+    // The patch itself never holds it (a copy from the object's own etcd-init).
+    let shown = run(&["check", "--output", "json", "--show-secrets"], &[&hcp, &sts]);
+    assert_clean("check --show-secrets (the patch)", &String::from_utf8_lossy(&shown.stdout));
     // review: the same StatefulSet as an AdmissionReview; its base64 patch decoded.
     let obj: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&sts).expect("sts")).expect("yaml");
     let review = common::admission_review("u", "statefulsets", None, "CREATE", Some(&obj), None);
@@ -192,8 +200,10 @@ fn restore_url_in_patches_check_and_review() {
     assert_clean("review stdout", &String::from_utf8_lossy(&o.stdout));
     assert_clean("review patch (decoded)", &decoded(&o));
     assert_clean("review stderr", &String::from_utf8_lossy(&o.stderr));
+    // As the apiserver receives it: the patch copies the URL, never holds it.
     let o = run(&["review", "--show-secrets", "--context", &ctx], &[&file]);
-    assert!(decoded(&o).contains(MARKER), "--show-secrets gives the patch as the apiserver receives it");
+    assert!(decoded(&o).contains(r#""op":"copy""#), "{}", decoded(&o));
+    assert_clean("review --show-secrets patch (decoded)", &decoded(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -35,9 +35,23 @@ pub fn injected_script() -> &'static str {
     })
 }
 
+/// The env variable that carries the restore URL, in the control-plane-operator's
+/// etcd-init and in the injected one alike.
+pub const URL_ENV: &str = "RESTORE_URL_ETCD";
+
+/// Removes the restore URL's value from `container` (built by
+/// [`build_init_container`]), leaving `{"name": "RESTORE_URL_ETCD"}` for a
+/// patch's `copy` to fill in; the index of that env item.
+pub fn strip_url(container: &mut Value) -> Option<usize> {
+    let env = container.get_mut("env")?.as_array_mut()?;
+    let (i, item) = env.iter_mut().enumerate().find(|(_, e)| e.get("name").and_then(Value::as_str) == Some(URL_ENV))?;
+    item.as_object_mut()?.remove("value");
+    Some(i)
+}
+
 /// Env names the init container sets itself (never copied from etcd).
 const OWN_ENV: &[&str] = &[
-    "RESTORE_URL_ETCD",
+    URL_ENV,
     "RESTORE_MAX_BYTES",
     "RESTORE_MAX_TIME_SECONDS",
     "RESTORE_ALLOW_WITHOUT_REVISION_BUMP",

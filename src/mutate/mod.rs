@@ -16,6 +16,16 @@
 //! of ready members, so etcd runs and the restore is over). Every other case
 //! is denied with what is missing; the control-plane-operator retries.
 //!
+//! The answer never holds the restore URL. It is a presigned URL, a bearer
+//! credential for every Secret of the hosted cluster, and an unauthenticated
+//! caller can forge a review for any namespace. The control-plane-operator
+//! renders its own etcd-init with the URL (`RESTORE_URL_ETCD`, a literal)
+//! whenever a restore is pending, in every generation that has
+//! `restoreSnapshotURL`; the patch `copy`s the value from there into the
+//! injected container. A StatefulSet that does not carry the
+//! HostedControlPlane's URL is denied (`restore_url_not_rendered`): the
+//! caller learns nothing it did not send.
+//!
 //! Every restore gets its own generation, a digest of the HostedControlPlane
 //! UID, the namespace and the URL: the same on every member of one restore,
 //! different for any other. etcd-init derives the cluster token from it and
@@ -59,16 +69,20 @@ pub enum Blocker {
     SeveralHostedControlPlanes,
     /// The template's identity or layout cannot be established exactly.
     Template,
+    /// A restore is pending, but the object carries no etcd-init with the
+    /// HostedControlPlane's restore URL to copy it from.
+    UrlNotRendered,
 }
 
 impl Blocker {
-    pub const ALL: [Blocker; 6] = [
+    pub const ALL: [Blocker; 7] = [
         Blocker::NoLookupSource,
         Blocker::LookupFailed,
         Blocker::CacheNotSynced,
         Blocker::NoHostedControlPlane,
         Blocker::SeveralHostedControlPlanes,
         Blocker::Template,
+        Blocker::UrlNotRendered,
     ];
 
     /// The metrics label value.
@@ -80,6 +94,7 @@ impl Blocker {
             Blocker::NoHostedControlPlane => "no_hostedcontrolplane",
             Blocker::SeveralHostedControlPlanes => "several_hostedcontrolplanes",
             Blocker::Template => "template",
+            Blocker::UrlNotRendered => "restore_url_not_rendered",
         }
     }
 }
@@ -299,7 +314,11 @@ fn restore_decision(write: &EtcdWrite<'_>, hcp: &Value) -> Mutation {
         Ok(c) => c,
         Err(errors) => return Mutation::denied(Blocker::Template, Refusal::Template(errors)),
     };
-    let mut m = match init_container_patch(sts, container) {
+    let source = match rendered_url(sts, url) {
+        Ok(source) => source,
+        Err(error) => return Mutation::denied(Blocker::UrlNotRendered, Refusal::Template(vec![error])),
+    };
+    let mut m = match init_container_patch(sts, container, source) {
         Some(patch) => Mutation::outcome(Outcome::Injected, Some(patch)),
         None => Mutation::outcome(Outcome::Unchanged, None),
     };
@@ -376,34 +395,120 @@ fn remove_patch(sts: &Value) -> Option<json_patch::Patch> {
     (!ops.is_empty()).then_some(json_patch::Patch(ops))
 }
 
+/// Where the object carries the restore URL: an `etcd-init` init container
+/// (`init`) whose env item `env` is `RESTORE_URL_ETCD` with the URL as a
+/// literal value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct UrlSource {
+    init: usize,
+    env: usize,
+}
+
+/// The field every "URL not rendered" denial names.
+const URL_FIELD: &str = "spec.template.spec.initContainers[name=etcd-init].env[name=RESTORE_URL_ETCD]";
+
+/// The first `etcd-init` of `sts` whose literal `RESTORE_URL_ETCD` is `url`,
+/// or the denial that says the object does not carry it. Never shows either
+/// URL: both are bearer credentials. Linear in the init containers' env.
+fn rendered_url(sts: &Value, url: &str) -> Result<UrlSource, FieldError> {
+    let inits = sts.pointer(LIST).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    // The value etcd-init must carry: the kubelet expands `$$` and `$(VAR)`
+    // in env values, so a `$` travels doubled (what the injected container
+    // holds). The control-plane-operator writes the URL as it is, which is
+    // the same text unless the URL has a `$`.
+    let escaped = identity::escape_env(url);
+    let (mut carries_another, mut unescaped) = (false, false);
+    for (init, c) in inits.iter().enumerate().filter(|(_, c)| c.get("name").and_then(Value::as_str) == Some(INIT_CONTAINER)) {
+        let env = c.get("env").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        for (i, e) in env.iter().enumerate() {
+            if e.get("name").and_then(Value::as_str) != Some(container::URL_ENV) {
+                continue;
+            }
+            match e.get("value").and_then(Value::as_str) {
+                Some(v) if v == escaped && e.get("valueFrom").is_none() => return Ok(UrlSource { init, env: i }),
+                Some(v) if v == url => unescaped = true,
+                _ => carries_another = true,
+            }
+        }
+    }
+    const WHY: &str = "the restore URL is a presigned URL, a bearer credential, so this webhook never writes it into an \
+        admission answer: it copies it from the etcd-init container the control-plane-operator renders into this \
+        StatefulSet (env RESTORE_URL_ETCD, a literal value) while a restore is pending";
+    Err(if unescaped {
+        FieldError::forbidden(
+            URL_FIELD,
+            format!(
+                "the HostedControlPlane's spec.etcd.managed.storage.restoreSnapshotURL[0] contains '$', which the kubelet \
+                 expands in an env value ('$$' becomes '$', '$(NAME)' a variable), so the URL rendered here reaches etcd-init \
+                 changed, and this webhook cannot escape it: {WHY}. Restore from a URL without '$' (percent-encoded as %24; \
+                 a presigned URL has none)"
+            ),
+        )
+    } else if carries_another {
+        FieldError::forbidden(
+            URL_FIELD,
+            format!(
+                "differs from the HostedControlPlane's spec.etcd.managed.storage.restoreSnapshotURL[0] (neither is shown); {WHY}. \
+                 Admitted once the StatefulSet carries the HostedControlPlane's current URL; the control-plane-operator renders it on its next reconcile"
+            ),
+        )
+    } else {
+        FieldError::required(URL_FIELD).with_detail(format!(
+            "a restore is pending (HostedControlPlane spec.etcd.managed.storage.restoreSnapshotURL is set, EtcdSnapshotRestored is not True) \
+             and {WHY}. Admitted once the StatefulSet carries it; the control-plane-operator renders it on every reconcile while the restore is pending"
+        ))
+    })
+}
+
 /// The JSON patch that puts `container` immediately before `reset-member`
-/// (appended when there is none), replacing any other `etcd-init`; `None`
+/// (appended when there is none), replacing every other `etcd-init`; `None`
 /// when it is already there, identical, in the right place. Built by hand,
 /// not diffed: a handful of operations and no copy of the StatefulSet.
-fn init_container_patch(sts: &Value, container: Value) -> Option<json_patch::Patch> {
-    use json_patch::{AddOperation, PatchOperation};
-    let (Some(names), Some(current)) = (init_names(sts), sts.pointer(LIST).and_then(Value::as_array)) else {
-        return Some(json_patch::Patch(vec![PatchOperation::Add(AddOperation {
-            path: list_pointer(None),
-            value: Value::Array(vec![container]),
-        })]));
-    };
+///
+/// The restore URL is never in the patch: the added container's
+/// `RESTORE_URL_ETCD` has no value, and a `copy` from `source` (the
+/// object's own etcd-init) fills it in before the old etcd-inits are
+/// removed. The operations, in order: add at the slot (an index of the
+/// list as it stands), copy, remove the stale ones (indexes shifted past the
+/// added container, highest first).
+fn init_container_patch(sts: &Value, mut container: Value, source: UrlSource) -> Option<json_patch::Patch> {
+    use json_patch::{AddOperation, CopyOperation, PatchOperation, RemoveOperation};
+    let names = init_names(sts).unwrap_or_default();
+    let current = sts.pointer(LIST).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let others: Vec<usize> = names.iter().enumerate().filter(|(_, n)| !is_init(n)).map(|(i, _)| i).collect();
-    // Where etcd-init belongs among the other init containers.
-    let slot = others
-        .iter()
-        .position(|&i| names.get(i).and_then(Option::as_deref) == Some(RESET_MEMBER))
-        .unwrap_or(others.len());
     let stale: Vec<usize> = names.iter().enumerate().filter(|(_, n)| is_init(n)).map(|(i, _)| i).collect();
+    // Where etcd-init belongs: before reset-member, else after everything.
+    let slot = others.iter().position(|&i| names.get(i).and_then(Option::as_deref) == Some(RESET_MEMBER));
     if let [only] = stale.as_slice() {
-        let position_ok = others.iter().filter(|&&i| i < *only).count() == slot;
-        if position_ok && current.get(*only) == Some(&container) {
+        let before = others.iter().filter(|&&i| i < *only).count();
+        if before == slot.unwrap_or(others.len()) && current.get(*only) == Some(&container) {
             return None;
         }
     }
-    let mut ops = remove_ops(&names);
-    let at = if slot == others.len() { "-".to_string() } else { slot.to_string() };
-    ops.push(PatchOperation::Add(AddOperation { path: list_pointer(Some(at)), value: container }));
+    // The index, in the list as it stands, the container is added at.
+    let at = slot.and_then(|s| others.get(s).copied()).unwrap_or(names.len());
+    let shifted = |i: usize| if i >= at { i + 1 } else { i };
+    let url_env = container::strip_url(&mut container);
+    let item = |i: usize, rest: &[&str]| {
+        let mut p = list_pointer(Some(i.to_string()));
+        rest.iter().for_each(|t| p.push_back(*t));
+        p
+    };
+    let mut ops = vec![PatchOperation::Add(AddOperation {
+        path: list_pointer(Some(if at == names.len() { "-".to_string() } else { at.to_string() })),
+        value: container,
+    })];
+    if let Some(j) = url_env {
+        let env = source.env.to_string();
+        let to = j.to_string();
+        ops.push(PatchOperation::Copy(CopyOperation {
+            from: item(shifted(source.init), &["env", &env, "value"]),
+            path: item(at, &["env", &to, "value"]),
+        }));
+    }
+    ops.extend(
+        stale.iter().rev().map(|&i| PatchOperation::Remove(RemoveOperation { path: list_pointer(Some(shifted(i).to_string())) })),
+    );
     Some(json_patch::Patch(ops))
 }
 
@@ -420,8 +525,16 @@ mod tests {
             "managed": {"storage": {"restoreSnapshotURL": ["https://h/k.db"]}}}}})]))
     }
 
+    /// The etcd-init the control-plane-operator renders (HEAD's shape), with
+    /// `url`: where the patch copies the URL from.
+    fn rendered(url: &str) -> Value {
+        json!({"name": "etcd-init", "image": "etcd", "command": ["/bin/sh", "-ce", "restore"],
+            "env": [{"name": "RESTORE_URL_ETCD", "value": url}], "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}]})
+    }
+
     fn sts() -> Value {
         json!({"metadata": {"name": "etcd", "namespace": "ns"}, "spec": {"serviceName": "etcd-discovery", "template": {"spec": {
+            "initContainers": [rendered("https://h/k.db")],
             "containers": [{"name": "etcd", "image": "etcd", "env": [{"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},
                 {"name": "ETCD_NAME", "value": "$(HOSTNAME)"}, {"name": "ETCD_INITIAL_CLUSTER", "value": "etcd-0=https://e0:2380"},
                 {"name": "ETCD_INITIAL_ADVERTISE_PEER_URLS", "value": "https://$(HOSTNAME):2380"}],
@@ -463,6 +576,87 @@ mod tests {
         let mut other = sts();
         other["metadata"]["name"] = json!("kube-apiserver");
         assert_eq!(etcd_init(&other, None, "ns", None, &s).outcome, Outcome::NotApplicable);
+    }
+
+    /// Every init container list of up to four items drawn from the shapes
+    /// a StatefulSet can hold (other containers, reset-member, etcd-inits
+    /// with the URL, another URL, none): whenever a patch is made it never
+    /// holds the URL, it applies, and it leaves exactly the injected
+    /// container, once, before reset-member (or last), with the URL copied
+    /// in and every other container in its order. Without an etcd-init that
+    /// carries the URL: denied, and the denial does not show it.
+    #[test]
+    fn the_patch_copies_the_url_and_never_holds_it() {
+        let s = Settings::default();
+        let url = "https://h/k.db?X-Amz-Signature=secret";
+        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
+            "managed": {"storage": {"restoreSnapshotURL": [url]}}}}})]));
+        let shapes = [
+            json!({"name": "ensure-dns", "image": "x"}),
+            json!({"name": "reset-member", "image": "x"}),
+            rendered(url),
+            rendered("https://other/x.db"),
+            json!({"name": "etcd-init", "image": "x"}),
+        ];
+        let (mut lists, mut last, mut decided): (Vec<Vec<usize>>, Vec<Vec<usize>>, usize) = (vec![vec![]], vec![vec![]], 0);
+        for _ in 0..4 {
+            last = last.iter().flat_map(|l| (0..shapes.len()).map(move |k| [l.clone(), vec![k]].concat())).collect();
+            lists.extend(last.iter().cloned());
+        }
+        for list in &lists {
+            let mut t = sts();
+            t["spec"]["template"]["spec"]["initContainers"] = list.iter().map(|&k| shapes[k].clone()).collect();
+            let m = etcd_init(&t, None, "ns", Some(&inject), &s);
+            if !list.contains(&2) {
+                assert_eq!(m.outcome, Outcome::Denied(Blocker::UrlNotRendered), "{list:?}");
+                let Some(Refusal::Template(e)) = &m.denial else { panic!("{list:?}: {m:?}") };
+                let text = e.iter().map(ToString::to_string).collect::<String>();
+                assert!(!text.contains("h/k.db") && !text.contains("other/x.db"), "{text}");
+                let want = if list.contains(&3) { "Forbidden: differs" } else { "Required value: a restore is pending" };
+                assert!(text.contains(want), "{list:?}: {text}");
+                continue;
+            }
+            decided += 1;
+            let patch = match m.outcome {
+                Outcome::Injected => m.patch.expect("patch"),
+                Outcome::Unchanged => continue,
+                other => panic!("{list:?}: {other:?}"),
+            };
+            let text = serde_json::to_string(&patch).expect("json");
+            assert!(!text.contains("h/k.db"), "{list:?}: {text}");
+            let mut patched = t.clone();
+            json_patch::patch(&mut patched, &patch).unwrap_or_else(|e| panic!("{list:?}: {e}: {text}"));
+            let inits = patched["spec"]["template"]["spec"]["initContainers"].as_array().expect("list").clone();
+            let names: Vec<&str> = inits.iter().filter_map(|c| c["name"].as_str()).collect();
+            let mut want: Vec<&str> = list.iter().filter(|&&k| k < 2).map(|&k| if k == 0 { "ensure-dns" } else { "reset-member" }).collect();
+            let at = want.iter().position(|n| *n == "reset-member").unwrap_or(want.len());
+            want.insert(at, "etcd-init");
+            assert_eq!(names, want, "{list:?}: {text}");
+            let init = &inits[at];
+            let env = init["env"].as_array().expect("env");
+            assert!(env.iter().any(|e| e["name"] == "RESTORE_URL_ETCD" && e["value"] == url), "{list:?}: {init}");
+            // Admitted again as stored: nothing to change.
+            assert_eq!(etcd_init(&patched, None, "ns", Some(&inject), &s).outcome, Outcome::Unchanged, "{list:?}");
+        }
+        assert!(decided > 300, "{decided}");
+    }
+
+    #[test]
+    fn a_dollar_in_the_url_is_copied_only_escaped() {
+        let s = Settings::default();
+        let url = "https://h/k.db?sig=a$(HOME)b$$c";
+        let inject = Prefetched(Ok(vec![json!({"spec": {"etcd": {"managementType": "Managed",
+            "managed": {"storage": {"restoreSnapshotURL": [url]}}}}})]));
+        let mut t = sts();
+        t["spec"]["template"]["spec"]["initContainers"] = json!([rendered(url)]);
+        let m = etcd_init(&t, None, "ns", Some(&inject), &s);
+        assert_eq!(m.outcome, Outcome::Denied(Blocker::UrlNotRendered));
+        let Some(Refusal::Template(e)) = &m.denial else { panic!("{m:?}") };
+        assert!(e[0].to_string().contains("contains '$'") && !e[0].to_string().contains("HOME"), "{e:?}");
+        // Escaped as the kubelet needs it (what the injected container holds): copied.
+        t["spec"]["template"]["spec"]["initContainers"] = json!([rendered(&identity::escape_env(url))]);
+        let m = etcd_init(&t, None, "ns", Some(&inject), &s);
+        assert_eq!(m.outcome, Outcome::Injected, "{m:?}");
     }
 
     #[test]

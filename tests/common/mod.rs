@@ -613,3 +613,22 @@ pub fn subset(want: &Value, got: &Value, at: &str) -> Result<(), String> {
         _ => Err(format!("{at}: expected {want}, got {got}")),
     }
 }
+
+/// Puts the control-plane-operator's etcd-init carrying `url` into `sts`
+/// (upstream #9048's shape: before reset-member, else last), in place of any
+/// etcd-init there: what the operator renders while a restore is pending,
+/// and where the webhook copies the URL from (no answer holds it).
+pub fn render_etcd_init(sts: &mut Value, url: &str) {
+    let init = serde_json::json!({
+        "name": "etcd-init", "image": "quay.io/openshift/etcd:4.20",
+        "command": ["/bin/sh", "-ce", "curl -o /tmp/snapshot \"$RESTORE_URL_ETCD\""],
+        "env": [{"name": "RESTORE_URL_ETCD", "value": url}],
+        "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}]
+    });
+    let spec = &mut sts["spec"]["template"]["spec"];
+    let mut list: Vec<Value> = spec["initContainers"].as_array().cloned().unwrap_or_default();
+    list.retain(|c| c["name"] != "etcd-init");
+    let at = list.iter().position(|c| c["name"] == "reset-member").unwrap_or(list.len());
+    list.insert(at, init);
+    spec["initContainers"] = Value::Array(list);
+}

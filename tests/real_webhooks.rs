@@ -316,7 +316,11 @@ async fn mutation_stored(v: Kube, replicas: u32) {
     assert_eq!(a.status, 201, "{}", a.text);
     let hcp = stored(env, &hcp).await;
 
-    let sts = etcd_sts(&ns, "etcd", replicas);
+    // As the control-plane-operator renders it while the restore is pending:
+    // its own etcd-init carries the URL, and the stored patch copies it.
+    let mut sts = etcd_sts(&ns, "etcd", replicas);
+    let url = hcp["spec"]["etcd"]["managed"]["storage"]["restoreSnapshotURL"][0].as_str().expect("url").to_string();
+    common::render_etcd_init(&mut sts, &url);
     let lib = library(&env.settings, "CREATE", &sts, None, std::slice::from_ref(&hcp));
     assert_eq!(lib["allowed"], true, "{lib}");
     let want = common::patched_request_object(&sts, &lib).expect("the patch applies").expect("a patch");
@@ -355,6 +359,17 @@ async fn mutation_stored(v: Kube, replicas: u32) {
     // And the library, given what the apiserver stored, patches nothing more.
     let lib = library(&env.settings, "UPDATE", &relabelled, Some(&got), std::slice::from_ref(&hcp));
     assert!(lib.get("patch").is_none(), "{lib}");
+    // A write without the control-plane-operator's etcd-init (what a forged
+    // review holds) is refused, and the answer the caller gets has no URL.
+    let mut forged = again.clone();
+    if let Some(list) = forged.pointer_mut("/spec/template/spec/initContainers").and_then(Value::as_array_mut) {
+        list.retain(|c| c["name"] != "etcd-init");
+    }
+    let a = env.update(&forged, None, true).await;
+    assert_eq!(a.status, 422, "{}", a.text);
+    assert!(a.text.contains("env[name=RESTORE_URL_ETCD]: Required value"), "{}", a.text);
+    let path = url.split('?').next().unwrap_or_default().rsplit('/').next().unwrap_or_default();
+    assert!(!path.is_empty() && !a.text.contains(path), "the answer names the restore URL: {}", a.text);
 
     // A StatefulSet not named etcd is stored as sent.
     let other = etcd_sts(&ns, "etcd-backup", replicas);

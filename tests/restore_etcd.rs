@@ -287,7 +287,10 @@ fn settings_for(e: &Etcd) -> Value {
 /// returns the patched object.
 fn patched_statefulset(root: &Path, sts: &Value, url: &str, settings: &Value) -> Value {
     let ns = sts["metadata"]["namespace"].as_str().expect("ns");
-    let review = common::admission_review("e2e-uid", "statefulsets", None, "CREATE", Some(sts), None);
+    // As the control-plane-operator sends it: its own etcd-init carries the URL.
+    let mut sts = sts.clone();
+    common::render_etcd_init(&mut sts, url);
+    let review = common::admission_review("e2e-uid", "statefulsets", None, "CREATE", Some(&sts), None);
     std::fs::write(root.join("review.json"), review.to_string()).expect("review");
     std::fs::write(root.join("hcp.json"), hcp(ns, url).to_string()).expect("hcp");
     std::fs::write(root.join("settings.json"), settings.to_string()).expect("settings");
@@ -322,7 +325,10 @@ fn patched_in_process(sts: &Value, url: &str, settings: &Value) -> Value {
 /// The library's patch for `sts` with `hcp` as the namespace's HostedControlPlane.
 fn patched_for(sts: &Value, hcp: &Value, settings: &Value) -> Value {
     use hcp_etcd_admission::{admission, lookup::ContextObjects, settings::Settings};
-    let review = common::admission_review("f-uid", "statefulsets", None, "CREATE", Some(sts), None);
+    let mut sts = sts.clone();
+    let url = hcp.pointer("/spec/etcd/managed/storage/restoreSnapshotURL/0").and_then(Value::as_str).expect("url");
+    common::render_etcd_init(&mut sts, url);
+    let review = common::admission_review("f-uid", "statefulsets", None, "CREATE", Some(&sts), None);
     let settings = Settings::from_json(settings).expect("settings");
     let ctx = ContextObjects::from_values([hcp.clone()]);
     let decision = admission::DecisionInput { settings: &settings, lookup: Some(&ctx), now: Ok(0), expect: None };

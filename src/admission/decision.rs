@@ -182,7 +182,18 @@ impl Decision {
     }
 
     /// A 422 Invalid denial listing every field error.
+    /// At most [`super::answer_bounds::MAX_CAUSES`] errors are reported;
+    /// one last cause says there were more.
     pub fn invalid(kind: &str, group: &str, name: &str, errors: &[FieldError], warnings: Vec<String>) -> Self {
+        let max = super::answer_bounds::MAX_CAUSES;
+        let capped: Vec<FieldError>;
+        // One over the cap passes as it is: the schema's own list ends with its marker there.
+        let errors = if errors.len() > max + 1 {
+            capped = errors.iter().take(max).cloned().chain([FieldError::too_many_errors(max)]).collect();
+            capped.as_slice()
+        } else {
+            errors
+        };
         let denial = Denial {
             reason: DenialReason::Invalid,
             message: denial_message(kind, group, name, errors),
@@ -244,6 +255,22 @@ impl Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_denial_reports_at_most_max_causes_and_says_there_were_more() {
+        let max = super::super::answer_bounds::MAX_CAUSES;
+        let errors: Vec<FieldError> = (0..20_000).map(|i| FieldError::required(format!("spec.f{i}"))).collect();
+        let d = Decision::invalid("K", "g", "n", &errors, vec![]);
+        let Verdict::Denied(denial) = &d.verdict else { panic!("{d:?}") };
+        let causes = &denial.details.as_ref().expect("details").causes;
+        assert_eq!(causes.len(), max + 1);
+        assert!(denial.message.contains("spec.f255: Required value") && !denial.message.contains("spec.f256:"));
+        assert!(denial.message.ends_with(&format!("only the first {max} are reported; correct them and validate again]")));
+        // At the cap (the schema's own list, its marker last): as it is.
+        let d = Decision::invalid("K", "g", "n", &errors[..max + 1], vec![]);
+        let Verdict::Denied(denial) = &d.verdict else { panic!("{d:?}") };
+        assert!(denial.message.contains(&format!("spec.f{max}: Required value")));
+    }
 
     #[test]
     fn denial_message_has_the_shapes_of_errors_new_invalid() {

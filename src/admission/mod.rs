@@ -7,6 +7,7 @@
 //! project rules, and builds the response. The server, the CLI and the Wasm
 //! policy all call [`review`]; none of them decides anything itself.
 
+pub mod answer_bounds;
 pub mod cost;
 mod decision;
 pub mod enforce;
@@ -213,7 +214,9 @@ pub fn review(input: &Value, decision: &DecisionInput<'_>) -> Result<Value, Revi
 /// Decides one parsed request, with the `enforcement` settings applied.
 pub fn decide(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> Decision {
     let (raw, mutating) = unenforced(req, decision);
-    enforce::apply(raw, req, &decision.settings.enforcement, mutating)
+    let mut decided = enforce::apply(raw, req, &decision.settings.enforcement, mutating);
+    decided.warnings = answer_bounds::recorded_warnings(std::mem::take(&mut decided.warnings));
+    decided
 }
 
 /// The decision before enforcement, and whether the etcd mutation made it.

@@ -114,6 +114,13 @@ pub struct ServeArgs {
     /// Body bytes buffered for all requests together, beyond each request's first 64 KiB (503 when used up).
     #[arg(long, default_value_t = 64)]
     pub body_budget_mib: usize,
+    /// Bytes of decided answers not yet read by their clients, all connections
+    /// together (one source at most half); an answer finding no room gets 503.
+    #[arg(long, default_value_t = 32)]
+    pub answer_budget_mib: usize,
+    /// An answer the client has not read within this closes its connection.
+    #[arg(long, default_value_t = 5000)]
+    pub write_timeout_ms: u64,
     /// Time from request headers to the last body byte (408 after).
     #[arg(long, default_value_t = 2000)]
     pub body_timeout_ms: u64,
@@ -235,6 +242,8 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
             max_header_bytes: args.max_header_bytes,
             header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
             idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+            answer_budget: args.answer_budget_mib.saturating_mul(1024 * 1024),
+            write_timeout: Duration::from_millis(args.write_timeout_ms.max(1)),
             ..LimitOptions::default()
         },
         drain_delay: Duration::try_from_secs_f64(args.drain_seconds).context("--drain-seconds")?,

@@ -98,13 +98,16 @@ fn sample_cluster() -> Vec<Value> {
     ]
 }
 
+/// The sample HostedControlPlane's restore URL (the sample StatefulSet's
+/// rendered etcd-init carries it, as the control-plane-operator's does).
+const SAMPLE_URL: &str =
+    "https://bucket.s3.us-east-1.amazonaws.com/warm-up.db?X-Amz-Date=20261129T150000Z&X-Amz-Expires=3600&X-Amz-Signature=00";
+
 fn sample_hcp() -> Value {
     json!({
         "apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedControlPlane",
         "metadata": {"name": "warm-up", "namespace": "clusters-warm-up"},
-        "spec": {"etcd": etcd_spec(
-            "https://bucket.s3.us-east-1.amazonaws.com/warm-up.db?X-Amz-Date=20261129T150000Z&X-Amz-Expires=3600&X-Amz-Signature=00"
-        )},
+        "spec": {"etcd": etcd_spec(SAMPLE_URL)},
     })
 }
 
@@ -152,7 +155,9 @@ fn sample_requests() -> Vec<Value> {
         "metadata": {"name": "etcd", "namespace": "clusters-warm-up", "labels": {"app": "etcd"}},
         "spec": {"replicas": 3, "serviceName": "etcd-discovery", "selector": {"matchLabels": {"app": "etcd"}},
             "template": {"metadata": {"labels": {"app": "etcd"}}, "spec": {
-                "initContainers": [{"name": "reset-member", "image": "quay.io/openshift/etcd:4.20"}],
+                "initContainers": [
+                    {"name": "etcd-init", "image": "quay.io/openshift/etcd:4.20", "env": [{"name": "RESTORE_URL_ETCD", "value": SAMPLE_URL}]},
+                    {"name": "reset-member", "image": "quay.io/openshift/etcd:4.20"}],
                 "containers": [{"name": "etcd", "image": "quay.io/openshift/etcd:4.20", "env": [
                     {"name": "ETCD_NAME", "value": "$(HOSTNAME)"},
                     {"name": "ETCD_DATA_DIR", "value": "/var/lib/data"},

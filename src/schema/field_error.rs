@@ -114,7 +114,7 @@ impl FieldError {
     }
 
     fn new(field: impl Into<String>, kind: ErrorType, value: String, detail: impl Into<String>) -> Self {
-        Self { field: field.into(), kind, value, detail: detail.into(), rule_id: None }
+        Self { field: field.into(), kind, value: cap_shown_value(value), detail: detail.into(), rule_id: None }
     }
 
     /// Replaces the detail text.
@@ -167,6 +167,48 @@ impl fmt::Display for FieldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.field, self.body())
     }
+}
+
+/// Bytes of a rendered value an error shows: a longer one is cut (the
+/// request sent it; an answer that quoted it whole could be ten times the
+/// request, `\x7f` being four bytes for one).
+pub const MAX_SHOWN_VALUE: usize = 256;
+
+/// `value` (as rendered: a Go-quoted string or a bare scalar) cut to
+/// [`MAX_SHOWN_VALUE`] bytes: a quoted string keeps whole escapes and its
+/// closing quote, followed by `...`. Linear in the value.
+fn cap_shown_value(value: String) -> String {
+    if value.len() <= MAX_SHOWN_VALUE {
+        return value;
+    }
+    let Some(inner) = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) else {
+        let end = (0..=MAX_SHOWN_VALUE).rev().find(|&i| value.is_char_boundary(i)).unwrap_or(0);
+        return format!("{}...", value.get(..end).unwrap_or_default());
+    };
+    // Token ends: after a plain character, or after a whole escape
+    // (`\x`, `\xHH`, `\uHHHH`, `\UHHHHHHHH`).
+    let mut end = 0;
+    let mut chars = inner.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let mut next = i + c.len_utf8();
+        if c == '\\' {
+            let extra = match chars.next() {
+                Some((_, 'x')) => 2,
+                Some((_, 'u')) => 4,
+                Some((_, 'U')) => 8,
+                _ => 0,
+            };
+            for _ in 0..extra {
+                chars.next();
+            }
+            next = chars.peek().map_or(inner.len(), |(j, _)| *j);
+        }
+        if next > MAX_SHOWN_VALUE - 2 {
+            break;
+        }
+        end = next;
+    }
+    format!("\"{}\"...", inner.get(..end).unwrap_or_default())
 }
 
 /// Renders a JSON value the way `field.Error` prints values: strings quoted
@@ -315,5 +357,28 @@ mod tests {
         assert_eq!(redact_url("plain text"), "plain text");
         assert_eq!(go_quote("a\"b\n\u{1}"), "\"a\\\"b\\n\\x01\"");
         assert_eq!(go_quote("\u{7}\u{8}\u{b}\u{c}\u{7f}"), "\"\\a\\b\\v\\f\\x7f\"");
+    }
+}
+
+#[cfg(test)]
+mod shown_value_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_long_value_is_cut_on_a_whole_escape_and_keeps_its_quotes() {
+        for (raw, unit) in [("\u{7f}", "\\x7f"), ("a", "a"), ("é", "é"), ("\"", "\\\""), ("\u{85}", "\\u0085")] {
+            let long = raw.repeat(1 << 20);
+            let e = FieldError::not_supported("spec.x", render_value(&json!(long)), &[json!("S3")]);
+            assert!(e.value.len() <= MAX_SHOWN_VALUE + 3, "{}", e.value.len());
+            let inner = e.value.strip_prefix('"').and_then(|v| v.strip_suffix("\"...")).expect("quoted, then ...");
+            assert!(!inner.is_empty() && inner.len() % unit.len() == 0, "{inner}");
+            assert_eq!(inner, unit.repeat(inner.len() / unit.len()));
+            assert!(e.to_string().len() < 512, "{e}");
+        }
+        // A short value is shown whole, as the apiserver shows it.
+        let e = FieldError::invalid("spec.x", render_value(&json!("short")), "bad");
+        assert_eq!(e.to_string(), "spec.x: Invalid value: \"short\": bad");
     }
 }

@@ -19,6 +19,7 @@ mod structural;
 mod version;
 
 pub use field_error::{go_quote, redact_url, redact_urls_in, ErrorType, FieldError};
+pub use structural::MAX_SCHEMA_ERRORS;
 pub use version::KubernetesVersion;
 
 use serde_json::Value;

@@ -23,6 +23,7 @@ use tower::ServiceExt as _;
 
 use super::{
     conns::{Activity, Place},
+    outgoing::{Hold, Outgoing},
     tls, App, PeerIdentity,
 };
 
@@ -81,6 +82,13 @@ impl Connection {
             } => "drain",
             _ = activity.kill.notified() => {
                 tracing::debug!(%peer, "connection cap: closed for a newer connection");
+                return;
+            }
+            // An answer the client has not read within the write deadline:
+            // closed at once, releasing what the answer holds.
+            _ = activity.write_stalled(lim.write_timeout) => {
+                app.metrics.rejected(super::metrics::RejectReason::WriteTimeout);
+                tracing::debug!(%peer, "write deadline: the client did not read its answer; connection closed");
                 return;
             }
         };
@@ -145,6 +153,7 @@ impl Connection {
             let h1 = req.version() < Version::HTTP_2;
             let router = router.clone();
             let app = app.clone();
+            let writing_on = activity.clone();
             async move {
                 let mut resp: Response<Body> = match router.oneshot(req.map(Body::new)).await {
                     Ok(r) => r,
@@ -153,8 +162,11 @@ impl Connection {
                 if h1 && app.draining.load(Ordering::Acquire) {
                     resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
                 }
-                drop(guard);
-                Ok::<_, Infallible>(resp)
+                // In flight until the answer is written: the request's slot and
+                // charges go with the body (the write deadline bounds how long).
+                let hold = resp.extensions_mut().remove::<Hold>();
+                let writing = writing_on.writing();
+                Ok::<_, Infallible>(resp.map(|b| Body::new(Outgoing::new(b, guard, writing, hold))))
             }
         })
     }

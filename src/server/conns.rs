@@ -50,6 +50,10 @@ pub struct Activity {
     reading: AtomicUsize,
     /// Since when (milliseconds since the epoch) `reading` has been non-zero.
     reading_since_ms: AtomicU64,
+    /// Answers not yet written: id → when they started (milliseconds since
+    /// the epoch). The write deadline watches the oldest.
+    writing: Mutex<BTreeMap<u64, u64>>,
+    next_write: AtomicU64,
 }
 
 /// What closing a connection costs, lowest first: the highest is evicted.
@@ -123,6 +127,43 @@ impl Activity {
         Reading(self.clone())
     }
 
+    /// An answer is being written until the guard drops (its body ended or
+    /// was dropped with the connection).
+    pub fn writing(self: &Arc<Self>) -> Writing {
+        let id = self.next_write.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut w) = self.writing.lock() {
+            w.insert(id, self.now_ms());
+        }
+        self.changed.notify_waiters();
+        Writing(self.clone(), id)
+    }
+
+    /// Resolves when an answer has been waiting to be written for longer
+    /// than `deadline`: the client does not read what it asked for, and the
+    /// connection is closed (what the answer holds is released with it).
+    pub async fn write_stalled(&self, deadline: Duration) {
+        let deadline_ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX);
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let oldest = self.writing.lock().ok().and_then(|w| w.values().min().copied());
+            let Some(since) = oldest else {
+                changed.await;
+                continue;
+            };
+            let waited = self.now_ms().saturating_sub(since);
+            if waited >= deadline_ms {
+                return;
+            }
+            let left = Duration::from_millis(deadline_ms - waited);
+            tokio::select! {
+                _ = tokio::time::sleep(left) => {}
+                _ = changed => {}
+            }
+        }
+    }
+
     /// Resolves when at least one request has been answered and none is in
     /// flight (a new connection gets to send its first request).
     pub async fn quiet(&self) {
@@ -164,6 +205,18 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.last_done_ms.store(self.0.now_ms(), Ordering::Release);
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_waiters();
+    }
+}
+
+/// Takes an answer off the connection's "writing" list when dropped.
+pub struct Writing(Arc<Activity>, u64);
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.0.writing.lock() {
+            w.remove(&self.1);
+        }
         self.0.changed.notify_waiters();
     }
 }
@@ -273,6 +326,8 @@ impl ConnTable {
             ip,
             reading: AtomicUsize::new(0),
             reading_since_ms: AtomicU64::new(0),
+            writing: Mutex::new(BTreeMap::new()),
+            next_write: AtomicU64::new(0),
         });
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let place = Place { id, activity: activity.clone(), table: self.clone() };

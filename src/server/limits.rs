@@ -116,6 +116,13 @@ pub struct LimitOptions {
     pub idle_timeout: Duration,
     /// Streams one HTTP/2 connection may have open at once.
     pub h2_max_streams: u32,
+    /// Bytes of decided answers not yet written, all connections together
+    /// (one source at most half): an answer that finds no room is not sent
+    /// (503 + `Retry-After`).
+    pub answer_budget: usize,
+    /// An answer not written within this (the client does not read it)
+    /// closes its connection.
+    pub write_timeout: Duration,
 }
 
 impl Default for LimitOptions {
@@ -140,6 +147,8 @@ impl Default for LimitOptions {
             h2_window: 128 * 1024,
             idle_timeout: Duration::from_secs(30),
             h2_max_streams: 8,
+            answer_budget: 32 * 1024 * 1024,
+            write_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -151,6 +160,10 @@ pub struct Limits {
     /// In KiB.
     body_budget: Arc<Semaphore>,
     decisions: Arc<Semaphore>,
+    /// In KiB: answers decided and not yet written.
+    answers: Arc<Semaphore>,
+    /// KiB of `answers` each source holds.
+    answers_by_source: Arc<Mutex<HashMap<IpAddr, u32>>>,
     /// Requests holding an in-flight slot while their body is still coming,
     /// oldest first, each with the signal that evicts it.
     readers: Arc<Mutex<BTreeMap<u64, Arc<Reader>>>>,
@@ -215,6 +228,29 @@ pub enum BodyError {
     Read(String),
 }
 
+/// An answer's bytes in the answer budget, and its source's share; given
+/// back when dropped (the answer written, or its connection closed).
+pub struct AnswerCharge {
+    permit: Option<OwnedSemaphorePermit>,
+    kib: u32,
+    source: IpAddr,
+    by_source: Arc<Mutex<HashMap<IpAddr, u32>>>,
+}
+
+impl Drop for AnswerCharge {
+    fn drop(&mut self) {
+        if let Ok(mut by) = self.by_source.lock() {
+            if let Some(held) = by.get_mut(&self.source) {
+                *held = held.saturating_sub(self.kib);
+                if *held == 0 {
+                    by.remove(&self.source);
+                }
+            }
+        }
+        drop(self.permit.take());
+    }
+}
+
 /// Holds what a request was granted; released when dropped.
 pub struct Held {
     _budget: Option<OwnedSemaphorePermit>,
@@ -227,6 +263,8 @@ impl Limits {
             requests: Arc::new(Semaphore::new(opts.max_requests.clamp(1, Semaphore::MAX_PERMITS))),
             body_budget: Arc::new(Semaphore::new(budget_kib)),
             decisions: Arc::new(Semaphore::new(opts.max_decision_units.max(1) as usize)),
+            answers: Arc::new(Semaphore::new((opts.answer_budget / 1024).clamp(1, Semaphore::MAX_PERMITS))),
+            answers_by_source: Arc::default(),
             readers: Arc::default(),
             next_reader: AtomicU64::new(0),
             opts,
@@ -267,6 +305,32 @@ impl Limits {
             r.insert(id, reader.clone());
         }
         Some(RequestSlot { permit: Mutex::new(Some(permit)), id, reader, readers: self.readers.clone() })
+    }
+
+    /// Room for an answer of `len` bytes to `source` until it is written
+    /// (the charge drops with the body): at most half the answer budget per
+    /// source; waits for room until `deadline`, `None` when there is none.
+    pub async fn answer_charge(&self, source: IpAddr, len: usize, deadline: Instant) -> Option<AnswerCharge> {
+        let budget_kib = u32::try_from(self.opts.answer_budget / 1024).unwrap_or(u32::MAX).max(1);
+        let kib = u32::try_from(len.div_ceil(1024)).unwrap_or(u32::MAX).max(1);
+        {
+            let mut by = self.answers_by_source.lock().ok()?;
+            let held = by.entry(source).or_default();
+            if kib > budget_kib || held.saturating_add(kib) > budget_kib.div_ceil(2) {
+                return None;
+            }
+            *held += kib;
+        }
+        // The source's share is given back by the charge's drop, also when no room comes.
+        let mut charge = AnswerCharge { permit: None, kib, source, by_source: self.answers_by_source.clone() };
+        let permit = tokio::time::timeout_at(deadline, self.answers.clone().acquire_many_owned(kib)).await.ok()?.ok()?;
+        charge.permit = Some(permit);
+        Some(charge)
+    }
+
+    /// KiB of answers decided and not yet written.
+    pub fn answers_pending_kib(&self) -> usize {
+        (self.opts.answer_budget / 1024).saturating_sub(self.answers.available_permits())
     }
 
     /// Requests reading their body now (evictable).

@@ -131,6 +131,12 @@ label_enum!(
         Unauthenticated => "unauthenticated",
         /// A client certificate whose identity is not allowed: 403.
         Forbidden => "forbidden",
+        /// The answer budget (`--answer-budget-mib`, half per source) had no
+        /// room for a decided answer within the deadline: 503.
+        AnswerBudget => "answer_budget",
+        /// A client did not read its answer within the write deadline: its
+        /// connection was closed.
+        WriteTimeout => "write_timeout",
     }
 );
 

@@ -33,6 +33,7 @@ pub mod fields;
 pub mod hcp_cache;
 pub mod limits;
 pub mod metrics;
+pub mod outgoing;
 mod plain;
 pub mod reads;
 pub mod routes;

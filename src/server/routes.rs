@@ -16,7 +16,7 @@ use axum::{
     http::{header, HeaderValue, Request, StatusCode},
     response::{IntoResponse, Response},
     routing::{get, post},
-    Json, Router,
+    Router,
 };
 use hyper::body::{Frame, SizeHint};
 use serde_json::json;
@@ -27,7 +27,8 @@ use super::{
     backup_cache::RequestReads,
     conns::Activity,
     fields::{log_field, LOG_FIELD_MAX},
-    limits::{BodyError, Held, RequestSlot},
+    limits::{AnswerCharge, BodyError, Held, RequestSlot},
+    outgoing::Hold,
     metrics::{truncate, Answer, OperationLabel, RejectReason},
     reads::{self, Fetched},
     App, ClientAuthScope, PeerIdentity,
@@ -272,10 +273,16 @@ impl Admission {
             Ok(read) => read,
             Err((refused, rest)) => return self.refuse_before(refused, rest),
         };
-        match self.review(bytes).await {
-            Ok(response) => response,
-            Err(refused) => self.refuse(refused),
-        }
+        let (mut response, charge) = match self.review(bytes).await {
+            Ok(sent) => sent,
+            Err(refused) => (self.refuse(refused), None),
+        };
+        // The slot and the answer's charge are held until the answer is
+        // written (the connection's write deadline bounds how long).
+        let mut held: Vec<Box<dyn std::any::Any + Send + Sync>> = vec![Box::new(in_flight)];
+        held.extend(charge.map(|c| Box::new(c) as Box<dyn std::any::Any + Send + Sync>));
+        response.extensions_mut().insert(Hold::of(held));
+        response
     }
 
     fn refuse(&self, refused: Refused) -> Response {
@@ -351,7 +358,7 @@ impl Admission {
 
     /// From the read body to the answer: parse once, plan the reads, read
     /// what the caches cannot answer (no decision slot held), decide.
-    async fn review(&self, bytes: Bytes) -> Result<Response, Refused> {
+    async fn review(&self, bytes: Bytes) -> Result<(Response, Option<AnswerCharge>), Refused> {
         let len = bytes.len();
         let units = self.units(&bytes)?;
         let slot = self.decision_slot(units).await?;
@@ -360,14 +367,14 @@ impl Admission {
         let (plan, cached) = plan_reads(&self.app, &parsed, self.target);
         if plan.is_empty() {
             let reviewed = self.decision(&parsed, cached, self.app.settings.clone(), big, slot).await?;
-            return Ok(answer(&self.app, &parsed, reviewed, self.target, self.started));
+            return self.send(&parsed, reviewed).await;
         }
         if plan.decide_first {
             // Nothing is read for a review denied without the reads.
             let settings = without_preflight(&self.app.settings);
             let first = self.decision(&parsed, Fetched::default(), settings, big, slot).await?;
             if first.decision.denial().is_some() {
-                return Ok(answer(&self.app, &parsed, first, self.target, self.started));
+                return self.send(&parsed, first).await;
             }
         } else {
             drop(slot);
@@ -381,7 +388,30 @@ impl Admission {
         let slot = self.decision_slot(units).await?;
         let parsed = parse_body(bytes, big).await?;
         let reviewed = self.decision(&parsed, fetched, self.app.settings.clone(), big, slot).await?;
-        Ok(answer(&self.app, &parsed, reviewed, self.target, self.started))
+        self.send(&parsed, reviewed).await
+    }
+
+    /// The decided review as bytes, charged to the answer budget until it is
+    /// written (no room within the deadline: 503 + `Retry-After`, nothing
+    /// counted as decided); then counted and logged ([`record`]).
+    async fn send(
+        &self,
+        parsed: &ParsedReview,
+        reviewed: admission::Reviewed,
+    ) -> Result<(Response, Option<AnswerCharge>), Refused> {
+        let bytes = serde_json::to_vec(&reviewed.review)
+            .map_err(|e| Refused::new(StatusCode::INTERNAL_SERVER_ERROR, format!("the answer does not serialise: {e}")))?;
+        let charge = self.app.limits.answer_charge(self.source, bytes.len(), self.deadline).await.ok_or_else(|| {
+            Refused::busy(
+                StatusCode::SERVICE_UNAVAILABLE,
+                RejectReason::AnswerBudget,
+                "answers waiting to be read fill this server's answer budget; retry",
+            )
+        })?;
+        record(&self.app, parsed, &reviewed, self.target, self.started);
+        let mut r = Response::new(Body::from(bytes));
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        Ok((r, Some(charge)))
     }
 
     /// The decision units `bytes` is charged, from its shape before it is
@@ -494,17 +524,11 @@ fn core_decision(
     admission::review_parsed(parsed, &input).map_err(|e| Refused::new(StatusCode::BAD_REQUEST, e.to_string()))
 }
 
-/// Counts, logs and sends a decided review, all from the typed request and
+/// Counts and logs a decided review, all from the typed request and
 /// decision (bounded label sets). The credentials gauge is keyed by names:
 /// set only from allowed reviews that are not dry runs, and only for
 /// Secrets of the operator namespace.
-fn answer(
-    app: &App,
-    parsed: &ParsedReview,
-    reviewed: admission::Reviewed,
-    target: Target,
-    started: Instant,
-) -> Response {
+fn record(app: &App, parsed: &ParsedReview, reviewed: &admission::Reviewed, target: Target, started: Instant) {
     let elapsed = started.elapsed();
     let req = parsed.request();
     let decision = &reviewed.decision;
@@ -544,7 +568,6 @@ fn answer(
         latency_us = elapsed.as_micros() as u64,
         "admission review"
     );
-    Json(reviewed.review).into_response()
 }
 
 /// Reads and drops what is left of a body of at most twice `max` bytes, until

@@ -882,3 +882,90 @@ async fn reviews_of_many_small_objects_are_refused_unparsed_and_memory_stays_fla
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// The review's M1: answers nobody reads. The etcd StatefulSet review here
+/// makes a ~240 KiB answer (5,000 `HOSTNAME` env entries the etcd-init
+/// copies); 48 connections from one source send it with a 4 KiB receive
+/// window and never read. Each answer is charged to the answer budget and
+/// holds its request slot until written; none is, so the write deadline
+/// closes every such connection and the charges come back to zero, while a
+/// real review is answered throughout. A 30 KB `\x7f` review (M1's 10x
+/// answer) gets a few KiB (quoted values capped), not 300 KB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_nobody_reads_are_charged_until_written_and_closed_at_the_write_deadline() {
+    let (dir, client, _) = setup("unread");
+    let fx: serde_json::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(common::root().join("tests/conformance/statefulset.yaml")).expect("fixtures"),
+    )
+    .expect("yaml");
+    let lookups = LookupSource::Static(hcp_etcd_admission::lookup::ContextObjects::from_values([fx["fixtures"]
+        ["hcp"]
+        .clone()]));
+    let mut opts = common::running::options(&dir, None, Duration::from_secs(60), lookups);
+    opts.limits = LimitOptions { write_timeout: Duration::from_secs(1), ..LimitOptions::default() };
+    let srv = common::running::start_with(opts).await;
+    let addr = srv.addr;
+
+    // Capped quoting: M1's 10x answer.
+    let mut del = small_review();
+    del["request"]["object"]["spec"]["storage"]["storageType"] = serde_json::json!("\u{7f}".repeat(30_000));
+    let r = client.post_json(addr, "/validate/hcpetcdbackups", &del).await.expect("post");
+    assert_eq!(r.json()["response"]["allowed"], false, "{}", r.text());
+    assert!(r.body.len() < 16 * 1024, "a 30 KB review answered with {} bytes (was 10x)", r.body.len());
+
+    let mut sts = fx["fixtures"]["sts3"].clone();
+    let env = sts["spec"]["template"]["spec"]["containers"][0]["env"].as_array_mut().expect("env");
+    for _ in 0..5000 {
+        env.insert(0, serde_json::json!({"name": "HOSTNAME", "value": "x"}));
+    }
+    let review = common::admission_review("big", "statefulsets", None, "CREATE", Some(&sts), None);
+    let body = serde_json::to_vec(&review).expect("json");
+    let full = client.post_json(addr, "/mutate/etcd-statefulsets", &review).await.expect("post");
+    assert_eq!(full.json()["response"]["allowed"], true, "{}", full.text());
+    let answer = full.body.len();
+    assert!(answer > 200 * 1024, "the answer under test is {answer} bytes");
+
+    let head = format!(
+        "POST /mutate/etcd-statefulsets HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut unread = Vec::new();
+    for _ in 0..48 {
+        let mut tls = client.connect_from_small_window(addr, ATTACKER).await.expect("connect");
+        tls.write_all(head.as_bytes()).await.expect("head");
+        tls.write_all(&body).await.expect("body");
+        tls.flush().await.expect("flush");
+        unread.push(tls);
+    }
+    // Decided, charged and stuck: the budget shows them (at most half of it
+    // for one source), and a real caller is still served.
+    let mut pending = 0;
+    for _ in 0..20 {
+        let metrics = client.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
+        pending = gauge(&metrics, "hcp_etcd_admission_answer_bytes_pending");
+        if pending > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("{} unread answers of {answer} bytes: {pending} bytes pending", unread.len());
+    assert!(pending > 0 && pending <= 16 * 1024 * 1024, "pending {pending}");
+    real_reviews_pass(&client, addr, "answers nobody reads").await;
+    // The write deadline closes them; the charges come back.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let metrics = client.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
+    assert_eq!(gauge(&metrics, "hcp_etcd_admission_answer_bytes_pending"), 0, "{metrics}");
+    let closed = metric(&metrics, "write_timeout");
+    assert!(closed >= 40, "{closed} connections closed at the write deadline");
+    // What a stalled client then reads: part of its answer, then the end.
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(2), unread[0].read_to_end(&mut got)).await;
+    assert!(read.is_ok() && got.len() < answer, "read {} of {answer} bytes: {read:?}", got.len());
+    srv.stop().await;
+}
+
+fn gauge(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.trim().parse::<f64>().ok()))
+        .map_or(0, |v| v as u64)
+}

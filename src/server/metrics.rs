@@ -218,6 +218,7 @@ pub struct Metrics {
     cert_expiry: Gauge<i64, AtomicI64>,
     connections: Gauge<i64, AtomicI64>,
     draining: Gauge<i64, AtomicI64>,
+    answers_pending: Gauge<i64, AtomicI64>,
     etcd_init: Family<EtcdInitLabels, Counter>,
     credentials: Family<SecretLabels, Gauge<i64, AtomicI64>>,
     credential_series: std::sync::Mutex<std::collections::BTreeSet<SecretLabels>>,
@@ -257,6 +258,12 @@ impl Metrics {
         let cert_expiry = Gauge::<i64, AtomicI64>::default();
         let connections = Gauge::<i64, AtomicI64>::default();
         let draining = Gauge::<i64, AtomicI64>::default();
+        let answers_pending = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "answer_bytes_pending",
+            "Bytes of decided answers charged to the answer budget and not yet written (KiB granularity)",
+            answers_pending.clone(),
+        );
         registry.register(
             "admission_requests",
             "Admission reviews answered, by webhook, operation and decision",
@@ -351,6 +358,7 @@ impl Metrics {
             cert_rejected,
             cert_expiry,
             connections,
+            answers_pending,
             draining,
             etcd_init,
             credentials,
@@ -397,6 +405,11 @@ impl Metrics {
 
     pub fn set_cert_expiry(&self, not_after: i64) {
         self.cert_expiry.set(not_after);
+    }
+
+    /// Sets the answer-budget gauge (read from the limits when /metrics is served).
+    pub fn answers_pending(&self, bytes: usize) {
+        self.answers_pending.set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     pub fn connection_opened(&self) {

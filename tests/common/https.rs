@@ -92,6 +92,24 @@ impl Client {
         src: std::net::IpAddr,
     ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
         let tcp = connect_from(addr, src).await?;
+        self.tls(tcp).await
+    }
+
+    /// [`Self::connect_from`] with a 4 KiB receive buffer: a client that
+    /// does not read lets the server send little before its writes stall.
+    pub async fn connect_from_small_window(
+        &self,
+        addr: SocketAddr,
+        src: std::net::IpAddr,
+    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+        let sock = tokio::net::TcpSocket::new_v4().map_err(|e| format!("socket: {e}"))?;
+        sock.set_recv_buffer_size(4096).map_err(|e| format!("SO_RCVBUF: {e}"))?;
+        sock.bind(SocketAddr::new(src, 0)).map_err(|e| format!("bind {src}: {e}"))?;
+        let tcp = sock.connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+        self.tls(tcp).await
+    }
+
+    async fn tls(&self, tcp: TcpStream) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
         TlsConnector::from(self.config.clone())
             .connect(ServerName::try_from("localhost").map_err(|e| e.to_string())?, tcp)
             .await

@@ -367,13 +367,13 @@ impl Admission {
         let parsed = parse_body(bytes.clone(), big).await?;
         let (plan, cached) = plan_reads(&self.app, &parsed, self.target);
         if plan.is_empty() {
-            let reviewed = self.decision(&parsed, cached, self.app.settings.clone(), big, slot).await?;
+            let reviewed = self.decision(&parsed, cached, self.app.settings.clone(), slot).await?;
             return self.send(&parsed, reviewed).await;
         }
         if plan.decide_first {
             // Nothing is read for a review denied without the reads.
             let settings = without_preflight(&self.app.settings);
-            let first = self.decision(&parsed, Fetched::default(), settings, big, slot).await?;
+            let first = self.decision(&parsed, Fetched::default(), settings, slot).await?;
             if first.decision.denial().is_some() {
                 return self.send(&parsed, first).await;
             }
@@ -388,7 +388,7 @@ impl Admission {
         fetched.hcps = fetched.hcps.or(cached.hcps);
         let slot = self.decision_slot(units).await?;
         let parsed = parse_body(bytes, big).await?;
-        let reviewed = self.decision(&parsed, fetched, self.app.settings.clone(), big, slot).await?;
+        let reviewed = self.decision(&parsed, fetched, self.app.settings.clone(), slot).await?;
         self.send(&parsed, reviewed).await
     }
 
@@ -443,21 +443,18 @@ impl Admission {
         })
     }
 
-    /// Decides `parsed` on what was read, holding `slot` (a big review on
-    /// the blocking pool, within the deadline).
+    /// Decides `parsed` on what was read, holding `slot`, on the blocking
+    /// pool (no review holds up the async workers: probes, accepts, other
+    /// answers) and within the request deadline. The slot goes back only
+    /// when the work stops, even after a deadline answer: the units stay
+    /// charged for as long as the memory is in use.
     async fn decision(
         &self,
         parsed: &Arc<ParsedReview>,
         fetched: Fetched,
         settings: Settings,
-        big: bool,
         slot: OwnedSemaphorePermit,
     ) -> Result<admission::Reviewed, Refused> {
-        if !big {
-            let reviewed = core_decision(&self.app, parsed, &fetched, &settings, self.target);
-            drop(slot);
-            return reviewed;
-        }
         let (app, parsed, target) = (self.app.clone(), parsed.clone(), self.target);
         let task = tokio::task::spawn_blocking(move || {
             let _slot = slot;
@@ -474,9 +471,9 @@ impl Admission {
     }
 }
 
-/// Bodies at least this large are parsed and decided on the blocking pool,
-/// so a big review never holds up the async workers (probes, accepts, small
-/// reviews).
+/// Bodies at least this large are parsed on the blocking pool (every
+/// decision runs there), so a big review never holds up the async workers
+/// (probes, accepts, small reviews); a smaller one parses within a millisecond.
 const BLOCKING_DECISION_BYTES: usize = 256 * 1024;
 
 /// The body parsed, a big one on the blocking pool.

@@ -475,7 +475,19 @@ fn read_error(e: &std::io::Error) -> String {
 }
 
 /// A document's values: a JSON stream (one or more values) or one YAML document.
+/// Bounded by the document: its nesting is checked before any parser runs,
+/// and YAML aliases may not expand it beyond as many nodes as it has bytes
+/// ([`super::document_bounds`]).
 fn parse_chunk(text: &str, first_line: usize) -> Result<Vec<Value>, String> {
+    use serde::de::DeserializeSeed as _;
+    super::document_bounds::check_nesting(text).map_err(|e| {
+        let line = e.rsplit("line ").next().and_then(|l| l.split(' ').next()).and_then(|l| l.parse::<usize>().ok());
+        let shifted = line.map(|l| l.saturating_add(first_line).saturating_sub(1));
+        match (line, shifted) {
+            (Some(l), Some(s)) => format!("is refused: it {}", e.replacen(&format!("line {l}"), &format!("line {s}"), 1)),
+            _ => format!("is refused: it {e}"),
+        }
+    })?;
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         let json: Result<Vec<Value>, _> = serde_json::Deserializer::from_str(text).into_iter::<Value>().collect();
@@ -483,9 +495,12 @@ fn parse_chunk(text: &str, first_line: usize) -> Result<Vec<Value>, String> {
             return Ok(values);
         }
     }
+    let budget = std::cell::Cell::new(text.len().saturating_add(16));
     let mut out = Vec::new();
     for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let v: Value = serde::Deserialize::deserialize(doc).map_err(|e| yaml_error(&e, first_line))?;
+        let v = super::document_bounds::Bounded { budget: &budget }
+            .deserialize(doc)
+            .map_err(|e| yaml_error(&e, first_line))?;
         out.push(v);
     }
     Ok(out)

@@ -5,6 +5,7 @@
 pub mod certs;
 pub mod check;
 pub mod crd;
+pub mod document_bounds;
 pub mod input;
 pub mod redact;
 pub mod review;

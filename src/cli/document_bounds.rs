@@ -1,0 +1,217 @@
+//! What one input document may cost to read: its nesting checked before any
+//! parser runs, and its YAML aliases expanded to at most as many nodes as
+//! the document has bytes.
+//!
+//! Why: `check` runs in CI on GitOps repositories, where anyone who can open
+//! a pull request writes the input, and `docs/cli.md` promises memory
+//! bounded by the largest document. A YAML parser's repetition limit counts
+//! alias *jumps*, not the nodes each jump replays: one anchor of W items
+//! referenced W times is W² nodes (50 KB of text needed more than 2 GiB).
+//! And libyaml scans deep flow nesting (`[[[[…`) in quadratic time before the
+//! deserializer's recursion limit refuses it (200 KB took 23 s). Kubernetes
+//! manifests need neither: the bounds refuse both with a clear error, in time
+//! and memory linear in the document.
+
+use std::cell::Cell;
+
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+
+/// Deepest nesting accepted (serde_json's and serde_yaml_ng's recursion limit).
+pub const MAX_DEPTH: usize = 128;
+
+/// The deepest flow nesting (`[`/`{` outside quotes and comments) of `text`,
+/// when it is over [`MAX_DEPTH`]: an error naming the line. One pass, no
+/// allocation. Brackets inside plain scalars or block scalars are counted
+/// too (a conservative count: it takes 128 unclosed ones to matter).
+pub fn check_nesting(text: &str) -> Result<(), String> {
+    let (mut depth, mut line) = (0usize, 1usize);
+    let (mut single, mut double, mut escaped, mut comment) = (false, false, false, false);
+    let mut prev = '\n';
+    for c in text.chars() {
+        if c == '\n' {
+            line += 1;
+            comment = false;
+        } else if comment {
+        } else if double {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => double = false,
+                _ => {}
+            }
+        } else if single {
+            if c == '\'' {
+                single = false;
+            }
+        } else {
+            match c {
+                '"' => double = true,
+                '\'' if matches!(prev, ' ' | '\t' | '\n' | '[' | '{' | ',' | ':') => single = true,
+                '#' if prev.is_whitespace() => comment = true,
+                '[' | '{' => {
+                    depth += 1;
+                    if depth > MAX_DEPTH {
+                        return Err(format!(
+                            "nests deeper than {MAX_DEPTH} levels at line {line} (a Kubernetes manifest needs a few dozen at most)"
+                        ));
+                    }
+                }
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        prev = c;
+    }
+    Ok(())
+}
+
+/// Deserializes a [`Value`] as `serde_json::Value` does, counting every node
+/// the deserializer hands over (a replayed alias counts each time) against
+/// `budget`: past it, an error. With a budget of the document's length,
+/// memory and time stay linear in it, aliases or not.
+pub struct Bounded<'a> {
+    pub budget: &'a Cell<usize>,
+}
+
+impl Bounded<'_> {
+    fn take<E: de::Error>(&self) -> Result<(), E> {
+        match self.budget.get().checked_sub(1) {
+            Some(left) => {
+                self.budget.set(left);
+                Ok(())
+            }
+            None => Err(E::custom(
+                "YAML aliases expand to more nodes than the document has bytes: refused (a Kubernetes manifest needs no aliases)",
+            )),
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Bounded<'_> {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Bounded<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        self.take()?;
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        self.take()?;
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        self.take()?;
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        self.take()?;
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        self.take()?;
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        self.take()?;
+        Ok(Value::String(v))
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        self.take()?;
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        self.take()?;
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        self.take()?;
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(Bounded { budget: self.budget })? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        self.take()?;
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            self.take()?;
+            let v = map.next_value_seed(Bounded { budget: self.budget })?;
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn yaml(text: &str) -> Result<Vec<Value>, String> {
+        check_nesting(text)?;
+        let budget = Cell::new(text.len() + 16);
+        serde_yaml_ng::Deserializer::from_str(text)
+            .map(|doc| Bounded { budget: &budget }.deserialize(doc).map_err(|e| e.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn manifests_parse_as_serde_json_values() {
+        let text = "a: 1\nb: [x, 'y', \"z\"]\nc: {d: null, e: 1.5, f: true, g: ~}\nh: -3\n---\n- 1\n";
+        let got = yaml(text).expect("parses");
+        let want: Vec<Value> =
+            serde_yaml_ng::Deserializer::from_str(text).map(|d| serde::Deserialize::deserialize(d).expect("v")).collect();
+        assert_eq!(got, want);
+        // One small alias is fine: within the document's own size.
+        assert!(yaml("a: &x [1, 2]\nb: *x\n").is_ok());
+    }
+
+    #[test]
+    fn alias_bombs_are_refused_within_linear_memory() {
+        // M3's shape: an anchor of W items referenced W times.
+        let w = 3000;
+        let items = vec!["0"; w].join(",");
+        let refs = vec!["*a"; w].join(",");
+        let text = format!("a: &a [{items}]\nb: [{refs}]\n");
+        let e = yaml(&text).expect_err("refused");
+        assert!(e.contains("aliases expand to more nodes than the document has bytes"), "{e}");
+    }
+
+    #[test]
+    fn deep_flow_nesting_is_refused_before_any_parser_runs() {
+        let n = 100_000;
+        let text = format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let e = check_nesting(&text).expect_err("refused");
+        assert!(e.contains("deeper than 128 levels at line 1"), "{e}");
+        // Brackets in quotes and comments do not count; 128 levels pass.
+        let quoted = format!("a: \"{}\" # {}\n", "[".repeat(500), "{".repeat(500));
+        assert!(check_nesting(&quoted).is_ok());
+        assert!(check_nesting(&format!("{}{}", "[".repeat(128), "]".repeat(128))).is_ok());
+        assert!(check_nesting("a: 'it''s [' \nb: x'[[[' \n").is_ok());
+    }
+}

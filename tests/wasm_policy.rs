@@ -449,3 +449,57 @@ fn recorded_host_capability_sessions_replay() {
         assert!(!recorded.is_empty(), "{}: a session with no host call", file.display());
     }
 }
+
+/// The review's M2: policy-server keeps one reflector per distinct
+/// (kind, namespace, label selector, field selector) a policy lists, for its
+/// life. Over 60 HCPEtcdBackup CREATEs naming 60 different credentials
+/// Secrets (and 3 namespaces), the lists the policy makes have at most one
+/// key per kind and namespace: no selector carries a request's name. A
+/// Secret not labelled is read with one live GET (no reflector).
+#[test]
+fn the_reflectors_a_policy_causes_are_bounded_by_the_namespaces_not_the_requests() {
+    if !common::env::ready("the_reflectors_a_policy_causes_are_bounded_by_the_namespaces_not_the_requests", &[wasm_module()])
+    {
+        return;
+    }
+    let case = common::load_cases()
+        .into_iter()
+        .find(|c| c.name.contains("s3 role ARN with everything in place"))
+        .expect("the preflight case");
+    let now = parse_rfc3339(&case.now).expect("now");
+    let mut keys = std::collections::BTreeSet::new();
+    let mut gets = 0;
+    for i in 0..60 {
+        let mut req = case.review["request"].clone();
+        req["object"]["spec"]["storage"]["s3"]["credentials"]["name"] = json!(format!("creds-{i}"));
+        let mut context = case.context.clone();
+        // Half of the named Secrets exist unlabelled: read with a live GET.
+        if i % 2 == 0 {
+            let mut s = context.iter().find(|o| o["kind"] == "Secret").expect("secret").clone();
+            s["metadata"]["name"] = json!(format!("creds-{i}"));
+            s["metadata"]["labels"] = json!({});
+            context.push(s);
+        }
+        let policy = module().instance(Some(now), context_handler(context)).expect("instance");
+        let out = policy.call("validate", &serde_json::to_vec(&json!({"settings": case.settings, "request": req})).expect("json"));
+        let v: Value = serde_json::from_slice(&out.expect("validate")).expect("json");
+        let warned = v["warnings"].to_string();
+        if i % 2 == 0 {
+            assert!(!warned.contains("not found in namespace"), "an unlabelled Secret is found: {v}");
+        } else {
+            assert!(warned.contains(&format!("credential Secret \\\"creds-{i}\\\" not found")), "{v}");
+        }
+        for (_, _, op, payload) in policy.host_calls() {
+            let p: Value = serde_json::from_slice(&payload).expect("payload");
+            if op == "list_resources_by_namespace" {
+                keys.insert(format!("{}|{}|{}|{}|{}", p["api_version"], p["kind"], p["namespace"], p["label_selector"], p["field_selector"]));
+            } else if op == "get_resource" && p["kind"] == "Secret" {
+                assert_eq!(p["disable_cache"], true, "{p}");
+                gets += 1;
+            }
+        }
+    }
+    assert!(keys.iter().all(|k| !k.contains("creds-")), "a selector carries a request's name: {keys:?}");
+    assert!(keys.len() <= 4, "{} reflector keys over 60 names: {keys:?}", keys.len());
+    assert_eq!(gets, 60, "one live GET per Secret not among the labelled ones");
+}

@@ -49,8 +49,21 @@ impl Lookup for HostLookup {
     }
 
     fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, LookupError> {
-        let answer = list(&kubewarden::list_request("v1", "Secret", namespace, Some(name)))?;
-        kubewarden::single_item(&answer, name).map_err(LookupError::Failed)
+        // The labelled Secrets of the namespace: one reflector in
+        // policy-server, whatever names requests carry.
+        let answer = list(&kubewarden::credentials_list_request(namespace))?;
+        if let Some(secret) = kubewarden::single_item(&answer, name).map_err(LookupError::Failed)? {
+            return Ok(Some(secret));
+        }
+        // Not labelled, or absent: one live GET tells (no reflector). The
+        // list above answered, so the capability works and a failure here is
+        // the apiserver's 404.
+        match kubernetes("get_resource", &kubewarden::live_secret_request(namespace, name)) {
+            Ok(answer) => serde_json::from_slice(&answer)
+                .map(Some)
+                .map_err(|e| LookupError::Failed(format!("the host's answer is not JSON: {e}"))),
+            Err(_) => Ok(None),
+        }
     }
 
     fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, LookupError> {

@@ -158,6 +158,39 @@ pub fn list_request(api_version: &str, kind: &str, namespace: &str, name: Option
     })
 }
 
+/// The label every credentials Secret the OADP plugin and the runbooks
+/// write carries (and the Secret webhook's `objectSelector`).
+pub const CREDENTIALS_LABEL: &str = "hypershift.openshift.io/etcd-backup=true";
+
+/// The body of the `list_resources_by_namespace` host call for credentials
+/// Secrets: a fixed label selector, never the request's name. policy-server
+/// keeps one reflector per distinct (kind, namespace, selectors) for its
+/// life, so a name chosen by the request would add a watch per name; this
+/// is one watch for the operator namespace, and the name is matched here.
+pub fn credentials_list_request(namespace: &str) -> Value {
+    json!({
+        "api_version": "v1",
+        "kind": "Secret",
+        "namespace": namespace,
+        "label_selector": CREDENTIALS_LABEL,
+        "field_selector": null,
+        "field_masks": null,
+    })
+}
+
+/// The body of a `get_resource` host call for one Secret, read live
+/// (`disable_cache`: policy-server GETs it, no reflector is made for it).
+pub fn live_secret_request(namespace: &str, name: &str) -> Value {
+    json!({
+        "api_version": "v1",
+        "kind": "Secret",
+        "name": name,
+        "namespace": namespace,
+        "disable_cache": true,
+        "field_masks": null,
+    })
+}
+
 /// The one object of a host-call List answer narrowed by name.
 pub fn single_item(answer: &[u8], name: &str) -> Result<Option<Value>, String> {
     Ok(list_items(answer)?.into_iter().find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(name)))

@@ -128,7 +128,8 @@ impl Policy {
 }
 
 /// Serves `list_resources_by_namespace` from fixtures, as policy-server does
-/// from its reflectors (including a `metadata.name=` field selector), and
+/// from its reflectors (including a `metadata.name=` field selector and an
+/// equality label selector), and
 /// `get_resource` from the same fixtures. A case without context objects
 /// models a policy that is not context aware for the backup preflight's
 /// kinds: those calls fail, as policy-server refuses them.
@@ -155,9 +156,17 @@ pub fn cache_and_live_handler(cached: Vec<serde_json::Value>, live: Vec<serde_js
                     return Err(format!("{} is not in the policy's contextAwareResources", req["kind"]));
                 }
                 let name = req["field_selector"].as_str().and_then(|f| f.strip_prefix("metadata.name="));
+                // `k=v[,k=v]` equality selectors, as the policy sends them.
+                let labelled = |o: &Value| {
+                    req["label_selector"].as_str().is_none_or(|sel| {
+                        sel.split(',').all(|kv| {
+                            kv.split_once('=').is_some_and(|(k, v)| o["metadata"]["labels"][k].as_str() == Some(v))
+                        })
+                    })
+                };
                 let items: Vec<&Value> = cached
                     .iter()
-                    .filter(|o| same_kind(o, &req) && name.is_none_or(|n| o["metadata"]["name"] == n))
+                    .filter(|o| same_kind(o, &req) && name.is_none_or(|n| o["metadata"]["name"] == n) && labelled(o))
                     .collect();
                 Ok(serde_json::to_vec(
                     &json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": items}),

@@ -160,6 +160,8 @@ pub struct Limits {
     /// In KiB.
     body_budget: Arc<Semaphore>,
     decisions: Arc<Semaphore>,
+    /// The units reviews of more than one unit may hold together.
+    big_decisions: Arc<Semaphore>,
     /// In KiB: answers decided and not yet written.
     answers: Arc<Semaphore>,
     /// KiB of `answers` each source holds.
@@ -263,6 +265,9 @@ impl Limits {
             requests: Arc::new(Semaphore::new(opts.max_requests.clamp(1, Semaphore::MAX_PERMITS))),
             body_budget: Arc::new(Semaphore::new(budget_kib)),
             decisions: Arc::new(Semaphore::new(opts.max_decision_units.max(1) as usize)),
+            big_decisions: Arc::new(Semaphore::new(
+                (opts.max_decision_units.max(1) - reserved_units(opts.max_decision_units)) as usize,
+            )),
             answers: Arc::new(Semaphore::new((opts.answer_budget / 1024).clamp(1, Semaphore::MAX_PERMITS))),
             answers_by_source: Arc::default(),
             readers: Arc::default(),
@@ -425,7 +430,7 @@ impl Limits {
     /// [`DECISION_UNIT_BYTES`]; `Err(budget)` when that is more than every
     /// unit together (`budget` bytes): such a review is never decided.
     pub fn units_for(&self, bytes: u64) -> Result<u32, u64> {
-        let max = self.opts.max_decision_units.max(1);
+        let max = self.opts.max_decision_units.max(1) - reserved_units(self.opts.max_decision_units);
         let units = bytes.div_ceil(DECISION_UNIT_BYTES).max(1);
         if units > u64::from(max) {
             return Err(u64::from(max).saturating_mul(DECISION_UNIT_BYTES));
@@ -433,10 +438,36 @@ impl Limits {
         Ok(u32::try_from(units).unwrap_or(max))
     }
 
-    /// `units` decision units, waiting at most `queue_wait`.
-    pub async fn decision_slot(&self, units: u32) -> Option<OwnedSemaphorePermit> {
-        tokio::time::timeout(self.opts.queue_wait, self.decisions.clone().acquire_many_owned(units)).await.ok()?.ok()
+    /// `units` decision units, waiting at most `queue_wait`. A review of
+    /// more than one unit first takes its units from the share big reviews
+    /// may hold (all but [`reserved_units`]): however many big reviews
+    /// arrive, from however many sources, a one-unit review (what the
+    /// apiserver sends) always finds units within a few small decisions.
+    pub async fn decision_slot(&self, units: u32) -> Option<DecisionSlot> {
+        let take = async {
+            let big = if units > 1 { Some(self.big_decisions.clone().acquire_many_owned(units).await.ok()?) } else { None };
+            let units = self.decisions.clone().acquire_many_owned(units).await.ok()?;
+            Some(DecisionSlot { _units: units, _big: big })
+        };
+        tokio::time::timeout(self.opts.queue_wait, take).await.ok()?
     }
+}
+
+/// Decision units of `max` kept for one-unit reviews: an eighth, at least
+/// one once there are four.
+pub fn reserved_units(max: u32) -> u32 {
+    if max >= 4 {
+        (max / 8).max(1)
+    } else {
+        0
+    }
+}
+
+/// Decision units held (and, for a review of more than one, its share of
+/// the big reviews' units); released when dropped.
+pub struct DecisionSlot {
+    _units: OwnedSemaphorePermit,
+    _big: Option<OwnedSemaphorePermit>,
 }
 
 #[cfg(test)]

@@ -20,14 +20,14 @@ use axum::{
 };
 use hyper::body::{Frame, SizeHint};
 use serde_json::json;
-use tokio::{sync::OwnedSemaphorePermit, time::Instant};
+use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use super::{
     backup_cache::RequestReads,
     conns::Activity,
     fields::{log_field, LOG_FIELD_MAX},
-    limits::{AnswerCharge, BodyError, Held, RequestSlot},
+    limits::{AnswerCharge, BodyError, DecisionSlot, Held, RequestSlot},
     outgoing::Hold,
     metrics::{truncate, Answer, OperationLabel, RejectReason},
     reads::{self, Fetched},
@@ -436,7 +436,7 @@ impl Admission {
     }
 
     /// `units` decision units, within the queue wait and the deadline.
-    async fn decision_slot(&self, units: u32) -> Result<OwnedSemaphorePermit, Refused> {
+    async fn decision_slot(&self, units: u32) -> Result<DecisionSlot, Refused> {
         let slot = tokio::time::timeout_at(self.deadline, self.app.limits.decision_slot(units)).await.ok().flatten();
         slot.ok_or_else(|| {
             Refused::busy(StatusCode::TOO_MANY_REQUESTS, RejectReason::Decisions, "every decision slot is busy; retry")
@@ -453,7 +453,7 @@ impl Admission {
         parsed: &Arc<ParsedReview>,
         fetched: Fetched,
         settings: Settings,
-        slot: OwnedSemaphorePermit,
+        slot: DecisionSlot,
     ) -> Result<admission::Reviewed, Refused> {
         let (app, parsed, target) = (self.app.clone(), parsed.clone(), self.target);
         let task = tokio::task::spawn_blocking(move || {

@@ -146,16 +146,25 @@ async fn preflight_from_the_cluster_watch_and_a_live_secret_read() {
     .json();
     assert_eq!(v["response"]["allowed"], false, "{v}");
     assert!(!v.to_string().contains(MARKER));
+    // A usable Secret posted by a caller without a client certificate (the
+    // review's m2: it set the series, and 600 names evicted the real one):
+    // allowed, and recorded nowhere.
+    let forged = with_name(fx["secretsts"].clone(), "forged-usable");
+    let v = post(
+        "/validate/etcd-backup-secrets",
+        common::admission_review("f", "secrets", None, "CREATE", Some(&forged), None),
+    )
+    .await
+    .json();
+    assert_eq!(v["response"]["allowed"], true, "{v}");
 
     let metrics = https.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
-    for line in [
-        "hcp_etcd_admission_backup_credentials_valid{namespace=\"hypershift\",secret=\"good\"} 1",
-        "hcp_etcd_admission_backup_credentials_valid{namespace=\"hypershift\",secret=\"elsewhere\"} 0",
-    ] {
-        assert!(metrics.contains(line), "{line} missing from\n{metrics}");
-    }
-    // Denied reviews make no series (a caller cannot add one by being refused).
-    for absent in ["secret=\"bad\"", "secret=\"typed-by-hand\""] {
+    let line = "hcp_etcd_admission_backup_credentials_valid{namespace=\"hypershift\",secret=\"good\"} 1";
+    assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+    // Denied reviews make no series (a caller cannot add one by being
+    // refused), nor does a name that does not exist (any caller can name
+    // one), nor a Secret posted by a caller that is not the apiserver.
+    for absent in ["secret=\"bad\"", "secret=\"typed-by-hand\"", "secret=\"elsewhere\"", "secret=\"forged-usable\""] {
         assert!(!metrics.contains(absent), "{absent} in\n{metrics}");
     }
     assert!(!metrics.contains(MARKER));

@@ -272,7 +272,8 @@ fn check_credentials(obj: &Value, lookup: Option<&dyn Lookup>, settings: &Settin
     let Some(secret) = secret else {
         // As the controller: a missing Secret is waited for (a client may
         // copy it right after creating the backup), then the backup fails.
-        f.credentials = Some(CredentialsSeen { namespace: ns.to_string(), name: name.to_string(), usable: false });
+        // No gauge series for a name that does not exist: any caller can
+        // name one (a series per guessed name would evict the real ones).
         let (n, q) = (go_quote(name), go_quote(ns));
         f.warn(
             &SECRET_EXISTS,

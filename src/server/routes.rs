@@ -244,7 +244,8 @@ async fn admit(State(app): State<Arc<App>>, req: Request<Body>, target: Target) 
     let source = conn.as_ref().map_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |c| c.source());
     let span = tracing::info_span!("admission", webhook = target.label(), source = %source);
     let deadline = started + app.limits.opts.request_timeout;
-    Admission { app, target, started, deadline, source, conn }.run(req).instrument(span).await
+    let caller_verified = req.extensions().get::<Arc<PeerIdentity>>().is_some_and(|p| p.verified);
+    Admission { app, target, started, deadline, source, conn, caller_verified }.run(req).instrument(span).await
 }
 
 /// The request being admitted: what every stage needs.
@@ -255,6 +256,8 @@ struct Admission {
     deadline: Instant,
     source: IpAddr,
     conn: Option<Arc<Activity>>,
+    /// The caller presented a client certificate the client CA verified.
+    caller_verified: bool,
 }
 
 impl Admission {
@@ -409,7 +412,7 @@ impl Admission {
                 "answers waiting to be read fill this server's answer budget; retry",
             )
         })?;
-        record(&self.app, parsed, &reviewed, self.target, self.started);
+        record(&self.app, parsed, &reviewed, self.target, self.started, self.caller_verified);
         let mut r = Response::new(Body::from(bytes));
         r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         Ok((r, Some(charge)))
@@ -526,7 +529,14 @@ fn core_decision(
 /// decision (bounded label sets). The credentials gauge is keyed by names:
 /// set only from allowed reviews that are not dry runs, and only for
 /// Secrets of the operator namespace.
-fn record(app: &App, parsed: &ParsedReview, reviewed: &admission::Reviewed, target: Target, started: Instant) {
+fn record(
+    app: &App,
+    parsed: &ParsedReview,
+    reviewed: &admission::Reviewed,
+    target: Target,
+    started: Instant,
+    caller_verified: bool,
+) {
     let elapsed = started.elapsed();
     let req = parsed.request();
     let decision = &reviewed.decision;
@@ -543,9 +553,15 @@ fn record(app: &App, parsed: &ParsedReview, reviewed: &admission::Reviewed, targ
         app.metrics.etcd_init(outcome, reason);
     }
     let dry_run = req.and_then(|r| r.dry_run).unwrap_or(false);
-    // A Secret the preflight judged counts only when it was read from the
-    // cluster (not from `--context` files); a Secret the webhook admits always.
-    let from_cluster = target == Target::EtcdBackupSecrets || app.backup_cache.is_some();
+    // What the gauge records must be a fact about the cluster, never what a
+    // caller says: a Secret the preflight read from the cluster (not from
+    // `--context` files), or a Secret under review only when the caller is
+    // the apiserver (a verified client certificate; unauthenticated, anyone
+    // could post a forged Secret and set or evict series).
+    let from_cluster = match target {
+        Target::EtcdBackupSecrets => caller_verified,
+        _ => app.backup_cache.is_some(),
+    };
     if let Some(seen) = decision.credentials.as_ref().filter(|_| outcome == Answer::Allowed && !dry_run && from_cluster)
     {
         if seen.namespace == app.settings.operator_namespace {

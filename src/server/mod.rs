@@ -32,6 +32,7 @@ pub mod conns;
 pub mod fields;
 pub mod hcp_cache;
 pub mod limits;
+pub mod log_budget;
 pub mod metrics;
 pub mod outgoing;
 mod plain;

@@ -412,7 +412,7 @@ impl Admission {
                 "answers waiting to be read fill this server's answer budget; retry",
             )
         })?;
-        record(&self.app, parsed, &reviewed, self.target, self.started, self.caller_verified);
+        record(&self.app, parsed, &reviewed, self.target, self.started, self.caller_verified, self.source);
         let mut r = Response::new(Body::from(bytes));
         r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         Ok((r, Some(charge)))
@@ -536,6 +536,7 @@ fn record(
     target: Target,
     started: Instant,
     caller_verified: bool,
+    source: IpAddr,
 ) {
     let elapsed = started.elapsed();
     let req = parsed.request();
@@ -568,8 +569,12 @@ fn record(
             app.metrics.credentials_valid(&seen.namespace, &seen.name, seen.usable);
         }
     }
+    // At most LINES_PER_SECOND lines a source (the rest counted, and
+    // reported on its next line); metrics above count every review.
+    let Some(suppressed) = app.log_budget.admit(source) else { return };
     let field = |v: Option<&str>| log_field(v.unwrap_or_default());
     tracing::info!(
+        suppressed,
         uid = field(req.map(|r| r.uid.as_str())),
         kind = field(req.map(|r| r.kind.kind.as_str())),
         namespace = field(req.and_then(|r| r.namespace.as_deref())),

@@ -82,6 +82,8 @@ pub struct App {
     pub client_auth: Option<ClientAuth>,
     /// The budget and negative cache of live reads.
     pub reads: reads::LiveReads,
+    /// "admission review" log lines per source.
+    pub log_budget: super::log_budget::LogBudget,
 }
 
 /// A lookup source the handlers share.
@@ -119,6 +121,7 @@ impl App {
                 sans: opts.client_identity_sans,
             }),
             reads: reads::LiveReads::new(&opts.limits),
+            log_budget: super::log_budget::LogBudget::default(),
         }
     }
 }

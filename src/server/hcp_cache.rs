@@ -67,6 +67,12 @@ impl HcpCache {
         in_namespace(self.store.state().iter().map(AsRef::as_ref), namespace)
     }
 
+    /// Whether the cache holds a HostedControlPlane in `namespace` (the live
+    /// reads about it then use the budget of known hosted namespaces).
+    pub fn knows_hosted(&self, namespace: &str) -> bool {
+        !self.cached(namespace).is_empty()
+    }
+
     /// The answer as fresh as the decision asks ([`Freshness`], from the
     /// core's read plan): the cache when it answers, else a live read.
     pub async fn lookup_fresh(&self, namespace: &str, freshness: &Freshness) -> Prefetched {

@@ -19,7 +19,10 @@
 //!   (the credentials Secret and the live backups list only once the
 //!   namespace is known to have a HostedControlPlane)
 //!   under a budget of its own: `max_live_reads` at once, at most half of
-//!   them for one source address, waited for at most the queue wait. A read
+//!   them for one source address, waited for at most the queue wait, in two
+//!   pools (namespaces the cache knows as hosted, and every other), so cache
+//!   misses a caller causes at will never crowd out the reads real reviews
+//!   of hosted namespaces need. A read
 //!   that gets no place, fails or times out reaches the decision as not
 //!   read, and the core says so (a warning for the preflight, a denial for
 //!   the etcd-init mutation: never a guess).
@@ -125,7 +128,7 @@ const LIVE_READ_LATE: &str = "the live read did not finish within the request de
 
 /// A live-read place; given back (and its source's count) when dropped.
 struct Place {
-    _permit: OwnedSemaphorePermit,
+    _permit: Option<OwnedSemaphorePermit>,
     source: IpAddr,
     held: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }
@@ -151,11 +154,48 @@ enum Negative {
     Secret(String),
 }
 
-/// The live-read budget and the negative cache.
-pub struct LiveReads {
+/// One pool of live-read places: at most half of them for one source.
+struct Budget {
     places: Arc<Semaphore>,
     per_source: usize,
     held: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Budget {
+    fn new(max: usize) -> Self {
+        Self { places: Arc::new(Semaphore::new(max)), per_source: (max / 2).max(1), held: Arc::default() }
+    }
+
+    /// A place for a read from `source`, waiting until `until`; `None` when
+    /// the source holds its share or none freed up.
+    async fn place(&self, source: IpAddr, until: Instant) -> Option<Place> {
+        {
+            let mut held = self.held.lock().ok()?;
+            let n = held.entry(source).or_insert(0);
+            if *n >= self.per_source {
+                return None;
+            }
+            *n += 1;
+        }
+        // Dropped without a permit, it gives the source's share back too.
+        let mut place = Place { _permit: None, source, held: self.held.clone() };
+        let permit = tokio::time::timeout_at(until, self.places.clone().acquire_owned()).await.ok()?.ok()?;
+        place._permit = Some(permit);
+        Some(place)
+    }
+}
+
+/// The live-read budgets and the negative cache.
+///
+/// Two pools: reads about a namespace the HostedControlPlane cache already
+/// holds a HostedControlPlane for (what the apiserver's real reviews need:
+/// the etcd StatefulSet of a hosted cluster, a backup's preflight) and reads
+/// about any other namespace (cache misses, which a caller naming fresh
+/// namespaces causes at will). A flood of the second kind, behind a slow
+/// apiserver, can never take the places of the first.
+pub struct LiveReads {
+    known: Budget,
+    unknown: Budget,
     wait: Duration,
     ttl: Duration,
     negative: Mutex<BTreeMap<Negative, Instant>>,
@@ -165,44 +205,19 @@ impl LiveReads {
     pub fn new(opts: &LimitOptions) -> Self {
         let max = opts.max_live_reads.clamp(1, Semaphore::MAX_PERMITS);
         Self {
-            places: Arc::new(Semaphore::new(max)),
-            per_source: (max / 2).max(1),
-            held: Arc::default(),
+            known: Budget::new(max),
+            unknown: Budget::new(max),
             wait: opts.queue_wait,
             ttl: opts.negative_cache_ttl,
             negative: Mutex::default(),
         }
     }
 
-    /// A place for a read from `source`, waiting until `deadline` or the
-    /// queue wait; `None` when the source holds its share or none freed up.
-    async fn place(&self, source: IpAddr, deadline: Instant) -> Option<Place> {
-        {
-            let mut held = self.held.lock().ok()?;
-            let n = held.entry(source).or_insert(0);
-            if *n >= self.per_source {
-                return None;
-            }
-            *n += 1;
-        }
-        let release = |held: &Mutex<HashMap<IpAddr, usize>>| {
-            if let Ok(mut h) = held.lock() {
-                if let Some(n) = h.get_mut(&source) {
-                    *n = n.saturating_sub(1);
-                    if *n == 0 {
-                        h.remove(&source);
-                    }
-                }
-            }
-        };
+    /// A place for a read from `source` about a namespace the cache knows
+    /// as hosted (`known`) or not, waiting until `deadline` or the queue wait.
+    async fn place(&self, source: IpAddr, deadline: Instant, known: bool) -> Option<Place> {
         let until = deadline.min(Instant::now() + self.wait);
-        match tokio::time::timeout_at(until, self.places.clone().acquire_owned()).await {
-            Ok(Ok(permit)) => Some(Place { _permit: permit, source, held: self.held.clone() }),
-            _ => {
-                release(&self.held);
-                None
-            }
-        }
+        if known { self.known.place(source, until).await } else { self.unknown.place(source, until).await }
     }
 
     fn remembered(&self, key: &Negative) -> bool {
@@ -233,11 +248,11 @@ impl LiveReads {
     async fn placed<T>(
         &self,
         app: &App,
-        source: IpAddr,
+        (source, known): (IpAddr, bool),
         deadline: Instant,
         read: impl std::future::Future<Output = Result<T, String>>,
     ) -> Result<T, String> {
-        let Some(_place) = self.place(source, deadline).await else {
+        let Some(_place) = self.place(source, deadline, known).await else {
             app.metrics.rejected(RejectReason::LiveReads);
             return Err(LIVE_READS_TAKEN.to_string());
         };
@@ -252,6 +267,12 @@ impl LiveReads {
             LIVE_READS_TAKEN.to_string()
         };
         let late = || LIVE_READ_LATE.to_string();
+        // The namespace the plan reads about, and whether the cache already
+        // holds a HostedControlPlane there (its reads use the other pool).
+        let known = match (&plan.hosted_control_planes, &app.hcp_cache) {
+            (Some((ns, _)), Some(cache)) => cache.knows_hosted(ns),
+            _ => false,
+        };
         let hcps = async {
             let (Some((ns, freshness)), Some(cache)) = (&plan.hosted_control_planes, &app.hcp_cache) else {
                 return None;
@@ -268,7 +289,7 @@ impl LiveReads {
             if self.remembered(&key) {
                 return Some(Prefetched(Ok(Vec::new())));
             }
-            let Some(_place) = self.place(source, deadline).await else {
+            let Some(_place) = self.place(source, deadline, known).await else {
                 return Some(Prefetched(Err(LookupError::Failed(busy()))));
             };
             let read = cache.lookup_fresh(ns, freshness);
@@ -289,7 +310,7 @@ impl LiveReads {
             if self.remembered(&key) {
                 return Some((ns, name.clone(), Ok(None)));
             }
-            let Some(_place) = self.place(source, deadline).await else {
+            let Some(_place) = self.place(source, deadline, known).await else {
                 return Some((ns, name.clone(), Err(busy())));
             };
             let read = tokio::time::timeout_at(deadline, cache.read_secret(name)).await.unwrap_or_else(|_| Err(late()));
@@ -307,7 +328,7 @@ impl LiveReads {
         };
         let backups = async {
             let (Some(ns), Some(cache)) = (&plan.backups, &app.backup_cache) else { return None };
-            Some((ns.clone(), self.placed(app, source, deadline, cache.list_backups_live(ns)).await))
+            Some((ns.clone(), self.placed(app, (source, known), deadline, cache.list_backups_live(ns)).await))
         };
         // The HostedControlPlanes first: the Secret, the other backups and
         // the etcd StatefulSet are read only for a namespace that has one (the namespace's own denial
@@ -319,7 +340,7 @@ impl LiveReads {
         }
         let etcd = async {
             let (Some(ns), Some(cache)) = (&plan.etcd_stateful_set, &app.backup_cache) else { return None };
-            Some((ns.clone(), self.placed(app, source, deadline, cache.read_etcd(ns)).await))
+            Some((ns.clone(), self.placed(app, (source, known), deadline, cache.read_etcd(ns)).await))
         };
         // Two at once at most: one source holds at most half the places.
         let (secret, backups) = tokio::join!(secret, backups);
@@ -341,6 +362,25 @@ mod tests {
         })
     }
 
+    /// The review's m1: reads for fresh namespaces (cache misses) from
+    /// several sources take every place of their pool; a read about a
+    /// namespace the cache knows as hosted still gets one at once.
+    #[tokio::test]
+    async fn reads_for_unknown_namespaces_never_take_the_places_of_known_hosted_ones() {
+        let r = reads(4, 0);
+        let soon = Instant::now() + Duration::from_secs(5);
+        let sources: Vec<IpAddr> = (2..6).map(|i| IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, i))).collect();
+        let mut held = Vec::new();
+        for s in &sources {
+            if let Some(p) = r.place(*s, soon, false).await {
+                held.push(p);
+            }
+        }
+        assert_eq!(held.len(), 4, "the unknown pool is full");
+        assert!(r.place(A, soon, false).await.is_none(), "a fifth unknown read waits in vain");
+        assert!(r.place(A, soon, true).await.is_some(), "a read for a known hosted namespace is not crowded out");
+    }
+
     const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 1));
     const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
 
@@ -348,27 +388,27 @@ mod tests {
     async fn one_source_holds_at_most_half_of_the_live_read_places() {
         let r = reads(4, 0);
         let soon = Instant::now() + Duration::from_secs(1);
-        let a1 = r.place(A, soon).await.expect("a1");
-        let a2 = r.place(A, soon).await.expect("a2");
-        assert!(r.place(A, soon).await.is_none(), "A holds its half");
-        let b1 = r.place(B, soon).await.expect("another source still gets a place");
-        let b2 = r.place(B, soon).await.expect("b2");
-        assert!(r.place(B, soon).await.is_none());
+        let a1 = r.place(A, soon, false).await.expect("a1");
+        let a2 = r.place(A, soon, false).await.expect("a2");
+        assert!(r.place(A, soon, false).await.is_none(), "A holds its half");
+        let b1 = r.place(B, soon, false).await.expect("another source still gets a place");
+        let b2 = r.place(B, soon, false).await.expect("b2");
+        assert!(r.place(B, soon, false).await.is_none());
         drop((a1, b1));
-        assert!(r.place(A, soon).await.is_some(), "a place given back is taken again");
+        assert!(r.place(A, soon, false).await.is_some(), "a place given back is taken again");
         drop((a2, b2));
-        assert!(r.held.lock().map(|h| h.len() <= 1).unwrap_or(false));
+        assert!(r.unknown.held.lock().map(|h| h.len() <= 1).unwrap_or(false));
     }
 
     #[tokio::test]
     async fn a_full_budget_is_waited_for_at_most_the_queue_wait() {
         let r = reads(2, 0);
         let soon = Instant::now() + Duration::from_secs(5);
-        let _a = r.place(A, soon).await.expect("a");
-        let _b = r.place(B, soon).await.expect("b");
+        let _a = r.place(A, soon, false).await.expect("a");
+        let _b = r.place(B, soon, false).await.expect("b");
         let c = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 3));
-        assert!(r.place(c, soon).await.is_none(), "no place freed within the wait");
-        assert!(r.held.lock().map(|h| !h.contains_key(&c)).unwrap_or(false), "the refused source holds nothing");
+        assert!(r.place(c, soon, false).await.is_none(), "no place freed within the wait");
+        assert!(r.unknown.held.lock().map(|h| !h.contains_key(&c)).unwrap_or(false), "the refused source holds nothing");
     }
 
     #[test]

@@ -354,3 +354,117 @@ fn the_decision_heap_stays_under_what_is_charged_for_it() {
     eprintln!("{}", report.join("\n"));
     assert!(over.is_empty(), "the decision used more heap than it was charged for:\n{}", over.join("\n"));
 }
+
+/// A seeded xorshift generator (the seed is printed; `HCP_FUZZ_SEED` replays one).
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    /// A string that is ordinary, escape-heavy, URL-like or long.
+    fn string(&mut self, budget: usize) -> String {
+        let len = self.below(budget.clamp(1, 4096)) + 1;
+        match self.below(5) {
+            0 => "\u{7f}".repeat(len),
+            1 => "\"\\\u{0}\n".repeat(len / 4 + 1),
+            2 => format!("https://b.s3.amazonaws.com/{}?X-Amz-Signature=s", "k".repeat(len)),
+            3 => "é".repeat(len / 2 + 1),
+            _ => format!("v{}", self.next()),
+        }
+    }
+    /// A JSON value of about `budget` bytes: wide, deep, duplicate-heavy,
+    /// many small objects, or scalars.
+    fn value(&mut self, budget: usize, depth: usize) -> Value {
+        if budget < 16 || depth > 60 {
+            return match self.below(4) {
+                0 => json!(self.next() % 1000),
+                1 => Value::Null,
+                2 => json!(self.below(2) == 0),
+                _ => json!(self.string(budget)),
+            };
+        }
+        match self.below(6) {
+            0 => Value::Array((0..budget / 8).map(|i| json!({"a": i % 7})).collect()),
+            1 => Value::Array(vec![json!("dup"); budget / 6]),
+            2 => {
+                let n = self.below(8) + 1;
+                Value::Array((0..n).map(|_| self.value(budget / n, depth + 1)).collect())
+            }
+            3 => {
+                let n = self.below(8) + 1;
+                Value::Object((0..n).map(|i| (format!("k{i}{}", self.below(3)), self.value(budget / n, depth + 1))).collect())
+            }
+            4 => Value::Object((0..budget / 10).map(|i| (format!("f{i}"), json!(i))).collect()),
+            _ => json!(self.string(budget)),
+        }
+    }
+}
+
+/// Generated hostile bodies on every webhook's kind, with a budget per body:
+/// the decision's peak heap stays under what the server charges for it
+/// before parsing, and its CPU per body byte under a bound a quadratic pass
+/// would break (thread CPU time, 64 KiB bodies and up, debug build). Not a
+/// speed goal: a bound on the cost's growth with the input.
+#[test]
+fn generated_hostile_reviews_stay_within_their_charge_and_linear_cpu() {
+    const CPU_NS_PER_BYTE: f64 = 2_000.0;
+    let _one = MEASURE.lock().unwrap_or_else(|e| e.into_inner());
+    let seed = std::env::var("HCP_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(7, |d| d.as_nanos() as u64) | 1
+    });
+    eprintln!("generated hostile reviews: seed {seed} (HCP_FUZZ_SEED replays it)");
+    let mut g = Gen(seed);
+    let (mut worst_heap, mut worst_cpu, mut over) = (0f64, 0f64, Vec::new());
+    for i in 0..60 {
+        let budget = [4 * 1024, 64 * 1024, 512 * 1024][i % 3];
+        let v = g.value(budget, 0);
+        let body = match g.below(5) {
+            0 => admission_review("hcpetcdbackups", "HCPEtcdBackup", "hypershift.openshift.io", "CREATE",
+                json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
+                    "metadata": {"name": "b", "namespace": "clusters", "labels": {"x": v.clone()}},
+                    "spec": {"storage": {"storageType": "S3", "s3": {"bucket": "b", "region": "us-east-1",
+                        "keyPrefix": v.clone(), "credentials": {"name": "c"}}}, "extra": v}}), Value::Null),
+            1 => admission_review("hostedclusters", "HostedCluster", "hypershift.openshift.io", "UPDATE",
+                json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedCluster",
+                    "metadata": {"name": "h", "namespace": "clusters"},
+                    "spec": {"etcd": {"managementType": "Managed", "managed": {"storage": {"restoreSnapshotURL": v.clone()}}}}}),
+                json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedCluster",
+                    "metadata": {"name": "h", "namespace": "clusters"}, "spec": {"etcd": v}})),
+            2 => admission_review("secrets", "Secret", "", "CREATE",
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "hypershift",
+                    "labels": {"hypershift.openshift.io/etcd-backup": "true"}}, "data": v.clone(), "stringData": v}), Value::Null),
+            3 => admission_review("statefulsets", "StatefulSet", "apps", "CREATE",
+                json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "etcd", "namespace": "clusters-x"},
+                    "spec": {"template": {"spec": {"containers": [{"name": "etcd", "env": v.clone(), "args": v}]}}}}), Value::Null),
+            _ => admission_review("hcpetcdbackups", "HCPEtcdBackup", "hypershift.openshift.io", "UPDATE",
+                json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
+                    "metadata": {"name": "b", "namespace": "clusters"}, "spec": v.clone()}),
+                json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
+                    "metadata": {"name": "b", "namespace": "clusters"}, "spec": v})),
+        };
+        let text = serde_json::to_vec(&body).expect("json");
+        let charged = cost::shape(&text).decision_bytes();
+        let peak = decision_peak(&text) as u64;
+        let heap = peak as f64 / charged as f64;
+        worst_heap = worst_heap.max(heap);
+        if peak > charged {
+            over.push(format!("body {i} ({} KiB): peak {} KiB over the {} KiB charged", text.len() >> 10, peak >> 10, charged >> 10));
+        }
+        if text.len() >= 64 * 1024 {
+            let cpu = decide_cpu_ns(&body) as f64 / text.len() as f64;
+            worst_cpu = worst_cpu.max(cpu);
+            if cpu > CPU_NS_PER_BYTE {
+                over.push(format!("body {i} ({} KiB): {cpu:.0} ns of CPU a byte", text.len() >> 10));
+            }
+        }
+    }
+    eprintln!("generated hostile reviews: worst heap {worst_heap:.2} of the charge, worst CPU {worst_cpu:.0} ns a byte");
+    assert!(over.is_empty(), "seed {seed}:\n{}", over.join("\n"));
+}

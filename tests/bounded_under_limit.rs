@@ -233,11 +233,9 @@ fn fixtures() -> Value {
 /// unless `unread` (then the connection is held until the server closes it).
 async fn post_raw(client: &Client, addr: SocketAddr, src: IpAddr, path: &str, body: &[u8], unread: bool) -> u64 {
     use tokio::io::AsyncReadExt;
-    let Ok(mut tls) = (if unread {
-        client.connect_from_small_window(addr, src).await
-    } else {
-        client.connect_from(addr, src).await
-    }) else {
+    let Ok(mut tls) =
+        (if unread { client.connect_from_small_window(addr, src).await } else { client.connect_from(addr, src).await })
+    else {
         return 0;
     };
     let head = format!(
@@ -259,7 +257,8 @@ async fn post_raw(client: &Client, addr: SocketAddr, src: IpAddr, path: &str, bo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_inputs_on_every_endpoint_stay_inside_the_deployment_memory_limit() {
-    if !common::env::ready("hostile_inputs_on_every_endpoint_stay_inside_the_deployment_memory_limit", &cgroup_needs()) {
+    if !common::env::ready("hostile_inputs_on_every_endpoint_stay_inside_the_deployment_memory_limit", &cgroup_needs())
+    {
         return;
     }
     let scale: usize = std::env::var("HCP_ADVERSARIAL_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1);

@@ -399,7 +399,9 @@ impl Gen {
             }
             3 => {
                 let n = self.below(8) + 1;
-                Value::Object((0..n).map(|i| (format!("k{i}{}", self.below(3)), self.value(budget / n, depth + 1))).collect())
+                Value::Object(
+                    (0..n).map(|i| (format!("k{i}{}", self.below(3)), self.value(budget / n, depth + 1))).collect(),
+                )
             }
             4 => Value::Object((0..budget / 10).map(|i| (format!("f{i}"), json!(i))).collect()),
             _ => json!(self.string(budget)),
@@ -426,28 +428,56 @@ fn generated_hostile_reviews_stay_within_their_charge_and_linear_cpu() {
         let budget = [4 * 1024, 64 * 1024, 512 * 1024][i % 3];
         let v = g.value(budget, 0);
         let body = match g.below(5) {
-            0 => admission_review("hcpetcdbackups", "HCPEtcdBackup", "hypershift.openshift.io", "CREATE",
+            0 => admission_review(
+                "hcpetcdbackups",
+                "HCPEtcdBackup",
+                "hypershift.openshift.io",
+                "CREATE",
                 json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
                     "metadata": {"name": "b", "namespace": "clusters", "labels": {"x": v.clone()}},
                     "spec": {"storage": {"storageType": "S3", "s3": {"bucket": "b", "region": "us-east-1",
-                        "keyPrefix": v.clone(), "credentials": {"name": "c"}}}, "extra": v}}), Value::Null),
-            1 => admission_review("hostedclusters", "HostedCluster", "hypershift.openshift.io", "UPDATE",
+                        "keyPrefix": v.clone(), "credentials": {"name": "c"}}}, "extra": v}}),
+                Value::Null,
+            ),
+            1 => admission_review(
+                "hostedclusters",
+                "HostedCluster",
+                "hypershift.openshift.io",
+                "UPDATE",
                 json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedCluster",
                     "metadata": {"name": "h", "namespace": "clusters"},
                     "spec": {"etcd": {"managementType": "Managed", "managed": {"storage": {"restoreSnapshotURL": v.clone()}}}}}),
                 json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedCluster",
-                    "metadata": {"name": "h", "namespace": "clusters"}, "spec": {"etcd": v}})),
-            2 => admission_review("secrets", "Secret", "", "CREATE",
+                    "metadata": {"name": "h", "namespace": "clusters"}, "spec": {"etcd": v}}),
+            ),
+            2 => admission_review(
+                "secrets",
+                "Secret",
+                "",
+                "CREATE",
                 json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "hypershift",
-                    "labels": {"hypershift.openshift.io/etcd-backup": "true"}}, "data": v.clone(), "stringData": v}), Value::Null),
-            3 => admission_review("statefulsets", "StatefulSet", "apps", "CREATE",
+                    "labels": {"hypershift.openshift.io/etcd-backup": "true"}}, "data": v.clone(), "stringData": v}),
+                Value::Null,
+            ),
+            3 => admission_review(
+                "statefulsets",
+                "StatefulSet",
+                "apps",
+                "CREATE",
                 json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "etcd", "namespace": "clusters-x"},
-                    "spec": {"template": {"spec": {"containers": [{"name": "etcd", "env": v.clone(), "args": v}]}}}}), Value::Null),
-            _ => admission_review("hcpetcdbackups", "HCPEtcdBackup", "hypershift.openshift.io", "UPDATE",
+                    "spec": {"template": {"spec": {"containers": [{"name": "etcd", "env": v.clone(), "args": v}]}}}}),
+                Value::Null,
+            ),
+            _ => admission_review(
+                "hcpetcdbackups",
+                "HCPEtcdBackup",
+                "hypershift.openshift.io",
+                "UPDATE",
                 json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
                     "metadata": {"name": "b", "namespace": "clusters"}, "spec": v.clone()}),
                 json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
-                    "metadata": {"name": "b", "namespace": "clusters"}, "spec": v})),
+                    "metadata": {"name": "b", "namespace": "clusters"}, "spec": v}),
+            ),
         };
         let text = serde_json::to_vec(&body).expect("json");
         let charged = cost::shape(&text).decision_bytes();
@@ -455,7 +485,12 @@ fn generated_hostile_reviews_stay_within_their_charge_and_linear_cpu() {
         let heap = peak as f64 / charged as f64;
         worst_heap = worst_heap.max(heap);
         if peak > charged {
-            over.push(format!("body {i} ({} KiB): peak {} KiB over the {} KiB charged", text.len() >> 10, peak >> 10, charged >> 10));
+            over.push(format!(
+                "body {i} ({} KiB): peak {} KiB over the {} KiB charged",
+                text.len() >> 10,
+                peak >> 10,
+                charged >> 10
+            ));
         }
         if text.len() >= 64 * 1024 {
             let cpu = decide_cpu_ns(&body) as f64 / text.len() as f64;
@@ -465,6 +500,8 @@ fn generated_hostile_reviews_stay_within_their_charge_and_linear_cpu() {
             }
         }
     }
-    eprintln!("generated hostile reviews: worst heap {worst_heap:.2} of the charge, worst CPU {worst_cpu:.0} ns a byte");
+    eprintln!(
+        "generated hostile reviews: worst heap {worst_heap:.2} of the charge, worst CPU {worst_cpu:.0} ns a byte"
+    );
     assert!(over.is_empty(), "seed {seed}:\n{}", over.join("\n"));
 }

@@ -368,6 +368,7 @@ async fn mutation_stored(v: Kube, replicas: u32) {
     let a = env.update(&forged, None, true).await;
     assert_eq!(a.status, 422, "{}", a.text);
     assert!(a.text.contains("env[name=RESTORE_URL_ETCD]: Required value"), "{}", a.text);
+    let url = url.as_str().unwrap_or_default();
     let path = url.split('?').next().unwrap_or_default().rsplit('/').next().unwrap_or_default();
     assert!(!path.is_empty() && !a.text.contains(path), "the answer names the restore URL: {}", a.text);
 

@@ -898,9 +898,8 @@ async fn answers_nobody_reads_are_charged_until_written_and_closed_at_the_write_
         &std::fs::read_to_string(common::root().join("tests/conformance/statefulset.yaml")).expect("fixtures"),
     )
     .expect("yaml");
-    let lookups = LookupSource::Static(hcp_etcd_admission::lookup::ContextObjects::from_values([fx["fixtures"]
-        ["hcp"]
-        .clone()]));
+    let lookups =
+        LookupSource::Static(hcp_etcd_admission::lookup::ContextObjects::from_values([fx["fixtures"]["hcp"].clone()]));
     let mut opts = common::running::options(&dir, None, Duration::from_secs(60), lookups);
     opts.limits = LimitOptions { write_timeout: Duration::from_secs(1), ..LimitOptions::default() };
     let srv = common::running::start_with(opts).await;

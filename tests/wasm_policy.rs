@@ -458,8 +458,10 @@ fn recorded_host_capability_sessions_replay() {
 /// Secret not labelled is read with one live GET (no reflector).
 #[test]
 fn the_reflectors_a_policy_causes_are_bounded_by_the_namespaces_not_the_requests() {
-    if !common::env::ready("the_reflectors_a_policy_causes_are_bounded_by_the_namespaces_not_the_requests", &[wasm_module()])
-    {
+    if !common::env::ready(
+        "the_reflectors_a_policy_causes_are_bounded_by_the_namespaces_not_the_requests",
+        &[wasm_module()],
+    ) {
         return;
     }
     let case = common::load_cases()
@@ -481,7 +483,8 @@ fn the_reflectors_a_policy_causes_are_bounded_by_the_namespaces_not_the_requests
             context.push(s);
         }
         let policy = module().instance(Some(now), context_handler(context)).expect("instance");
-        let out = policy.call("validate", &serde_json::to_vec(&json!({"settings": case.settings, "request": req})).expect("json"));
+        let out = policy
+            .call("validate", &serde_json::to_vec(&json!({"settings": case.settings, "request": req})).expect("json"));
         let v: Value = serde_json::from_slice(&out.expect("validate")).expect("json");
         let warned = v["warnings"].to_string();
         if i % 2 == 0 {
@@ -492,7 +495,10 @@ fn the_reflectors_a_policy_causes_are_bounded_by_the_namespaces_not_the_requests
         for (_, _, op, payload) in policy.host_calls() {
             let p: Value = serde_json::from_slice(&payload).expect("payload");
             if op == "list_resources_by_namespace" {
-                keys.insert(format!("{}|{}|{}|{}|{}", p["api_version"], p["kind"], p["namespace"], p["label_selector"], p["field_selector"]));
+                keys.insert(format!(
+                    "{}|{}|{}|{}|{}",
+                    p["api_version"], p["kind"], p["namespace"], p["label_selector"], p["field_selector"]
+                ));
             } else if op == "get_resource" && p["kind"] == "Secret" {
                 assert_eq!(p["disable_cache"], true, "{p}");
                 gets += 1;

@@ -265,7 +265,9 @@ mod tests {
         let causes = &denial.details.as_ref().expect("details").causes;
         assert_eq!(causes.len(), max + 1);
         assert!(denial.message.contains("spec.f255: Required value") && !denial.message.contains("spec.f256:"));
-        assert!(denial.message.ends_with(&format!("only the first {max} are reported; correct them and validate again]")));
+        assert!(denial
+            .message
+            .ends_with(&format!("only the first {max} are reported; correct them and validate again]")));
         // At the cap (the schema's own list, its marker last): as it is.
         let d = Decision::invalid("K", "g", "n", &errors[..max + 1], vec![]);
         let Verdict::Denied(denial) = &d.verdict else { panic!("{d:?}") };

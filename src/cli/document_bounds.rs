@@ -184,8 +184,9 @@ mod tests {
     fn manifests_parse_as_serde_json_values() {
         let text = "a: 1\nb: [x, 'y', \"z\"]\nc: {d: null, e: 1.5, f: true, g: ~}\nh: -3\n---\n- 1\n";
         let got = yaml(text).expect("parses");
-        let want: Vec<Value> =
-            serde_yaml_ng::Deserializer::from_str(text).map(|d| serde::Deserialize::deserialize(d).expect("v")).collect();
+        let want: Vec<Value> = serde_yaml_ng::Deserializer::from_str(text)
+            .map(|d| serde::Deserialize::deserialize(d).expect("v"))
+            .collect();
         assert_eq!(got, want);
         // One small alias is fine: within the document's own size.
         assert!(yaml("a: &x [1, 2]\nb: *x\n").is_ok());

@@ -484,7 +484,9 @@ fn parse_chunk(text: &str, first_line: usize) -> Result<Vec<Value>, String> {
         let line = e.rsplit("line ").next().and_then(|l| l.split(' ').next()).and_then(|l| l.parse::<usize>().ok());
         let shifted = line.map(|l| l.saturating_add(first_line).saturating_sub(1));
         match (line, shifted) {
-            (Some(l), Some(s)) => format!("is refused: it {}", e.replacen(&format!("line {l}"), &format!("line {s}"), 1)),
+            (Some(l), Some(s)) => {
+                format!("is refused: it {}", e.replacen(&format!("line {l}"), &format!("line {s}"), 1))
+            }
             _ => format!("is refused: it {e}"),
         }
     })?;

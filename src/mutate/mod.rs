@@ -418,7 +418,9 @@ fn rendered_url(sts: &Value, url: &str) -> Result<UrlSource, FieldError> {
     // the same text unless the URL has a `$`.
     let escaped = identity::escape_env(url);
     let (mut carries_another, mut unescaped) = (false, false);
-    for (init, c) in inits.iter().enumerate().filter(|(_, c)| c.get("name").and_then(Value::as_str) == Some(INIT_CONTAINER)) {
+    for (init, c) in
+        inits.iter().enumerate().filter(|(_, c)| c.get("name").and_then(Value::as_str) == Some(INIT_CONTAINER))
+    {
         let env = c.get("env").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         for (i, e) in env.iter().enumerate() {
             if e.get("name").and_then(Value::as_str) != Some(container::URL_ENV) {
@@ -431,7 +433,8 @@ fn rendered_url(sts: &Value, url: &str) -> Result<UrlSource, FieldError> {
             }
         }
     }
-    const WHY: &str = "the restore URL is a presigned URL, a bearer credential, so this webhook never writes it into an \
+    const WHY: &str =
+        "the restore URL is a presigned URL, a bearer credential, so this webhook never writes it into an \
         admission answer: it copies it from the etcd-init container the control-plane-operator renders into this \
         StatefulSet (env RESTORE_URL_ETCD, a literal value) while a restore is pending";
     Err(if unescaped {
@@ -507,7 +510,10 @@ fn init_container_patch(sts: &Value, mut container: Value, source: UrlSource) ->
         }));
     }
     ops.extend(
-        stale.iter().rev().map(|&i| PatchOperation::Remove(RemoveOperation { path: list_pointer(Some(shifted(i).to_string())) })),
+        stale
+            .iter()
+            .rev()
+            .map(|&i| PatchOperation::Remove(RemoveOperation { path: list_pointer(Some(shifted(i).to_string())) })),
     );
     Some(json_patch::Patch(ops))
 }
@@ -598,7 +604,8 @@ mod tests {
             rendered("https://other/x.db"),
             json!({"name": "etcd-init", "image": "x"}),
         ];
-        let (mut lists, mut last, mut decided): (Vec<Vec<usize>>, Vec<Vec<usize>>, usize) = (vec![vec![]], vec![vec![]], 0);
+        let (mut lists, mut last, mut decided): (Vec<Vec<usize>>, Vec<Vec<usize>>, usize) =
+            (vec![vec![]], vec![vec![]], 0);
         for _ in 0..4 {
             last = last.iter().flat_map(|l| (0..shapes.len()).map(move |k| [l.clone(), vec![k]].concat())).collect();
             lists.extend(last.iter().cloned());
@@ -612,7 +619,8 @@ mod tests {
                 let Some(Refusal::Template(e)) = &m.denial else { panic!("{list:?}: {m:?}") };
                 let text = e.iter().map(ToString::to_string).collect::<String>();
                 assert!(!text.contains("h/k.db") && !text.contains("other/x.db"), "{text}");
-                let want = if list.contains(&3) { "Forbidden: differs" } else { "Required value: a restore is pending" };
+                let want =
+                    if list.contains(&3) { "Forbidden: differs" } else { "Required value: a restore is pending" };
                 assert!(text.contains(want), "{list:?}: {text}");
                 continue;
             }
@@ -628,7 +636,8 @@ mod tests {
             json_patch::patch(&mut patched, &patch).unwrap_or_else(|e| panic!("{list:?}: {e}: {text}"));
             let inits = patched["spec"]["template"]["spec"]["initContainers"].as_array().expect("list").clone();
             let names: Vec<&str> = inits.iter().filter_map(|c| c["name"].as_str()).collect();
-            let mut want: Vec<&str> = list.iter().filter(|&&k| k < 2).map(|&k| if k == 0 { "ensure-dns" } else { "reset-member" }).collect();
+            let mut want: Vec<&str> =
+                list.iter().filter(|&&k| k < 2).map(|&k| if k == 0 { "ensure-dns" } else { "reset-member" }).collect();
             let at = want.iter().position(|n| *n == "reset-member").unwrap_or(want.len());
             want.insert(at, "etcd-init");
             assert_eq!(names, want, "{list:?}: {text}");

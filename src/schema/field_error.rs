@@ -373,7 +373,7 @@ mod shown_value_tests {
             let e = FieldError::not_supported("spec.x", render_value(&json!(long)), &[json!("S3")]);
             assert!(e.value.len() <= MAX_SHOWN_VALUE + 3, "{}", e.value.len());
             let inner = e.value.strip_prefix('"').and_then(|v| v.strip_suffix("\"...")).expect("quoted, then ...");
-            assert!(!inner.is_empty() && inner.len() % unit.len() == 0, "{inner}");
+            assert!(!inner.is_empty() && inner.len().is_multiple_of(unit.len()), "{inner}");
             assert_eq!(inner, unit.repeat(inner.len() / unit.len()));
             assert!(e.to_string().len() < 512, "{e}");
         }

@@ -328,7 +328,8 @@ impl Limits {
         }
         // The source's share is given back by the charge's drop, also when no room comes.
         let mut charge = AnswerCharge { permit: None, kib, source, by_source: self.answers_by_source.clone() };
-        let permit = tokio::time::timeout_at(deadline, self.answers.clone().acquire_many_owned(kib)).await.ok()?.ok()?;
+        let permit =
+            tokio::time::timeout_at(deadline, self.answers.clone().acquire_many_owned(kib)).await.ok()?.ok()?;
         charge.permit = Some(permit);
         Some(charge)
     }
@@ -445,7 +446,8 @@ impl Limits {
     /// apiserver sends) always finds units within a few small decisions.
     pub async fn decision_slot(&self, units: u32) -> Option<DecisionSlot> {
         let take = async {
-            let big = if units > 1 { Some(self.big_decisions.clone().acquire_many_owned(units).await.ok()?) } else { None };
+            let big =
+                if units > 1 { Some(self.big_decisions.clone().acquire_many_owned(units).await.ok()?) } else { None };
             let units = self.decisions.clone().acquire_many_owned(units).await.ok()?;
             Some(DecisionSlot { _units: units, _big: big })
         };

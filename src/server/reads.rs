@@ -217,7 +217,11 @@ impl LiveReads {
     /// as hosted (`known`) or not, waiting until `deadline` or the queue wait.
     async fn place(&self, source: IpAddr, deadline: Instant, known: bool) -> Option<Place> {
         let until = deadline.min(Instant::now() + self.wait);
-        if known { self.known.place(source, until).await } else { self.unknown.place(source, until).await }
+        if known {
+            self.known.place(source, until).await
+        } else {
+            self.unknown.place(source, until).await
+        }
     }
 
     fn remembered(&self, key: &Negative) -> bool {
@@ -408,7 +412,10 @@ mod tests {
         let _b = r.place(B, soon, false).await.expect("b");
         let c = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 3));
         assert!(r.place(c, soon, false).await.is_none(), "no place freed within the wait");
-        assert!(r.unknown.held.lock().map(|h| !h.contains_key(&c)).unwrap_or(false), "the refused source holds nothing");
+        assert!(
+            r.unknown.held.lock().map(|h| !h.contains_key(&c)).unwrap_or(false),
+            "the refused source holds nothing"
+        );
     }
 
     #[test]

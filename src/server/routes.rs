@@ -28,8 +28,8 @@ use super::{
     conns::Activity,
     fields::{log_field, LOG_FIELD_MAX},
     limits::{AnswerCharge, BodyError, DecisionSlot, Held, RequestSlot},
-    outgoing::Hold,
     metrics::{truncate, Answer, OperationLabel, RejectReason},
+    outgoing::Hold,
     reads::{self, Fetched},
     App, ClientAuthScope, PeerIdentity,
 };
@@ -403,8 +403,9 @@ impl Admission {
         parsed: &ParsedReview,
         reviewed: admission::Reviewed,
     ) -> Result<(Response, Option<AnswerCharge>), Refused> {
-        let bytes = serde_json::to_vec(&reviewed.review)
-            .map_err(|e| Refused::new(StatusCode::INTERNAL_SERVER_ERROR, format!("the answer does not serialise: {e}")))?;
+        let bytes = serde_json::to_vec(&reviewed.review).map_err(|e| {
+            Refused::new(StatusCode::INTERNAL_SERVER_ERROR, format!("the answer does not serialise: {e}"))
+        })?;
         let charge = self.app.limits.answer_charge(self.source, bytes.len(), self.deadline).await.ok_or_else(|| {
             Refused::busy(
                 StatusCode::SERVICE_UNAVAILABLE,

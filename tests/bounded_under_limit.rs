@@ -24,10 +24,9 @@
 mod common;
 
 use std::{
-    io::{BufRead, BufReader},
     net::{IpAddr, Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -101,28 +100,15 @@ fn spawn_in(cg: &Cgroup, dir: &Path, context: &Path) -> (Child, SocketAddr) {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_hcp-etcd-admission")));
     let script = format!("echo $$ > {}/cgroup.procs && exec \"$0\" \"$@\"", cg.0.display());
-    let mut child = Command::new("/bin/sh")
-        .args(["-c", &script])
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", &script])
         .arg(bin)
         .args(["serve", "--listen", "127.0.0.1:0", "--watch-hostedcontrolplanes", "never", "--dev-cert-dir"])
         .arg(dir)
         .arg("--context")
         .arg(context)
-        .env("RUST_LOG", "warn")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines.next().expect("serve printed its address").expect("line");
-        if let Some(a) = line.strip_prefix("listening on https://") {
-            break a.parse().expect("addr");
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
+        .env("RUST_LOG", "warn");
+    common::running::spawn_listening(cmd)
 }
 
 /// The process's CPU time (user + system), nanoseconds.

@@ -327,7 +327,10 @@ fn patched_for(sts: &Value, hcp: &Value, settings: &Value) -> Value {
     use hcp_etcd_admission::{admission, lookup::ContextObjects, settings::Settings};
     let mut sts = sts.clone();
     let url = hcp.pointer("/spec/etcd/managed/storage/restoreSnapshotURL/0").and_then(Value::as_str).expect("url");
-    common::render_etcd_init(&mut sts, url);
+    // The URL as the object must carry it: escaped for the kubelet (`$` →
+    // `$$`), which only an etcd-init the webhook wrote has (a raw `$` from
+    // the control-plane-operator is denied: tests/conformance/statefulset.yaml).
+    common::render_etcd_init(&mut sts, &hcp_etcd_admission::mutate::identity::escape_env(url));
     let review = common::admission_review("f-uid", "statefulsets", None, "CREATE", Some(&sts), None);
     let settings = Settings::from_json(settings).expect("settings");
     let ctx = ContextObjects::from_values([hcp.clone()]);

@@ -44,6 +44,8 @@ use std::{
 };
 
 use axum::body::{Body, Bytes};
+
+use super::source_share::{Share, SourceShares};
 use http_body_util::BodyExt as _;
 use tokio::{
     sync::{Notify, OwnedSemaphorePermit, Semaphore},
@@ -164,8 +166,8 @@ pub struct Limits {
     big_decisions: Arc<Semaphore>,
     /// In KiB: answers decided and not yet written.
     answers: Arc<Semaphore>,
-    /// KiB of `answers` each source holds.
-    answers_by_source: Arc<Mutex<HashMap<IpAddr, u32>>>,
+    /// KiB of `answers` each source holds (at most half).
+    answers_by_source: SourceShares,
     /// Requests holding an in-flight slot while their body is still coming,
     /// oldest first, each with the signal that evicts it.
     readers: Arc<Mutex<BTreeMap<u64, Arc<Reader>>>>,
@@ -233,24 +235,8 @@ pub enum BodyError {
 /// An answer's bytes in the answer budget, and its source's share; given
 /// back when dropped (the answer written, or its connection closed).
 pub struct AnswerCharge {
-    permit: Option<OwnedSemaphorePermit>,
-    kib: u32,
-    source: IpAddr,
-    by_source: Arc<Mutex<HashMap<IpAddr, u32>>>,
-}
-
-impl Drop for AnswerCharge {
-    fn drop(&mut self) {
-        if let Ok(mut by) = self.by_source.lock() {
-            if let Some(held) = by.get_mut(&self.source) {
-                *held = held.saturating_sub(self.kib);
-                if *held == 0 {
-                    by.remove(&self.source);
-                }
-            }
-        }
-        drop(self.permit.take());
-    }
+    _permit: OwnedSemaphorePermit,
+    _share: Share,
 }
 
 /// Holds what a request was granted; released when dropped.
@@ -269,7 +255,7 @@ impl Limits {
                 (opts.max_decision_units.max(1) - reserved_units(opts.max_decision_units)) as usize,
             )),
             answers: Arc::new(Semaphore::new((opts.answer_budget / 1024).clamp(1, Semaphore::MAX_PERMITS))),
-            answers_by_source: Arc::default(),
+            answers_by_source: SourceShares::new(((opts.answer_budget / 1024) as u64).div_ceil(2)),
             readers: Arc::default(),
             next_reader: AtomicU64::new(0),
             opts,
@@ -316,22 +302,11 @@ impl Limits {
     /// (the charge drops with the body): at most half the answer budget per
     /// source; waits for room until `deadline`, `None` when there is none.
     pub async fn answer_charge(&self, source: IpAddr, len: usize, deadline: Instant) -> Option<AnswerCharge> {
-        let budget_kib = u32::try_from(self.opts.answer_budget / 1024).unwrap_or(u32::MAX).max(1);
         let kib = u32::try_from(len.div_ceil(1024)).unwrap_or(u32::MAX).max(1);
-        {
-            let mut by = self.answers_by_source.lock().ok()?;
-            let held = by.entry(source).or_default();
-            if kib > budget_kib || held.saturating_add(kib) > budget_kib.div_ceil(2) {
-                return None;
-            }
-            *held += kib;
-        }
-        // The source's share is given back by the charge's drop, also when no room comes.
-        let mut charge = AnswerCharge { permit: None, kib, source, by_source: self.answers_by_source.clone() };
+        let share = self.answers_by_source.take(source, u64::from(kib))?;
         let permit =
             tokio::time::timeout_at(deadline, self.answers.clone().acquire_many_owned(kib)).await.ok()?.ok()?;
-        charge.permit = Some(permit);
-        Some(charge)
+        Some(AnswerCharge { _permit: permit, _share: share })
     }
 
     /// KiB of answers decided and not yet written.

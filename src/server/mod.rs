@@ -39,6 +39,7 @@ mod plain;
 pub mod reads;
 pub mod routes;
 mod signals;
+pub mod source_share;
 mod state;
 pub mod tls;
 

@@ -31,7 +31,7 @@
 //!   repeat its read.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::BTreeMap,
     net::IpAddr,
     sync::{Arc, Mutex},
     time::Duration,
@@ -43,7 +43,13 @@ use tokio::{
     time::Instant,
 };
 
-use super::{fields::log_field, limits::LimitOptions, metrics::RejectReason, App};
+use super::{
+    fields::log_field,
+    limits::LimitOptions,
+    metrics::RejectReason,
+    source_share::{Share, SourceShares},
+    App,
+};
 use crate::{
     admission::ReadPlan,
     api::names::{is_dns1123_label, is_dns1123_subdomain},
@@ -128,22 +134,8 @@ const LIVE_READ_LATE: &str = "the live read did not finish within the request de
 
 /// A live-read place; given back (and its source's count) when dropped.
 struct Place {
-    _permit: Option<OwnedSemaphorePermit>,
-    source: IpAddr,
-    held: Arc<Mutex<HashMap<IpAddr, usize>>>,
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        if let Ok(mut h) = self.held.lock() {
-            if let Some(n) = h.get_mut(&self.source) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    h.remove(&self.source);
-                }
-            }
-        }
-    }
+    _permit: OwnedSemaphorePermit,
+    _share: Share,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -157,31 +149,20 @@ enum Negative {
 /// One pool of live-read places: at most half of them for one source.
 struct Budget {
     places: Arc<Semaphore>,
-    per_source: usize,
-    held: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    shares: SourceShares,
 }
 
 impl Budget {
     fn new(max: usize) -> Self {
-        Self { places: Arc::new(Semaphore::new(max)), per_source: (max / 2).max(1), held: Arc::default() }
+        Self { places: Arc::new(Semaphore::new(max)), shares: SourceShares::new((max as u64 / 2).max(1)) }
     }
 
     /// A place for a read from `source`, waiting until `until`; `None` when
     /// the source holds its share or none freed up.
     async fn place(&self, source: IpAddr, until: Instant) -> Option<Place> {
-        {
-            let mut held = self.held.lock().ok()?;
-            let n = held.entry(source).or_insert(0);
-            if *n >= self.per_source {
-                return None;
-            }
-            *n += 1;
-        }
-        // Dropped without a permit, it gives the source's share back too.
-        let mut place = Place { _permit: None, source, held: self.held.clone() };
+        let share = self.shares.take(source, 1)?;
         let permit = tokio::time::timeout_at(until, self.places.clone().acquire_owned()).await.ok()?.ok()?;
-        place._permit = Some(permit);
-        Some(place)
+        Some(Place { _permit: permit, _share: share })
     }
 }
 
@@ -401,7 +382,7 @@ mod tests {
         drop((a1, b1));
         assert!(r.place(A, soon, false).await.is_some(), "a place given back is taken again");
         drop((a2, b2));
-        assert!(r.unknown.held.lock().map(|h| h.len() <= 1).unwrap_or(false));
+        assert!(r.unknown.shares.sources() <= 1);
     }
 
     #[tokio::test]
@@ -412,10 +393,7 @@ mod tests {
         let _b = r.place(B, soon, false).await.expect("b");
         let c = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 3));
         assert!(r.place(c, soon, false).await.is_none(), "no place freed within the wait");
-        assert!(
-            r.unknown.held.lock().map(|h| !h.contains_key(&c)).unwrap_or(false),
-            "the refused source holds nothing"
-        );
+        assert!(!r.unknown.shares.holds(c), "the refused source holds nothing");
     }
 
     #[test]

@@ -62,14 +62,16 @@ pub fn small_review() -> serde_json::Value {
 /// on an ephemeral loopback port (read from its "listening on" line); its
 /// stderr is drained by a thread.
 pub fn spawn_serve(dir: &Path, extra: &[&str]) -> (Child, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--dev-cert-dir"])
-        .arg(dir)
-        .args(extra)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn serve");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"));
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--dev-cert-dir"]).arg(dir).args(extra);
+    spawn_listening(cmd)
+}
+
+/// Spawns `cmd` (a `serve` on port 0, however wrapped), waits for its
+/// "listening on" line and drains its stderr from a thread.
+#[allow(dead_code)]
+pub fn spawn_listening(mut cmd: Command) -> (Child, SocketAddr) {
+    let mut child = cmd.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().expect("spawn serve");
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
     let addr = loop {

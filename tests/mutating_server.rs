@@ -173,6 +173,25 @@ async fn mutation_uses_the_reflector_and_readyz_waits_for_its_sync() {
     assert_eq!(v["response"]["allowed"], false, "{v}");
     let msg = v["response"]["status"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("could not be read") && msg.contains("forbidden"), "{msg}");
+    // A forged review (no client certificate here) for the hosted namespace
+    // with a pending restore, without the control-plane-operator's etcd-init,
+    // or with a guessed URL: denied, and the answer holds nothing of the
+    // namespace's presigned URL.
+    let mut forged = statefulset_review_in("statefulsets", "clusters-prod");
+    let inits =
+        forged["request"]["object"]["spec"]["template"]["spec"]["initContainers"].as_array_mut().expect("inits");
+    inits.retain(|c| c["name"] != "etcd-init");
+    let mut guessed = statefulset_review_in("statefulsets", "clusters-prod");
+    common::render_etcd_init(&mut guessed["request"]["object"], "https://b.s3.us-east-1.amazonaws.com/k/guess.db");
+    for (what, review) in [("no etcd-init", forged), ("a guessed URL", guessed)] {
+        let reply = https.post_json(addr, "/mutate/etcd-statefulsets", &review).await.expect("post");
+        let v = reply.json();
+        assert_eq!(v["response"]["allowed"], false, "{what}: {v}");
+        assert!(v["response"].get("patch").is_none(), "{what}: {v}");
+        let text = reply.text();
+        assert!(text.contains("env[name=RESTORE_URL_ETCD]"), "{what}: {text}");
+        assert!(!text.contains("1764428700.db") && !text.contains("X-Amz-Signature"), "{what}: {text}");
+    }
     // Every outcome is counted, with a closed label set.
     let metrics = https.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
     let count = |labels: &str| {
@@ -187,6 +206,7 @@ async fn mutation_uses_the_reflector_and_readyz_waits_for_its_sync() {
     assert_eq!(count(r#"outcome="denied",reason="no_hostedcontrolplane""#), 1);
     assert_eq!(count(r#"outcome="denied",reason="lookup_failed""#), 1);
     assert_eq!(count(r#"outcome="denied",reason="cache_not_synced""#), 0);
+    assert_eq!(count(r#"outcome="denied",reason="restore_url_not_rendered""#), 2);
     assert_eq!(count(r#"outcome="removed",reason="none""#), 0);
     srv.stop().await;
 }

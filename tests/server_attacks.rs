@@ -901,7 +901,9 @@ async fn answers_nobody_reads_are_charged_until_written_and_closed_at_the_write_
     let lookups =
         LookupSource::Static(hcp_etcd_admission::lookup::ContextObjects::from_values([fx["fixtures"]["hcp"].clone()]));
     let mut opts = common::running::options(&dir, None, Duration::from_secs(60), lookups);
-    opts.limits = LimitOptions { write_timeout: Duration::from_secs(1), ..LimitOptions::default() };
+    // 16 in-flight slots for 48 unread answers: a slot goes back when its
+    // answer is decided, so unread answers cannot shut the victim out.
+    opts.limits = LimitOptions { write_timeout: Duration::from_secs(1), max_requests: 16, ..LimitOptions::default() };
     let srv = common::running::start_with(opts).await;
     let addr = srv.addr;
 

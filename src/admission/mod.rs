@@ -146,6 +146,8 @@ pub enum ReviewError {
     MissingRequest,
     #[error("request has no uid; the response could not be matched to it")]
     MissingUid,
+    #[error("request uid is longer than {0} bytes (an apiserver's uid is a 36-character UUID); not answered")]
+    UidTooLong(usize),
     #[error("the response does not serialise: {0}")]
     Encode(String),
 }

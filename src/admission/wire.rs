@@ -212,12 +212,14 @@ pub fn parse_review(input: Value) -> Result<(String, Result<AdmissionRequest, St
     };
     match obj.get("kind").and_then(Value::as_str) {
         Some("AdmissionReview") => {}
-        Some(other) => return Err(ReviewError::NotAReview(format!("kind is {other:?}, expected \"AdmissionReview\""))),
+        Some(other) => {
+            return Err(ReviewError::NotAReview(format!("kind is {:?}, expected \"AdmissionReview\"", shown(other))))
+        }
         None => return Err(ReviewError::NotAReview("missing \"kind\": \"AdmissionReview\"".to_string())),
     }
     match obj.get("apiVersion").and_then(Value::as_str) {
         Some(API_VERSION) => {}
-        Some(other) => return Err(ReviewError::WrongApiVersion(other.to_string())),
+        Some(other) => return Err(ReviewError::WrongApiVersion(shown(other))),
         None => return Err(ReviewError::WrongApiVersion(String::new())),
     }
     let Some(request) = obj.remove("request").filter(|r| !r.is_null()) else {
@@ -227,12 +229,33 @@ pub fn parse_review(input: Value) -> Result<(String, Result<AdmissionRequest, St
     let Some(uid) = uid.map(str::to_string) else {
         return Err(ReviewError::MissingUid);
     };
+    if uid.len() > MAX_UID {
+        return Err(ReviewError::UidTooLong(MAX_UID));
+    }
     let parsed = AdmissionRequest::deserialize(request).map_err(request_problem);
     Ok((uid, parsed))
 }
 
+/// Longest uid answered (it is echoed in the answer; the apiserver's are 36 bytes).
+pub const MAX_UID: usize = 256;
+/// Longest piece of the request an error message echoes (serde's messages
+/// quote the offending value whole).
+const MAX_ECHOED: usize = 256;
+
+/// `text` cut to [`MAX_ECHOED`] bytes (on a character boundary), `...` after.
+fn shown(text: &str) -> String {
+    if text.len() <= MAX_ECHOED {
+        return text.to_string();
+    }
+    let end = (0..=MAX_ECHOED).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    format!("{}...", text.get(..end).unwrap_or_default())
+}
+
 fn request_problem(e: serde_json::Error) -> String {
-    format!("the AdmissionReview request does not parse: {e}")
+    let text = e.to_string();
+    // The message, not the value it quotes: at most MAX_ECHOED bytes of it each side.
+    let text = if text.len() > 2 * MAX_ECHOED { shown(&text) } else { text };
+    format!("the AdmissionReview request does not parse: {text}")
 }
 
 /// Parses `request` of an AdmissionReview (the webhook) or of a Kubewarden
@@ -250,5 +273,32 @@ fn type_name(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Error answers echo at most a few hundred bytes of the request (an
+    /// error quoting a 1 MiB `kind` was 4 MiB), and a uid longer than any
+    /// apiserver's is refused rather than echoed.
+    #[test]
+    fn what_an_error_echoes_is_bounded() {
+        let long = "\u{300}".repeat(512 * 1024);
+        let e = parse_review(json!({"kind": long, "apiVersion": API_VERSION})).expect_err("not a review");
+        assert!(e.to_string().len() < 1024, "{}", e.to_string().len());
+        let e = parse_review(json!({"kind": "AdmissionReview", "apiVersion": long})).expect_err("wrong version");
+        assert!(e.to_string().len() < 1024);
+        let review = |uid: String, op: Value| json!({"kind": "AdmissionReview", "apiVersion": API_VERSION, "request": {"uid": uid, "operation": op}});
+        assert_eq!(
+            parse_review(review("u".repeat(MAX_UID + 1), json!("CREATE"))),
+            Err(ReviewError::UidTooLong(MAX_UID))
+        );
+        let (_, parsed) = parse_review(review("u".into(), json!("x".repeat(1 << 20)))).expect("a uid");
+        let problem = parsed.expect_err("the operation does not parse");
+        assert!(problem.len() < 2048, "{}", problem.len());
     }
 }

@@ -20,69 +20,153 @@ use serde_json::{Map, Number, Value};
 /// Deepest nesting accepted (serde_json's and serde_yaml_ng's recursion limit).
 pub const MAX_DEPTH: usize = 128;
 
-/// The deepest flow nesting (`[`/`{` outside quotes and comments) of `text`,
-/// when it is over [`MAX_DEPTH`]: an error naming the line. One pass, no
-/// allocation. Brackets inside plain scalars or block scalars are counted
-/// too (a conservative count: it takes 128 unclosed ones to matter).
+/// The deepest flow nesting (`[`/`{` outside quotes, comments and block
+/// scalars) of `text`, when it is over [`MAX_DEPTH`]: an error naming the
+/// line. Linear, no allocation: a first pass counts every bracket; only a
+/// text that nests too deep by that count is scanned again with YAML's
+/// quoting rules (a quote opens only where a scalar starts, never inside a
+/// plain or block scalar, so no stray quote can hide the brackets after it).
 pub fn check_nesting(text: &str) -> Result<(), String> {
-    let (mut depth, mut line) = (0usize, 1usize);
-    let (mut single, mut double, mut escaped, mut comment) = (false, false, false, false);
-    let mut prev = '\n';
-    for c in text.chars() {
-        if c == '\n' {
-            line += 1;
-            comment = false;
-        } else if comment {
-        } else if double {
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => double = false,
-                _ => {}
+    if raw_depth(text) <= MAX_DEPTH {
+        return Ok(());
+    }
+    match deepest(text) {
+        Some(line) => Err(format!(
+            "nests deeper than {MAX_DEPTH} levels at line {line} (a Kubernetes manifest needs a few dozen at most)"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The deepest nesting counting every bracket (an upper bound).
+fn raw_depth(text: &str) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    for b in text.bytes() {
+        match b {
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
             }
-        } else if single {
-            if c == '\'' {
-                single = false;
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+/// The line where flow nesting first passes [`MAX_DEPTH`], outside quoted,
+/// comment and block-scalar text.
+fn deepest(text: &str) -> Option<usize> {
+    #[derive(PartialEq)]
+    enum Quote {
+        None,
+        Single,
+        Double,
+    }
+    let mut depth = 0usize;
+    let mut quote = Quote::None;
+    let mut escaped = false;
+    // Indentation of the line that opened a block scalar (`|`, `>`).
+    let mut block: Option<usize> = None;
+    for (n, line) in text.split('\n').enumerate() {
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        if let Some(b) = block {
+            if quote == Quote::None && (line.trim().is_empty() || indent > b) {
+                continue;
             }
-        } else {
+            block = None;
+        }
+        // Where a scalar may start: after the indentation, `[`, `{`, `,`,
+        // and after `: `, `- `, `? `.
+        let mut start = quote == Quote::None;
+        let mut prev = ' ';
+        let mut last_plain = ' ';
+        for c in line.chars() {
+            match quote {
+                Quote::Double => {
+                    match (escaped, c) {
+                        (true, _) => escaped = false,
+                        (false, '\\') => escaped = true,
+                        (false, '"') => quote = Quote::None,
+                        _ => {}
+                    }
+                    prev = c;
+                    continue;
+                }
+                Quote::Single => {
+                    if c == '\'' {
+                        quote = Quote::None;
+                    }
+                    prev = c;
+                    continue;
+                }
+                Quote::None => {}
+            }
             match c {
-                '"' => double = true,
-                '\'' if matches!(prev, ' ' | '\t' | '\n' | '[' | '{' | ',' | ':') => single = true,
-                '#' if prev.is_whitespace() => comment = true,
+                '#' if prev == ' ' || prev == '\t' => break,
+                '"' if start => quote = Quote::Double,
+                '\'' if start => quote = Quote::Single,
                 '[' | '{' => {
                     depth += 1;
                     if depth > MAX_DEPTH {
-                        return Err(format!(
-                            "nests deeper than {MAX_DEPTH} levels at line {line} (a Kubernetes manifest needs a few dozen at most)"
-                        ));
+                        return Some(n + 1);
+                    }
+                    start = true;
+                }
+                ']' | '}' => {
+                    depth = depth.saturating_sub(1);
+                    start = false;
+                }
+                ',' => start = depth > 0,
+                ' ' | '\t' => {
+                    if matches!(prev, ':' | '-' | '?') && (last_plain == ' ' || prev == ':') {
+                        start = true;
                     }
                 }
-                ']' | '}' => depth = depth.saturating_sub(1),
-                _ => {}
+                _ => start = false,
+            }
+            if c != ' ' && c != '\t' {
+                last_plain = prev;
+            }
+            prev = c;
+        }
+        // A block scalar's header ends the line's value (`key: |`, `- >-`).
+        let value = line.split(" #").next().unwrap_or_default().trim_end();
+        let header = value.trim_end_matches(|c: char| c.is_ascii_digit() || c == '+' || c == '-');
+        if quote == Quote::None && depth == 0 && (header.ends_with('|') || header.ends_with('>')) {
+            let before = header.get(..header.len().saturating_sub(1)).unwrap_or_default().trim_end();
+            if before.is_empty() || before.ends_with(':') || before.ends_with('-') {
+                block = Some(indent);
             }
         }
-        prev = c;
     }
-    Ok(())
+    None
 }
 
 /// Deserializes a [`Value`] as `serde_json::Value` does, counting every node
 /// the deserializer hands over (a replayed alias counts each time) against
-/// `budget`: past it, an error. With a budget of the document's length,
-/// memory and time stay linear in it, aliases or not.
+/// `budget` (a string or key counts its bytes as well): past it, an error.
+/// With a budget of twice the document's length, memory and time stay
+/// linear in it, aliases or not.
 pub struct Bounded<'a> {
     pub budget: &'a Cell<usize>,
 }
 
 impl Bounded<'_> {
     fn take<E: de::Error>(&self) -> Result<(), E> {
-        match self.budget.get().checked_sub(1) {
+        self.take_n(1)
+    }
+
+    /// A node of `n` units: a string counts its bytes too, so an alias of a
+    /// long string replays its length, not one node.
+    fn take_n<E: de::Error>(&self, n: usize) -> Result<(), E> {
+        match self.budget.get().checked_sub(n) {
             Some(left) => {
                 self.budget.set(left);
                 Ok(())
             }
             None => Err(E::custom(
-                "YAML aliases expand to more nodes than the document has bytes: refused (a Kubernetes manifest needs no aliases)",
+                "YAML aliases expand the document beyond twice its size: refused (a Kubernetes manifest needs no aliases)",
             )),
         }
     }
@@ -124,12 +208,12 @@ impl<'de> Visitor<'de> for Bounded<'_> {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
-        self.take()?;
+        self.take_n(1 + v.len())?;
         Ok(Value::String(v.to_string()))
     }
 
     fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
-        self.take()?;
+        self.take_n(1 + v.len())?;
         Ok(Value::String(v))
     }
 
@@ -160,7 +244,7 @@ impl<'de> Visitor<'de> for Bounded<'_> {
         self.take()?;
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            self.take()?;
+            self.take_n(1 + key.len())?;
             let v = map.next_value_seed(Bounded { budget: self.budget })?;
             out.insert(key, v);
         }
@@ -174,7 +258,7 @@ mod tests {
 
     fn yaml(text: &str) -> Result<Vec<Value>, String> {
         check_nesting(text)?;
-        let budget = Cell::new(text.len() + 16);
+        let budget = Cell::new(2 * text.len() + 64);
         serde_yaml_ng::Deserializer::from_str(text)
             .map(|doc| Bounded { budget: &budget }.deserialize(doc).map_err(|e| e.to_string()))
             .collect()
@@ -200,7 +284,10 @@ mod tests {
         let refs = vec!["*a"; w].join(",");
         let text = format!("a: &a [{items}]\nb: [{refs}]\n");
         let e = yaml(&text).expect_err("refused");
-        assert!(e.contains("aliases expand to more nodes than the document has bytes"), "{e}");
+        assert!(e.contains("aliases expand the document beyond twice its size"), "{e}");
+        // Aliases of a long string count its bytes (the review's 90 KB file reached 550 MB).
+        let text = format!("a: &a {}\nb: [{}]\n", "x".repeat(64 * 1024), vec!["*a"; 8000].join(","));
+        assert!(yaml(&text).expect_err("refused").contains("beyond twice its size"));
     }
 
     #[test]
@@ -214,5 +301,14 @@ mod tests {
         assert!(check_nesting(&quoted).is_ok());
         assert!(check_nesting(&format!("{}{}", "[".repeat(128), "]".repeat(128))).is_ok());
         assert!(check_nesting("a: 'it''s [' \nb: x'[[[' \n").is_ok());
+        // A stray quote inside a plain scalar opens nothing (the review's bypass).
+        for head in ["a: 5\" long\n", "a: it is 'quoted\n", "a: |\n  \"in a block\n  [[[\n"] {
+            let text = format!("{head}b: {}{}\n", "[".repeat(n), "]".repeat(n));
+            let e = check_nesting(&text).expect_err("refused");
+            assert!(e.contains("deeper than 128 levels"), "{head:?}: {e}");
+        }
+        // Brackets in a block scalar are text.
+        let block = format!("a: |\n  {}\nb: 1\n", "[".repeat(500));
+        assert!(check_nesting(&block).is_ok());
     }
 }

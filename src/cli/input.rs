@@ -476,7 +476,7 @@ fn read_error(e: &std::io::Error) -> String {
 
 /// A document's values: a JSON stream (one or more values) or one YAML document.
 /// Bounded by the document: its nesting is checked before any parser runs,
-/// and YAML aliases may not expand it beyond as many nodes as it has bytes
+/// and YAML aliases may not expand it beyond twice its size
 /// ([`super::document_bounds`]).
 fn parse_chunk(text: &str, first_line: usize) -> Result<Vec<Value>, String> {
     use serde::de::DeserializeSeed as _;
@@ -497,7 +497,7 @@ fn parse_chunk(text: &str, first_line: usize) -> Result<Vec<Value>, String> {
             return Ok(values);
         }
     }
-    let budget = std::cell::Cell::new(text.len().saturating_add(16));
+    let budget = std::cell::Cell::new(text.len().saturating_mul(2).saturating_add(64));
     let mut out = Vec::new();
     for doc in serde_yaml_ng::Deserializer::from_str(text) {
         let v = super::document_bounds::Bounded { budget: &budget }

@@ -72,8 +72,17 @@ impl Lookup for HostLookup {
     }
 }
 
-/// One `list_resources_by_namespace` host call.
+/// One `list_resources_by_namespace` host call. policy-server keeps a
+/// reflector per namespace listed, for its life: a namespace no apiserver
+/// would send (not a DNS-1123 label) is never listed.
 fn list(request: &Value) -> Result<Vec<u8>, LookupError> {
+    let ns = request.get("namespace").and_then(Value::as_str).unwrap_or_default();
+    if !crate::api::names::is_dns1123_label(ns) {
+        return Err(LookupError::Failed(format!(
+            "namespace {:?} is not a Kubernetes namespace name; not listed",
+            ns.chars().take(64).collect::<String>()
+        )));
+    }
     kubernetes("list_resources_by_namespace", request)
 }
 

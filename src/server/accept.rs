@@ -143,7 +143,9 @@ fn http_builder(lim: &LimitOptions) -> Builder<TokioExecutor> {
         .keep_alive(true)
         .max_buf_size(header_bytes);
     // Small fixed receive windows: a client that sends body data and never
-    // lets it be read pins at most one window per connection.
+    // lets it be read pins at most one window per connection. Send buffers
+    // of one answer frame a stream: an answer that a client with a closed
+    // window never takes stays in the answer budget, not in hyper.
     let window = lim.h2_window.max(65_535);
     builder
         .http2()
@@ -153,7 +155,7 @@ fn http_builder(lim: &LimitOptions) -> Builder<TokioExecutor> {
         .initial_stream_window_size(window)
         .initial_connection_window_size(window)
         .adaptive_window(false)
-        .max_send_buf_size(64 * 1024)
+        .max_send_buf_size(super::outgoing::CHUNK)
         .max_pending_accept_reset_streams(Some(16))
         .keep_alive_interval(Some(Duration::from_secs(30)))
         .keep_alive_timeout(Duration::from_secs(10));

@@ -99,8 +99,15 @@ impl Connection {
         // graceful shutdown does not interrupt) is dropped after a second. On
         // shutdown in-flight requests end by their deadline.
         let wait = if why == "idle" { Duration::from_secs(1) } else { lim.request_timeout + Duration::from_secs(1) };
-        if tokio::time::timeout(wait, conn.as_mut()).await.is_err() {
-            tracing::debug!(%peer, "connection did not close in time; dropped");
+        tokio::select! {
+            r = tokio::time::timeout(wait, conn.as_mut()) => if r.is_err() {
+                tracing::debug!(%peer, "connection did not close in time; dropped");
+            },
+            // The write deadline holds while closing too.
+            _ = activity.write_stalled(lim.write_timeout) => {
+                app.metrics.rejected(super::metrics::RejectReason::WriteTimeout);
+                tracing::debug!(%peer, "write deadline while closing: connection dropped");
+            }
         }
     }
 

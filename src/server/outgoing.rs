@@ -26,7 +26,7 @@ use super::conns::{InFlight, Writing};
 /// Largest data frame handed to hyper.
 pub const CHUNK: usize = 16 * 1024;
 
-/// What an admission answer holds until it is written (request slot, answer
+/// What an admission answer holds until it is written (its answer-budget
 /// charge), carried from the router to the connection in the response's
 /// extensions.
 #[derive(Clone, Default)]

@@ -281,10 +281,13 @@ impl Admission {
             Ok(sent) => sent,
             Err(refused) => (self.refuse(refused), None),
         };
-        // The slot and the answer's charge are held until the answer is
-        // written (the connection's write deadline bounds how long).
-        let mut held: Vec<Box<dyn std::any::Any + Send + Sync>> = vec![Box::new(in_flight)];
-        held.extend(charge.map(|c| Box::new(c) as Box<dyn std::any::Any + Send + Sync>));
+        // The answer's charge is held until it is written (the connection's
+        // write deadline bounds how long). The request slot is not: it
+        // bounds work in progress, and a source holding every slot with
+        // answers it does not read would shut the apiserver out.
+        drop(in_flight);
+        let held: Vec<Box<dyn std::any::Any + Send + Sync>> =
+            charge.into_iter().map(|c| Box::new(c) as Box<dyn std::any::Any + Send + Sync>).collect();
         response.extensions_mut().insert(Hold::of(held));
         response
     }

@@ -171,8 +171,12 @@ impl fmt::Display for FieldError {
 
 /// Bytes of a rendered value an error shows: a longer one is cut (the
 /// request sent it; an answer that quoted it whole could be ten times the
-/// request, `\x7f` being four bytes for one).
-pub const MAX_SHOWN_VALUE: usize = 256;
+/// request, `\x7f` being four bytes for one). 16 KiB is more than any value
+/// within a maxLength of this schema renders to (1,024 characters, at most
+/// `\U0010fffd`'s ten bytes each), which the apiserver shows whole: the cut
+/// reaches only values no schema bound limits (an enum, a pattern without
+/// maxLength), where the apiserver itself would echo megabytes.
+pub const MAX_SHOWN_VALUE: usize = 16 * 1024;
 
 /// `value` (as rendered: a Go-quoted string or a bare scalar) cut to
 /// [`MAX_SHOWN_VALUE`] bytes: a quoted string keeps whole escapes and its
@@ -375,7 +379,7 @@ mod shown_value_tests {
             let inner = e.value.strip_prefix('"').and_then(|v| v.strip_suffix("\"...")).expect("quoted, then ...");
             assert!(!inner.is_empty() && inner.len().is_multiple_of(unit.len()), "{inner}");
             assert_eq!(inner, unit.repeat(inner.len() / unit.len()));
-            assert!(e.to_string().len() < 512, "{e}");
+            assert!(e.to_string().len() < MAX_SHOWN_VALUE + 512, "{}", e.to_string().len());
         }
         // A short value is shown whole, as the apiserver shows it.
         let e = FieldError::invalid("spec.x", render_value(&json!("short")), "bad");

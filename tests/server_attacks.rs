@@ -954,17 +954,31 @@ async fn answers_nobody_reads_are_charged_until_written_and_closed_at_the_write_
     real_reviews_pass(&client, addr, "answers nobody reads").await;
     // The write deadline (1 s after each answer) closes them; the charges
     // come back (the last answers are decided a little later under load).
+    // Under load some of the 48 are refused (16 slots, 1 s queue wait):
+    // every one that was decided (all but the read one) is closed.
+    let decided = |m: &str| {
+        m.lines()
+            .find_map(|l| {
+                l.strip_prefix(
+                    r#"hcp_etcd_admission_admission_requests_total{webhook="etcd-statefulsets",operation="CREATE",decision="allowed"} "#,
+                )
+            })
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     let metrics = loop {
         let metrics = client.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
-        if metric(&metrics, "write_timeout") >= 40 && gauge(&metrics, "hcp_etcd_admission_answer_bytes_pending") == 0 {
+        let unread = decided(&metrics).saturating_sub(1);
+        let closed = metric(&metrics, "write_timeout");
+        if unread >= 16 && closed >= unread && gauge(&metrics, "hcp_etcd_admission_answer_bytes_pending") == 0 {
             break metrics;
         }
         assert!(Instant::now() < deadline, "answers still charged or connections open:\n{metrics}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let closed = metric(&metrics, "write_timeout");
-    assert!(closed >= 40, "{closed} connections closed at the write deadline");
+    eprintln!("{closed} connections closed at the write deadline, {} unread answers decided", decided(&metrics) - 1);
     // What a stalled client then reads: part of its answer, then the end.
     let mut got = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(2), unread[0].read_to_end(&mut got)).await;

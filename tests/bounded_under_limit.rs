@@ -120,19 +120,7 @@ fn cpu_ns(pid: u32) -> u64 {
 }
 
 /// A small deterministic generator (xorshift), seeded per run.
-struct Gen(u64);
-
-impl Gen {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use common::xorshift::XorShift as Gen;
 
 /// One hostile review (path, body) of `shape`, about `size` bytes per object.
 fn hostile(shape: usize, size: usize, g: &mut Gen, fx: &Value) -> (&'static str, Vec<u8>, &'static str) {
@@ -311,8 +299,8 @@ async fn hostile_inputs_on_every_endpoint_stay_inside_the_deployment_memory_limi
             let mut g = Gen(seed.wrapping_add(s.wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1);
             let mut spent = 0u64;
             while spent < budget_per_sender {
-                let shape = g.below(8) as usize;
-                let size = 64 * 1024 + g.below(3 * 1024 * 1024 - 64 * 1024) as usize;
+                let shape = g.below(8);
+                let size = 64 * 1024 + g.below(3 * 1024 * 1024 - 64 * 1024);
                 let seed = g.next();
                 let fx = fx.clone();
                 let built = tokio::task::spawn_blocking(move || hostile(shape, size, &mut Gen(seed | 1), &fx)).await;

@@ -356,17 +356,18 @@ fn the_decision_heap_stays_under_what_is_charged_for_it() {
 }
 
 /// A seeded xorshift generator (the seed is printed; `HCP_FUZZ_SEED` replays one).
-struct Gen(u64);
+#[path = "common/xorshift.rs"]
+mod xorshift;
+
+/// The generator with the shapes this test builds.
+struct Gen(xorshift::XorShift);
 
 impl Gen {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.next()
     }
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        self.0.below(n)
     }
     /// A string that is ordinary, escape-heavy, URL-like or long.
     fn string(&mut self, budget: usize) -> String {
@@ -422,7 +423,7 @@ fn generated_hostile_reviews_stay_within_their_charge_and_linear_cpu() {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(7, |d| d.as_nanos() as u64) | 1
     });
     eprintln!("generated hostile reviews: seed {seed} (HCP_FUZZ_SEED replays it)");
-    let mut g = Gen(seed);
+    let mut g = Gen(xorshift::XorShift(seed));
     let (mut worst_heap, mut worst_cpu, mut over) = (0f64, 0f64, Vec::new());
     for i in 0..60 {
         let budget = [4 * 1024, 64 * 1024, 512 * 1024][i % 3];

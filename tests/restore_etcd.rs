@@ -949,56 +949,104 @@ impl Cluster {
         assert!(self.termination(i).starts_with("FAILED: not restoring"), "{}", self.termination(i));
     }
 
-    /// The runbook's "lost volume" path, as upstream reset-member runs it:
-    /// remove the old member, add it back, start it as "existing".
-    fn re_add(&mut self, i: usize) {
+    /// After etcd-init answered JOINED: upstream's reset-member, run as its
+    /// script is ([`RESET_MEMBER`]), finds data and does nothing; etcd
+    /// starts as the member etcd-init added, syncs, and the cluster is one.
+    fn joined(&mut self, i: usize) {
         let e = self.e.clone();
-        let m = &self.members[i];
-        let live: Vec<String> =
-            (0..self.members.len()).filter(|&j| j != i).map(|j| self.endpoints[j].clone()).collect();
-        let live = live.join(",");
-        let list: Value =
-            serde_json::from_slice(&ctl(&e, &live, &["member", "list", "-w", "json"]).stdout).expect("member list");
-        let id = list["members"]
-            .as_array()
-            .expect("members")
-            .iter()
-            // By name, or (a member that never started has no name yet) by
-            // its peer URL, as reset-member's grep for the host name finds it.
-            .find(|x| {
-                x["name"] == m.name.as_str()
-                    || x["peerURLs"].as_array().is_some_and(|u| {
-                        u.iter().any(|u| u.as_str().is_some_and(|u| u.starts_with(&format!("https://{}.", m.name))))
-                    })
-            })
-            .and_then(|x| x["ID"].as_u64())
-            .unwrap_or_else(|| panic!("the lost member's id: {list}"));
-        let out = ctl(&e, &live, &["member", "remove", &format!("{id:x}")]);
-        assert!(out.status.success(), "member remove: {}", String::from_utf8_lossy(&out.stderr));
-        let peer = format!("--peer-urls=https://{}.{}.{}.svc:2380", m.name, self.service, self.ns);
-        // etcd refuses a member add until the leader has been connected to a
-        // quorum for 5 s (strict reconfig check); reset-member is retried the same way.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = ctl(&e, &live, &["member", "add", &m.name, &peer]);
-            if out.status.success() {
-                break;
-            }
-            let err = String::from_utf8_lossy(&out.stderr).into_owned();
-            assert!(err.contains("unhealthy cluster") && Instant::now() < deadline, "member add: {err}");
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        self.procs[i] = Some(self.start(i, Some("existing")));
+        assert!(self.data(i).join("member/snap/db").exists(), "JOINED left no member/snap/db");
+        let live = (0..self.members.len()).find(|&j| j != i).map(|j| self.endpoints[j].clone()).unwrap_or_default();
+        let (code, out, state) = self.reset_member(i, &live);
+        assert_eq!(code, 0, "reset-member: {out}");
+        assert!(out.contains("Snapshot db exists, member has data"), "reset-member touched a joined member: {out}");
+        self.procs[i] = Some(self.start(i, Some(&state)));
         wait_healthy(&e.etcdctl, &self.endpoints.join(","));
         let deadline = Instant::now() + Duration::from_secs(30);
         while get(&e, &self.endpoints[i], "/registry/test/after") != "restored" {
-            assert!(Instant::now() < deadline, "the re-added member never synced");
+            assert!(Instant::now() < deadline, "the joined member never synced");
             std::thread::sleep(Duration::from_millis(200));
         }
         let ids = self.cluster_ids();
-        assert!(ids.windows(2).all(|w| w[0] == w[1]), "split brain after re-add: {ids:?}");
+        assert!(ids.windows(2).all(|w| w[0] == w[1]), "split brain after the join: {ids:?}");
+        let list = ctl(&e, &self.endpoints.join(","), &["member", "list"]);
+        let listed = String::from_utf8_lossy(&list.stdout).lines().filter(|l| l.contains(", started, ")).count();
+        assert_eq!(listed, self.members.len(), "every member started: {}", String::from_utf8_lossy(&list.stdout));
+    }
+
+    /// Upstream's reset-member for member `i`, with the `etcd-client`
+    /// Service at `service` (a client URL): (exit code, output, the state it
+    /// wrote for etcd).
+    fn reset_member(&self, i: usize, service: &str) -> (i32, String, String) {
+        let m = &self.members[i];
+        let state = self.root.join(format!("clusterstate-{i}"));
+        let script = RESET_MEMBER
+            .replace("/var/lib/data", &self.data(i).to_string_lossy())
+            .replace("/etc/etcd/clusterstate/state", &state.to_string_lossy())
+            .replace("https://etcd-client:2379", service)
+            .replace("/etc/etcd/tls/etcd-ca/ca.crt", "")
+            .replace("/etc/etcd/tls/server/server.crt", "")
+            .replace("/etc/etcd/tls/server/server.key", "");
+        let bin = self.bin.to_string_lossy().into_owned();
+        let out = Command::new("bash")
+            .args(["-c", &script])
+            .env_clear()
+            .env("PATH", format!("{bin}:/usr/bin:/bin"))
+            .env("HOSTNAME", &m.name)
+            .env("NAMESPACE", &self.ns)
+            .output()
+            .expect("bash");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let state = std::fs::read_to_string(&state).unwrap_or_default().trim().to_string();
+        (out.status.code().unwrap_or(-1), text, state)
     }
 }
+
+/// HyperShift's `reset-member` init container script, verbatim from
+/// openshift/hypershift
+/// `control-plane-operator/controllers/hostedcontrolplane/v2/assets/etcd/statefulset.yaml`
+/// at commit 05d664e6e6ca7d026b7182fc123d4e46a3468dd5 (read with the
+/// search tool); the tests substitute only its file paths and the
+/// `etcd-client` address (this rig has no Service and plain client ports).
+const RESET_MEMBER: &str = r#"#!/bin/bash
+
+set -eu
+
+# This script checks whether the data directory of this etcd member is empty.
+# If it is, and there is a functional etcd cluster, then it ensures that a member
+# corresponding to this pod does not exist in the cluster so it can be added
+# as a new member.
+
+# Setup the etcdctl environment
+export ETCDCTL_API=3
+export ETCDCTL_CACERT=/etc/etcd/tls/etcd-ca/ca.crt
+export ETCDCTL_CERT=/etc/etcd/tls/server/server.crt
+export ETCDCTL_KEY=/etc/etcd/tls/server/server.key
+export ETCDCTL_ENDPOINTS=https://etcd-client:2379
+
+echo "new" > /etc/etcd/clusterstate/state
+
+if [[ ! -f /var/lib/data/member/snap/db ]]; then
+  echo "No existing etcd data found"
+  echo "Checking if cluster is functional"
+  if etcdctl member list; then
+    echo "Cluster is functional"
+    MEMBER_ID=$(etcdctl member list -w simple | grep "${HOSTNAME}" | awk -F, '{ print $1 }')
+    if [[ -n "${MEMBER_ID}" ]]; then
+      echo "A member with this name (${HOSTNAME}) already exists, removing"
+      etcdctl member remove "${MEMBER_ID}"
+      echo "Adding new member"
+      etcdctl member add ${HOSTNAME} --peer-urls https://${HOSTNAME}.etcd-discovery.${NAMESPACE}.svc:2380
+      echo "existing" > /etc/etcd/clusterstate/state
+    else
+      echo "A member does not exist with name (${HOSTNAME}), nothing to do"
+    fi
+  else
+    echo "Cannot list members in cluster, so likely not up yet"
+  fi
+else
+  echo "Snapshot db exists, member has data"
+fi
+"#;
 
 /// What one version's run covers after the first restores.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -1050,7 +1098,10 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
                 &log,
                 &[format!("{}: its name does not resolve (curl exit 6): unknown, not absent", peer(0))],
             );
-            assert_eq!(c.store.requests().len(), downloads, "no download when members are unknown");
+            // Downloaded first (a URL may expire before a late member comes,
+            // issue #28 M6), never restored.
+            assert!(c.store.requests().len() <= downloads + 1, "one download at most");
+            assert!(!log.contains("restoring with etcd"), "restored next to unknown members:\n{log}");
         }
         // Lost volume: the last member's PV is replaced by an empty one while
         // the other two keep quorum. etcd-init must NOT restore the old
@@ -1066,21 +1117,21 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
         let downloads = c.store.requests().len();
         let (code, log) = c.init(last);
         assert_eq!(code, 0, "{log}");
-        assert!(!kept.exists(), "a kept download outlived the hand-off");
+        assert!(!kept.exists(), "a kept download outlived the join");
         let msg = c.termination(last);
         let id = format!("(cluster ID {:x}) answers at ", cluster_id(&e, &c.endpoints[0]));
-        assert!(msg.starts_with("HANDED OFF: a healthy etcd cluster (cluster ID ") && msg.contains(&id), "{msg}");
+        assert!(msg.starts_with("JOINED: a healthy etcd cluster (cluster ID ") && msg.contains(&id), "{msg}");
         if template == Template::Args {
             // Asked over TLS with the member's own client certificate from its TLS volume.
             assert!(msg.contains(") answers at https://etcd-"), "{msg}");
         }
         assert!(!log.contains("restoring with etcd"), "restored into a live cluster:\n{log}");
         assert_eq!(c.store.requests().len(), downloads, "no download when a cluster answers");
-        assert!(!c.data(last).join("member").exists(), "the data dir must stay empty for reset-member");
-        c.re_add(last);
+        c.joined(last);
         for i in 1..=5 {
             assert_eq!(get(&e, &c.endpoints[last], &format!("/registry/test/key{i}")), format!("value-{i}"));
         }
+        a_full_stop_with_a_lost_volume_rejoins(&mut c);
 
         if scenarios == Scenarios::All {
             // The critical case: the restored cluster takes 20 writes, every
@@ -1115,7 +1166,7 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
                     &[format!("etcd-0 at {}: nothing accepts connections (curl exit 7): unknown, not absent", peer(0))],
                 );
             }
-            assert_eq!(c.store.requests().len(), downloads, "nothing may be downloaded");
+            assert!(c.store.requests().len() <= downloads + 2, "one download a member at most");
             // The survivor comes back: its etcd-init skips (data), its etcd
             // runs alone without a quorum. Still no restore next to it.
             let (code, _) = c.init(0);
@@ -1137,7 +1188,7 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
                     peer(0)
                 )],
             );
-            assert_eq!(c.store.requests().len(), downloads, "nothing may be downloaded");
+            assert!(!c.data(2).join("member").exists(), "restored next to a live member");
             // The runbook's recovery keeps every write: a copy of the
             // survivor's data dir started with --force-new-cluster.
             c.procs[0] = None;
@@ -1226,19 +1277,6 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
     let _ = std::fs::remove_dir_all(&c.root);
 }
 
-/// The sts of `c` with etcd-init's env `name` set to `value`.
-fn with_init_env(sts: &Value, name: &str, value: &str) -> Value {
-    let mut sts = sts.clone();
-    let init = sts
-        .pointer_mut("/spec/template/spec/initContainers")
-        .and_then(Value::as_array_mut)
-        .and_then(|cs| cs.iter_mut().find(|c| c["name"] == "etcd-init"))
-        .expect("etcd-init");
-    let var = init["env"].as_array_mut().and_then(|e| e.iter_mut().find(|v| v["name"] == name)).expect("env var");
-    var["value"] = json!(value);
-    sts
-}
-
 /// The generation the webhook gave etcd-init in `sts`.
 fn generation_of(sts: &Value) -> String {
     container(sts, "initContainers", "etcd-init")["env"]
@@ -1316,16 +1354,20 @@ fn a_member_back_after_the_others_waited_hands_off(c: &mut Cluster) {
         c.wipe(i);
     }
     let last = n - 1;
-    // The same restore (same generation) whose download takes 8 s for member 2 alone.
-    let slow = with_init_env(&c.sts, "RESTORE_URL_ETCD", &c.store.url("/delay/snap.db"));
-    let mut running = Inits(
-        (0..n)
-            .map(|i| Some(if i == last { c.spawn_from(i, &slow, &c.hosts_file) } else { c.spawn(i, &c.hosts_file) }))
-            .collect(),
-    );
+    // Member 2 cannot resolve etcd-0 (it waits after its download, seen by
+    // the others but not restoring), and is stopped there.
+    let hosts = std::fs::read_to_string(&c.hosts_file).expect("hosts");
+    let blind = c.root.join("hosts-without-etcd-0");
+    std::fs::write(
+        &blind,
+        hosts.lines().filter(|l| !l.contains("etcd-0.")).map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .expect("hosts");
+    let mut running =
+        Inits((0..n).map(|i| Some(if i == last { c.spawn(i, &blind) } else { c.spawn(i, &c.hosts_file) })).collect());
     let late = format!("etcd-{last}");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !(0..last).all(|i| c.has_seen(i, &late) && c.has_seen(last, &format!("etcd-{i}"))) {
+    while !((0..last).all(|i| c.has_seen(i, &late)) && c.has_seen(last, "etcd-1")) {
         assert!(Instant::now() < deadline, "the members never saw each other in etcd-init");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -1346,26 +1388,72 @@ fn a_member_back_after_the_others_waited_hands_off(c: &mut Cluster) {
     for k in 1..=10 {
         assert!(ctl(&e, &c.endpoints[0], &["put", &format!("/registry/late{k}"), "l"]).status.success());
     }
-    // (re_add waits for this key on the re-added member.)
+    // (joined waits for this key on the joined member.)
     assert!(ctl(&e, &c.endpoints[0], &["put", "/registry/test/after", "restored"]).status.success());
-    assert!(c.has_seen(last, "etcd-0"), "member {last}'s volume lost its record of the others");
+    assert!(c.has_seen(last, "etcd-1"), "member {last}'s volume lost its record of the others");
     let downloads = c.store.requests().len();
     let (code, log) = c.init(last);
     assert_eq!(code, 0, "{log}");
     let msg = c.termination(last);
-    assert!(msg.starts_with("HANDED OFF: a healthy etcd cluster (cluster ID "), "{msg}\n{log}");
+    assert!(msg.starts_with("JOINED: a healthy etcd cluster (cluster ID "), "{msg}\n{log}");
     assert_eq!(c.store.requests().len(), downloads, "no download when a cluster answers");
-    assert!(!c.data(last).join("member").exists(), "the data dir must stay empty for reset-member");
     assert!(
         !c.members[last].pv.join(".etcd-init-restore-state").exists(),
-        "its record of the others outlived the hand-off"
+        "its record of the others outlived the join"
     );
-    c.re_add(last);
+    c.joined(last);
     let deadline = Instant::now() + Duration::from_secs(30);
     while get(&e, &c.endpoints[last], "/registry/late10") != "l" {
         assert!(Instant::now() < deadline, "the late member never caught up");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Issue #28 M2, as the turn-4 review reproduced it: the restored cluster
+/// stops as a whole (scale to 0, power loss), the last member's volume is
+/// lost, and every pod starts again at once. The others' etcd-init skips,
+/// upstream's reset-member (verbatim) finds their data, etcd forms a quorum;
+/// the wiped member's etcd-init meets that cluster within etcd's 5 s
+/// strict-reconfig window. Before, it handed off at once: reset-member's
+/// `member remove` went through, the `member add` was refused, the retry
+/// found nothing to re-add and started it `new`, outside for good. Now it
+/// joins: a refused add fails the run and the kubelet's retry (from the
+/// top, a few seconds later, as here) adds it.
+fn a_full_stop_with_a_lost_volume_rejoins(c: &mut Cluster) {
+    let e = c.e.clone();
+    let n = c.members.len();
+    let last = n - 1;
+    assert!(ctl(&e, &c.endpoints[0], &["put", "/registry/before-stop", "s"]).status.success());
+    c.procs = (0..n).map(|_| None).collect();
+    c.wipe(last);
+    let mut first = None;
+    let service = c.endpoints[0].clone();
+    for i in 0..last {
+        let (code, log) = c.init(i);
+        assert_eq!(code, 0, "{log}");
+        assert!(c.termination(i).starts_with("SKIPPED: "), "{}", c.termination(i));
+        let (code, out, state) = c.reset_member(i, &service);
+        assert_eq!(code, 0, "reset-member: {out}");
+        c.procs[i] = Some(c.start(i, Some(&state)));
+    }
+    // The kubelet: etcd-init from the top after each failure, 1 s apart
+    // (its back-off starts at 10 s; shorter here, inside etcd's window).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let log = loop {
+        let (code, log) = c.init(last);
+        if code == 0 {
+            break log;
+        }
+        first.get_or_insert(log);
+        assert!(Instant::now() < deadline, "etcd-{last} never joined: {}", c.termination(last));
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    if let Some(f) = &first {
+        eprintln!("etcd-{last}'s first run failed (the kubelet retried):\n{f}");
+    }
+    assert!(c.termination(last).starts_with("JOINED: "), "{}\n{log}", c.termination(last));
+    c.joined(last);
+    assert_eq!(get(&e, &c.endpoints[last], "/registry/before-stop"), "s");
 }
 
 /// The barrier releases a restored member as soon as the others run etcd of
@@ -2097,7 +2185,7 @@ async fn a_member_that_restored_other_bytes_is_named_at_the_barrier() {
         (1..3).map(|i| (format!("etcd-{i}.etcd-peers.{ns}.svc"), Ipv4Addr::new(127, 0, 59, i as u8 + 1))).collect();
     let (ca, pairs) = peer_certs(&rig.root, &names);
     // etcd-1 restored other bytes: its beacon names their sha256 prefix.
-    let beacon = format!("etcd-init.restored.{generation}-0123456789abcdef.etcd-1");
+    let beacon = format!("etcd-init.restored.{generation}-0123456789abcdef-b10000000000.etcd-1");
     let e = etcd35();
     let _other =
         standalone_member(&e, &beacon, names[0].1, (&ca, &pairs[0].0, &pairs[0].1), &rig.root.join("etcd-1-beacon"));
@@ -2118,7 +2206,7 @@ async fn a_member_that_restored_other_bytes_is_named_at_the_barrier() {
     // Before its own download, a restored member of this restore counts (it
     // holds only this restore's data): this member restores.
     assert!(log.contains("restoring with etcdutl"), "{log}");
-    let own = format!("etcd-init.restored.{generation}-{}.etcd-2", &rig.snapshot_sha[..16]);
+    let own = format!("etcd-init.restored.{generation}-{}-b", &rig.snapshot_sha[..16]);
     assert!(log.contains(&own), "its beacon does not name the bytes it restored ({own}):\n{log}");
     // At the barrier the other bytes are named, and never counted.
     assert_ne!(code, 0, "{log}");
@@ -2162,23 +2250,28 @@ async fn a_member_that_runs_etcd_is_never_restored_next_to() {
     let (ca, pairs) = peer_certs(&rig.root, &names);
     let m = rig.third_member("reprobe", 57, &ca, &pairs[1]);
     let run = Run { shell: "busybox", hosts: Some(&hosts), tmpfs: None };
-    // A cluster runs at etcd-1 and serves; etcd-0 is silent. A healthy
-    // cluster answers: hand off to reset-member, download nothing.
+    // A cluster runs at etcd-1 and serves; etcd-0 is silent. The healthy
+    // cluster is a one-member cluster that does not list this member (a
+    // survivor forced into a new cluster, issue #28 C1): joining it would
+    // have reset-member start this member `new`, a second cluster next to
+    // it. Refused, with the command that adds it; nothing downloaded.
     let _live =
         standalone_member(&e, "etcd-1", names[0].1, (&ca, &pairs[0].0, &pairs[0].1), &rig.root.join("live.etcd"));
     wait_healthy(&e.etcdctl, "http://127.0.57.2:2389");
     let (code, log) = run_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
-    assert_eq!(code, 0, "{log}");
+    assert_ne!(code, 0, "{log}");
     let msg = std::fs::read_to_string(termination_log(&m)).expect("termination message");
-    assert!(msg.starts_with("HANDED OFF: a healthy etcd cluster (cluster ID "), "{msg}");
-    assert!(msg.contains(") answers at https://etcd-1."), "{msg}");
+    assert!(msg.starts_with("FAILED: not joining the healthy cluster at https://etcd-1."), "{msg}");
+    assert!(msg.contains("its member list does not name this member"), "{msg}");
+    assert!(msg.contains("etcdctl member add etcd-2 --peer-urls=https://etcd-2."), "{msg}");
     assert!(!log.contains("restored snapshot into"), "restored next to a live cluster:\n{log}");
     assert!(rig.store.requests().is_empty(), "downloaded next to a live cluster");
-    assert!(!m.pv.join("etcd/etcd-data/member").exists(), "the data dir must stay empty for reset-member");
+    assert!(!m.pv.join("etcd/etcd-data/member").exists(), "the data dir must stay empty");
     assert!(!m.pv.join("etcd/etcd-wal").read_dir().is_ok_and(|mut d| d.next().is_some()), "WAL moved in");
-    assert!(!m.pv.join("etcd/.etcd-init-restore").exists(), "staging dir left behind");
-    // What it saw is gone with the hand-off: nothing of it may count later.
-    assert!(!m.pv.join("etcd/.etcd-init-restore-state").exists(), "state kept after a hand-off");
+    let members = ctl(&e, "http://127.0.57.2:2389", &["member", "list"]);
+    assert_eq!(String::from_utf8_lossy(&members.stdout).lines().count(), 1, "the cluster was changed");
+    // Its record of the others is kept (this generation), never a join stamp.
+    assert!(!m.pv.join("etcd/.etcd-init-restore-state/joining").exists(), "a join stamp without a remove");
 
     // The barrier counts a running etcd only of this restore's own cluster.
     // This member restored (its volume says so) after it saw etcd-0 and

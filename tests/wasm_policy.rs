@@ -509,3 +509,41 @@ fn the_reflectors_a_policy_causes_are_bounded_by_the_namespaces_not_the_requests
     assert!(keys.len() <= 4, "{} reflector keys over 60 names: {keys:?}", keys.len());
     assert_eq!(gets, 60, "one live GET per Secret not among the labelled ones");
 }
+
+/// A live GET that fails for any reason but NotFound (policy-server's RBAC
+/// without `get` on secrets, a timeout) leaves the Secret not checked, and
+/// says so: it is never reported as missing. The Forbidden answer is
+/// reproduced on policy-server's side of the host call, in kube-rs's shape.
+#[test]
+fn a_forbidden_secret_read_is_not_checked_rather_than_missing() {
+    if !common::env::ready("a_forbidden_secret_read_is_not_checked_rather_than_missing", &[wasm_module()]) {
+        return;
+    }
+    let case = common::load_cases()
+        .into_iter()
+        .find(|c| c.name.contains("s3 role ARN with everything in place"))
+        .expect("the preflight case");
+    let now = parse_rfc3339(&case.now).expect("now");
+    let mut req = case.review["request"].clone();
+    req["object"]["spec"]["storage"]["s3"]["credentials"]["name"] = json!("unlabelled");
+    let run = |forbidden: bool| {
+        let inner = context_handler(case.context.clone());
+        let handler: HostCallHandler = Box::new(move |binding, ns, op, payload| {
+            if forbidden && op == "get_resource" && String::from_utf8_lossy(payload).contains("\"Secret\"") {
+                return Err("ApiError: secrets \"unlabelled\" is forbidden: User \"system:serviceaccount:kubewarden:policy-server\" cannot get resource \"secrets\" in API group \"\" in the namespace \"hypershift\": Forbidden (ErrorResponse { status: \"Failure\", reason: \"Forbidden\", code: 403 })".into());
+            }
+            inner(binding, ns, op, payload)
+        });
+        let policy = module().instance(Some(now), handler).expect("instance");
+        let out = policy
+            .call("validate", &serde_json::to_vec(&json!({"settings": case.settings, "request": req})).expect("json"));
+        let v: Value = serde_json::from_slice(&out.expect("validate")).expect("json");
+        v["warnings"].to_string()
+    };
+    // Absent (the apiserver's 404): the controller's wait, as always.
+    assert!(run(false).contains("credential Secret \\\"unlabelled\\\" not found"), "{}", run(false));
+    // Forbidden: not checked, and never called missing.
+    let w = run(true);
+    assert!(!w.contains("not found"), "a Secret that could not be read was called missing: {w}");
+    assert!(w.contains("the credentials Secret not checked"), "{w}");
+}

@@ -57,67 +57,78 @@ fn raw_depth(text: &str) -> usize {
 /// The line where flow nesting first passes [`MAX_DEPTH`], outside quoted,
 /// comment and block-scalar text.
 fn deepest(text: &str) -> Option<usize> {
-    #[derive(PartialEq)]
-    enum Quote {
-        None,
-        Single,
-        Double,
-    }
-    let mut depth = 0usize;
-    let mut quote = Quote::None;
-    let mut escaped = false;
-    // Indentation of the line that opened a block scalar (`|`, `>`).
-    let mut block: Option<usize> = None;
+    let mut scan = FlowScan::default();
     for (n, line) in text.split('\n').enumerate() {
-        let indent = line.len() - line.trim_start_matches(' ').len();
-        if let Some(b) = block {
-            if quote == Quote::None && (line.trim().is_empty() || indent > b) {
-                continue;
-            }
-            block = None;
+        if scan.in_block(line) {
+            continue;
         }
-        // Where a scalar may start: after the indentation, `[`, `{`, `,`,
-        // and after `: `, `- `, `? `.
-        let mut start = quote == Quote::None;
+        if scan.line(line) {
+            return Some(n + 1);
+        }
+        scan.block_header(line);
+    }
+    None
+}
+
+#[derive(Default, PartialEq)]
+enum Quote {
+    #[default]
+    None,
+    Single,
+    Double,
+}
+
+/// The state [`deepest`] carries from line to line: flow depth, an open
+/// quote, and the indentation of the line that opened a block scalar.
+#[derive(Default)]
+struct FlowScan {
+    depth: usize,
+    quote: Quote,
+    escaped: bool,
+    block: Option<usize>,
+}
+
+impl FlowScan {
+    /// Whether `line` is text of the open block scalar (`|`, `>`): blank or
+    /// indented deeper than the line that opened it.
+    fn in_block(&mut self, line: &str) -> bool {
+        if let Some(b) = self.block {
+            if self.quote == Quote::None && (line.trim().is_empty() || indent(line) > b) {
+                return true;
+            }
+            self.block = None;
+        }
+        false
+    }
+
+    /// Scans one line; true when the nesting passes [`MAX_DEPTH`] in it.
+    /// A scalar may start after the indentation, `[`, `{`, `,`, and after
+    /// `: `, `- `, `? `: only there does a quote open.
+    fn line(&mut self, line: &str) -> bool {
+        let mut start = self.quote == Quote::None;
         let mut prev = ' ';
         let mut last_plain = ' ';
         for c in line.chars() {
-            match quote {
-                Quote::Double => {
-                    match (escaped, c) {
-                        (true, _) => escaped = false,
-                        (false, '\\') => escaped = true,
-                        (false, '"') => quote = Quote::None,
-                        _ => {}
-                    }
-                    prev = c;
-                    continue;
-                }
-                Quote::Single => {
-                    if c == '\'' {
-                        quote = Quote::None;
-                    }
-                    prev = c;
-                    continue;
-                }
-                Quote::None => {}
+            if self.quoted(c) {
+                prev = c;
+                continue;
             }
             match c {
                 '#' if prev == ' ' || prev == '\t' => break,
-                '"' if start => quote = Quote::Double,
-                '\'' if start => quote = Quote::Single,
+                '"' if start => self.quote = Quote::Double,
+                '\'' if start => self.quote = Quote::Single,
                 '[' | '{' => {
-                    depth += 1;
-                    if depth > MAX_DEPTH {
-                        return Some(n + 1);
+                    self.depth += 1;
+                    if self.depth > MAX_DEPTH {
+                        return true;
                     }
                     start = true;
                 }
                 ']' | '}' => {
-                    depth = depth.saturating_sub(1);
+                    self.depth = self.depth.saturating_sub(1);
                     start = false;
                 }
-                ',' => start = depth > 0,
+                ',' => start = self.depth > 0,
                 ' ' | '\t' => {
                     if matches!(prev, ':' | '-' | '?') && (last_plain == ' ' || prev == ':') {
                         start = true;
@@ -130,17 +141,47 @@ fn deepest(text: &str) -> Option<usize> {
             }
             prev = c;
         }
-        // A block scalar's header ends the line's value (`key: |`, `- >-`).
+        false
+    }
+
+    /// Inside an open quote, `c` is text (it may close the quote): true.
+    fn quoted(&mut self, c: char) -> bool {
+        match self.quote {
+            Quote::Double => {
+                match (self.escaped, c) {
+                    (true, _) => self.escaped = false,
+                    (false, '\\') => self.escaped = true,
+                    (false, '"') => self.quote = Quote::None,
+                    _ => {}
+                }
+                true
+            }
+            Quote::Single => {
+                if c == '\'' {
+                    self.quote = Quote::None;
+                }
+                true
+            }
+            Quote::None => false,
+        }
+    }
+
+    /// A block scalar's header ends the line's value (`key: |`, `- >-`):
+    /// the lines after it, indented deeper, are text.
+    fn block_header(&mut self, line: &str) {
         let value = line.split(" #").next().unwrap_or_default().trim_end();
         let header = value.trim_end_matches(|c: char| c.is_ascii_digit() || c == '+' || c == '-');
-        if quote == Quote::None && depth == 0 && (header.ends_with('|') || header.ends_with('>')) {
+        if self.quote == Quote::None && self.depth == 0 && (header.ends_with('|') || header.ends_with('>')) {
             let before = header.get(..header.len().saturating_sub(1)).unwrap_or_default().trim_end();
             if before.is_empty() || before.ends_with(':') || before.ends_with('-') {
-                block = Some(indent);
+                self.block = Some(indent(line));
             }
         }
     }
-    None
+}
+
+fn indent(line: &str) -> usize {
+    line.len() - line.trim_start_matches(' ').len()
 }
 
 /// Deserializes a [`Value`] as `serde_json::Value` does, counting every node

@@ -55,14 +55,16 @@ impl Lookup for HostLookup {
         if let Some(secret) = kubewarden::single_item(&answer, name).map_err(LookupError::Failed)? {
             return Ok(Some(secret));
         }
-        // Not labelled, or absent: one live GET tells (no reflector). The
-        // list above answered, so the capability works and a failure here is
-        // the apiserver's 404.
-        match kubernetes("get_resource", &kubewarden::live_secret_request(namespace, name)) {
+        // Not labelled, or absent: one live GET tells (no reflector). Only
+        // the apiserver's NotFound means absent; any other failure (RBAC,
+        // a timeout) leaves the Secret not checked, and says so.
+        let body = serde_json::to_vec(&kubewarden::live_secret_request(namespace, name))
+            .map_err(|e| LookupError::Failed(e.to_string()))?;
+        match guest::host_call("kubewarden", "kubernetes", "get_resource", &body) {
             Ok(answer) => serde_json::from_slice(&answer)
                 .map(Some)
                 .map_err(|e| LookupError::Failed(format!("the host's answer is not JSON: {e}"))),
-            Err(_) => Ok(None),
+            Err(e) => kubewarden::absent_or_failed(&e.to_string()),
         }
     }
 

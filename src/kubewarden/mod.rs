@@ -191,7 +191,42 @@ pub fn live_secret_request(namespace: &str, name: &str) -> Value {
     })
 }
 
+/// What a failed `get_resource` means: the object is absent only when the
+/// apiserver said NotFound (policy-server passes kube-rs's error on, which
+/// names the reason and the code); anything else (Forbidden: the
+/// policy-server's RBAC, a timeout) is a failed read, so nothing is called
+/// missing that was merely not readable. Object names are lower-case
+/// DNS-1123, so no name can spell the reason.
+pub fn absent_or_failed<T>(host_error: &str) -> Result<Option<T>, crate::lookup::LookupError> {
+    if host_error.contains("NotFound") || host_error.contains("code: 404") {
+        return Ok(None);
+    }
+    let shown: String = host_error.chars().take(512).collect();
+    Err(crate::lookup::LookupError::Failed(format!(
+        "the live read (get_resource) failed: {shown} (does policy-server's service account have get on secrets in this namespace?)"
+    )))
+}
+
 /// The one object of a host-call List answer narrowed by name.
 pub fn single_item(answer: &[u8], name: &str) -> Result<Option<Value>, String> {
     Ok(list_items(answer)?.into_iter().find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_apiservers_not_found_means_absent() {
+        let not_found = r#"ApiError: secrets "creds" not found: NotFound (ErrorResponse { status: "Failure", message: "secrets \"creds\" not found", reason: "NotFound", code: 404 })"#;
+        assert_eq!(absent_or_failed::<Value>(not_found), Ok(None));
+        for other in [
+            r#"ApiError: secrets "creds" is forbidden: User "system:serviceaccount:kubewarden:policy-server" cannot get resource "secrets": Forbidden (ErrorResponse { reason: "Forbidden", code: 403 })"#,
+            "error sending request for url (https://10.0.0.1/api/v1/namespaces/hypershift/secrets/creds): operation timed out",
+            "",
+        ] {
+            let e = absent_or_failed::<Value>(other).expect_err("a failed read");
+            assert!(e.to_string().contains("get_resource") && e.to_string().contains("get on secrets"), "{e}");
+        }
+    }
 }

@@ -61,6 +61,7 @@ const OWN_ENV: &[&str] = &[
     "ETCD_INIT_RESTORE_GENERATION",
     "ETCD_INIT_WAIT_SECONDS",
     "RESTORE_REVISION_BUMP",
+    "RESTORE_REVISION_FLOOR",
 ];
 
 /// The largest etcd cluster a restore is built for.
@@ -88,6 +89,7 @@ pub fn build_init_container(
     sts: &Value,
     generation: &str,
     url: &str,
+    floor: u64,
     settings: &Settings,
 ) -> Result<Value, Vec<FieldError>> {
     let Some((index, etcd)) = etcd_container(sts) else {
@@ -105,6 +107,7 @@ pub fn build_init_container(
     let restore = Restore {
         url,
         generation,
+        floor,
         stage: format!("{}/{STAGE_DIR_NAME}", template.mount_path(layout.data)),
         wal_stage: layout
             .wal
@@ -136,6 +139,8 @@ struct Layout {
 struct Restore<'a> {
     url: &'a str,
     generation: &'a str,
+    /// The revision the restore lands at, at least (`RESTORE_REVISION_FLOOR`).
+    floor: u64,
     stage: String,
     wal_stage: Option<String>,
 }
@@ -386,6 +391,7 @@ fn init_env(
         "value": settings.allow_restore_without_revision_bump.to_string(),
     }));
     env.push(json!({"name": "RESTORE_REVISION_BUMP", "value": settings.restore_revision_bump.to_string()}));
+    env.push(json!({"name": "RESTORE_REVISION_FLOOR", "value": restore.floor.to_string()}));
     env.push(json!({"name": "ETCD_INIT_WAIT_SECONDS", "value": settings.restore_wait_seconds.to_string()}));
     Ok(env)
 }

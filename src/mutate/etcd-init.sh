@@ -22,6 +22,10 @@
 #   RESTORE_MAX_BYTES             download size cap (default 17179869184 = 16 GiB)
 #   RESTORE_MAX_TIME_SECONDS      bound on the whole download, retries included (default 1800)
 #   RESTORE_REVISION_BUMP         how far revisions move past the snapshot's (default 10000000000)
+#   RESTORE_REVISION_FLOOR        the revision the restore lands at, at least (the webhook
+#                                 sets the HostedControlPlane's creation time x 10^7, so a
+#                                 later restore of the same snapshot lands above this one);
+#                                 a single member also takes its own clock's (now x 10^7)
 #   RESTORE_ALLOW_WITHOUT_REVISION_BUMP
 #                                 "true": restore even when the tool cannot bump revisions
 #   ETCD_INIT_WAIT_SECONDS        how long one run waits for the other members (default 600)
@@ -38,13 +42,14 @@
 # After restoring, a member waits until every other member has restored too
 # (or runs etcd of this restore's cluster), so no etcd starts before all
 # members are past their own check, unless after the wait a quorum has
-# restored (then the rest hand off when they come). What it has seen is kept
+# restored (then the rest join their cluster when they come). What it has seen is kept
 # on its volume (across retries of this generation, never across a lost
 # volume or a hand-off).
 #
 # Exit 0 and one line in the termination message: RESTORED (revisions,
-# sha256, cluster id), SKIPPED (the data dir holds an etcd member), HANDED
-# OFF (a healthy cluster answers: reset-member re-adds this member).
+# sha256, cluster id), SKIPPED (the data dir holds an etcd member), JOINED
+# (a healthy cluster that lists this member answers: this member joined it,
+# so reset-member finds data and does nothing).
 # Non-zero: FAILED with the reason; the data dir is left as it was.
 set -eu
 
@@ -87,6 +92,7 @@ GEN=${ETCD_INIT_RESTORE_GENERATION:-}
 MAX_BYTES=$(number "${RESTORE_MAX_BYTES:-}" 17179869184)
 MAX_TIME=$(number "${RESTORE_MAX_TIME_SECONDS:-}" 1800)
 BUMP_BY=$(number "${RESTORE_REVISION_BUMP:-}" 10000000000)
+FLOOR=$(number "${RESTORE_REVISION_FLOOR:-}" 0)
 ALLOW_NO_BUMP=${RESTORE_ALLOW_WITHOUT_REVISION_BUMP:-false}
 WAIT=$(number "${ETCD_INIT_WAIT_SECONDS:-}" 600)
 PROBE_TIMEOUT=$(number "${ETCD_INIT_PROBE_TIMEOUT:-}" 5)
@@ -269,8 +275,15 @@ probe() {
 			# only this restore's data, whichever bytes it got.
 			P_STATE=restored P_WHY="its etcd-init answers: restored, waiting for the others"
 		else
-			P_OTHER=$(printf '%s' "$P_ANSWER" | sed -n "s/.*\"name\":\"etcd-init[.]restored[.]$GEN-\([0-9a-f]*\)[.].*/\1/p" | head -n 1)
-			P_WHY="its etcd-init restored other bytes from this restore's URL (snapshot sha256 ${P_OTHER:-?}..., this member's ${RID#"$GEN"-}...): the object behind the URL changed between the members' downloads, and members of different snapshots form different clusters (docs/restore.md, \"Different snapshots behind one URL\")"
+			P_OTHER=$(printf '%s' "$P_ANSWER" | sed -n "s/.*\"name\":\"etcd-init[.]restored[.]$GEN-\([0-9a-f]*-b[0-9]*\)[.].*/\1/p" | head -n 1)
+			P_SHA=${P_OTHER%-b*}
+			MY_SHA=${RID#"$GEN"-}
+			MY_SHA=${MY_SHA%-b*}
+			if [ -n "$P_OTHER" ] && [ "$P_SHA" = "$MY_SHA" ]; then
+				P_WHY="its etcd-init restored the same snapshot with another revision bump (${P_OTHER##*-b}, this member's ${RID##*-b}): the bump setting or the etcd-init image changed mid-restore, and members restored with different bumps form different clusters (docs/restore.md, \"Revision bump\")"
+			else
+				P_WHY="its etcd-init restored other bytes from this restore's URL (snapshot sha256 ${P_SHA:-?}..., this member's $MY_SHA...): the object behind the URL changed between the members' downloads, and members of different snapshots form different clusters (docs/restore.md, \"Different snapshots behind one URL\")"
+			fi
 		fi
 		;;
 	0:*'"name":"etcd-init.'*) P_WHY="an etcd-init answers, but for another restore or another member" ;;
@@ -387,9 +400,158 @@ mkdir -p -- "$STAGE" "$WAL_STAGE" "$STATE"
 [ -f "$STATE/generation" ] || printf '%s\n' "$GEN" >"$STATE/generation"
 touch "$STATE/seen" "$STATE/restored-peers"
 
+# cluster_answers: whether some other member runs etcd of a healthy cluster
+# now (HEALTH_URL then names where).
+cluster_answers() {
+	while read -r PNAME PURL; do
+		[ -n "$PNAME" ] || continue
+		probe "$PNAME" "$PURL"
+		if [ "$P_STATE" = etcd ] && healthy "$PURL"; then
+			return 0
+		fi
+	done <<EOF
+$OTHERS
+EOF
+	return 1
+}
+# jctl <args>: etcdctl against the healthy member J_EP, with the etcd
+# container's client TLS (as reset-member asks, with the server's pair).
+jctl() {
+	set -- --endpoints "$J_EP" --dial-timeout 5s --command-timeout 15s "$@"
+	[ -z "${ETCD_TRUSTED_CA_FILE:-}" ] || set -- --cacert "$ETCD_TRUSTED_CA_FILE" "$@"
+	[ -z "${ETCD_CERT_FILE:-}" ] || set -- --cert "$ETCD_CERT_FILE" "$@"
+	[ -z "${ETCD_KEY_FILE:-}" ] || set -- --key "$ETCD_KEY_FILE" "$@"
+	# Never through a proxy (the members are in-namespace, as for the probes).
+	env ETCDCTL_API=3 NO_PROXY='*' no_proxy='*' etcdctl "$@" 2>&1
+}
+# join <client URL of a healthy member> <its cluster ID>: this member is
+# new or lost its volume and a healthy cluster runs. It is made a member of
+# that cluster here, never handed to reset-member with an empty data dir:
+# reset-member writes `new` whenever its member list fails (a quorum lost
+# for a moment, a Service that does not route yet) and, retried after its
+# `member remove` went through and etcd refused the `member add` (5 s
+# strict reconfig), finds nothing to re-add; either way the member started
+# as a one-member cluster outside the real one, for good (issue #28: C1, M2,
+# M3, and a crash between the hand-off and reset-member the model found).
+# Here: the cluster must list this member's peer URL (an operator's `member
+# remove`, or a survivor forced into a new cluster, is refused with the
+# command that fixes it); a stamp on the volume records the `member remove`
+# before it is sent, so a retry adds the member back; after `member add` a
+# local etcd joins (state existing) into the staging dir until it is
+# healthy, and its member/ moves into place. reset-member then finds
+# member/snap/db and does nothing; etcd starts as the added member.
+join() {
+	J_EP=$1
+	J_CID=$2
+	for b in etcd etcdctl; do
+		command -v "$b" >/dev/null 2>&1 || fail "$b is not in PATH of the etcd-init image: a member joins a running cluster with it (use the etcd image, or an etcdInitImage that has it)"
+	done
+	set +e
+	J_LIST=$(jctl member list -w simple)
+	J_RC=$?
+	set -e
+	[ "$J_RC" -eq 0 ] || fail "not restoring (a healthy cluster answers at $J_EP/health), but its member list could not be read to join it: $(printf '%s' "$J_LIST" | head -c 300). The kubelet retries"
+	# "<id>, <started|unstarted>, <name>, <peer URLs>, <client URLs>, <learner>"
+	J_LINE=$(printf '%s\n' "$J_LIST" | awk -F', ' -v u="$PEER_URL" '{ n = split($4, a, ","); for (i = 1; i <= n; i++) if (a[i] == u) { print; exit } }')
+	J_ID=${J_LINE%%,*}
+	J_STAMP=$(cat "$STATE/joining" 2>/dev/null || true)
+	case $J_LINE in
+	"")
+		[ "$J_STAMP" = "$J_CID" ] || fail "not joining the healthy cluster at $J_EP (cluster ID $J_CID): its member list does not name this member ($PEER_URL), so etcd would start it as a new one-member cluster outside it (issue #28: a survivor forced into a new cluster, or a member removed by hand). If this member belongs to that cluster, add it: etcdctl member add $NAME --peer-urls=$PEER_URL; this member then joins at the kubelet's next retry (docs/restore.md)"
+		J_ADD=yes
+		;;
+	*", unstarted, "*) J_ADD= ;;
+	*)
+		# The stamp first: a retry after the remove (a crash, a refused
+		# add) knows this member was in the list and adds it back.
+		printf '%s\n' "$J_CID" >"$STATE/joining"
+		sync
+		set +e
+		J_OUT=$(jctl member remove "$J_ID")
+		J_RC=$?
+		set -e
+		[ "$J_RC" -eq 0 ] || fail "joining the cluster at $J_EP: member remove $J_ID failed: $(printf '%s' "$J_OUT" | head -c 300). The kubelet retries"
+		log "removed this member's old entry $J_ID (its data is gone) from cluster $J_CID"
+		J_ADD=yes
+		;;
+	esac
+	if [ -n "$J_ADD" ]; then
+		printf '%s\n' "$J_CID" >"$STATE/joining"
+		set +e
+		J_OUT=$(jctl member add "$NAME" --peer-urls="$PEER_URL")
+		J_RC=$?
+		set -e
+		[ "$J_RC" -eq 0 ] || fail "joining the cluster at $J_EP: member add $NAME was refused: $(printf '%s' "$J_OUT" | head -c 300) (etcd refuses while its leader has not been connected to a quorum for 5 s); the kubelet retries, and this member is added then"
+		J_CLUSTER=$(printf '%s\n' "$J_OUT" | sed -n 's/^ETCD_INITIAL_CLUSTER="\(.*\)"$/\1/p' | head -n 1)
+		log "added this member to cluster $J_CID"
+	fi
+	if [ -z "${J_CLUSTER:-}" ]; then
+		# Already added (unstarted): the initial cluster from the list, this
+		# member by its own name.
+		set +e
+		J_LIST=$(jctl member list -w simple)
+		set -e
+		J_CLUSTER=$(printf '%s\n' "$J_LIST" | awk -F', ' -v u="$PEER_URL" -v me="$NAME" '{ name = $3; if (name == "") { n = split($4, a, ","); for (i = 1; i <= n; i++) if (a[i] == u) name = me } if (name != "") { n = split($4, a, ","); for (i = 1; i <= n; i++) printf "%s%s=%s", (out++ ? "," : ""), name, a[i] } }')
+	fi
+	[ -n "$J_CLUSTER" ] || fail "joining the cluster at $J_EP: its member list names no member to join with"
+	# The first sync: a local etcd of this member, state existing, into the
+	# staging dir (never the data dir: a crash leaves nothing half-made there).
+	J_DIR=$STAGE/join
+	rm -rf -- "$J_DIR" "$WAL_STAGE/joinwal"
+	mkdir -p -- "$J_DIR"
+	set -- --name "$NAME" --data-dir "$J_DIR/data" --listen-peer-urls "$LISTEN_PEER" \
+		--initial-advertise-peer-urls "$PEER_URL" --initial-cluster "$J_CLUSTER" \
+		--initial-cluster-state existing --listen-client-urls unix://join:0 --advertise-client-urls unix://join:0
+	[ -z "$WAL_DIR" ] || set -- "$@" --wal-dir "$WAL_STAGE/joinwal"
+	[ -z "$PEER_CERT" ] || set -- "$@" --peer-cert-file "$PEER_CERT"
+	[ -z "$PEER_KEY" ] || set -- "$@" --peer-key-file "$PEER_KEY"
+	[ -z "$PEER_CA" ] || set -- "$@" --peer-trusted-ca-file "$PEER_CA"
+	[ "${ETCD_PEER_CLIENT_CERT_AUTH:-}" != true ] || set -- "$@" --peer-client-cert-auth
+	log "joining cluster $J_CID as $NAME ($PEER_URL): a local etcd syncs first"
+	(cd "$J_DIR" && exec env -i PATH="$PATH" etcd "$@") >"$STAGE/join.log" 2>&1 &
+	CHILD=$!
+	J_DEADLINE=$(($(date +%s) + WAIT))
+	while :; do
+		set +e
+		J_HEALTH=$(curl -q --silent --max-time "$PROBE_TIMEOUT" --unix-socket "$J_DIR/join:0" http://localhost/health 2>&1)
+		set -e
+		case $J_HEALTH in *'"health":"true"'*) break ;; esac
+		if ! kill -0 "$CHILD" 2>/dev/null; then
+			tail -n 5 "$STAGE/join.log" >&2 || true
+			CHILD=
+			fail "joining cluster $J_CID: the local etcd exited before it synced (its log is above); the kubelet retries"
+		fi
+		[ "$(date +%s)" -lt "$J_DEADLINE" ] || fail "joining cluster $J_CID: the local etcd did not sync within ${WAIT}s; the kubelet retries"
+		sleep 1
+	done
+	kill -TERM "$CHILD" 2>/dev/null || true
+	wait "$CHILD" 2>/dev/null || true
+	CHILD=
+	[ -f "$J_DIR/data/member/snap/db" ] || fail "joining cluster $J_CID: the local etcd left no member/snap/db"
+	if [ -n "$WAL_DIR" ]; then
+		[ -d "$WAL_DIR" ] || mkdir -p -- "$WAL_DIR"
+		: >"$WAL_DIR/$WAL_MARK"
+		for f in "$WAL_STAGE/joinwal"/*; do
+			[ ! -e "$f" ] || mv -- "$f" "$WAL_DIR/"
+		done
+	fi
+	sync
+	if [ -d "$DATA_DIR" ]; then
+		mv -- "$J_DIR/data/member" "$DATA_DIR/member"
+	else
+		mkdir -p -- "$(dirname -- "$DATA_DIR")"
+		mv -- "$J_DIR/data" "$DATA_DIR"
+	fi
+	[ -z "$WAL_DIR" ] || rm -f -- "$WAL_DIR/$WAL_MARK"
+	rm -rf -- "$STATE" "$STAGE" "$WAL_STAGE"
+	sync
+	result "JOINED: a healthy etcd cluster (cluster ID $J_CID) answers at $J_EP/health and lists this member; $DATA_DIR held no etcd member (new, or its volume was lost): not restoring the snapshot; this member joined that cluster (member add, a first sync) and etcd starts as that member"
+	exit 0
+}
+
 # wait_for <fresh|restored>: until every other member is accounted for:
 #   fresh:    seen answering as this generation's etcd-init (fresh or restored);
-#             an etcd member that runs with a healthy cluster: hand off (exit 0)
+#             an etcd member that runs with a healthy cluster: join it (exit 0)
 #   restored: seen restored, or running etcd after it was seen as etcd-init.
 wait_for() {
 	DEADLINE=$(($(date +%s) + WAIT))
@@ -405,7 +567,7 @@ wait_for() {
 			fi
 			# Asked every round, even when seen before: a member once seen in
 			# etcd-init that now runs etcd with a healthy cluster means this
-			# restore went on without this member (hand off, below).
+			# restore went on without this member (join it, below).
 			probe "$PNAME" "$PURL"
 			case $1:$P_STATE in
 			fresh:fresh | fresh:restored)
@@ -431,12 +593,10 @@ wait_for() {
 				;;
 			fresh:etcd)
 				if healthy "$PURL"; then
-					# Nothing of this run is needed any more: what it saw, a
-					# kept download (it would sit on etcd's volume for good).
+					# Not restoring: this member joins the running cluster
+					# itself (join, below), so reset-member finds data.
 					beacon_stop
-					rm -rf -- "$STATE" "$STAGE" "$WAL_STAGE"
-					result "HANDED OFF: a healthy etcd cluster (cluster ID ${P_CLUSTER:-not named}) answers at $HEALTH_URL; $DATA_DIR holds no etcd member because this member is new or lost its volume: not restoring the snapshot (reset-member re-adds this member, which then syncs from the cluster)"
-					exit 0
+					join "${HEALTH_URL%/health}" "${P_CLUSTER:-not named}"
 				fi
 				P_WHY="a live etcd member runs there (it may hold writes the snapshot lacks) and no healthy cluster answers at $HEALTH_URL"
 				;;
@@ -473,15 +633,16 @@ EOF
 	done
 }
 
-if [ -z "$RESUME" ]; then
-	# 6. Positive evidence first: every other member is in its etcd-init of
-	#    this restore, with an empty data dir (or already restored by it).
-	if [ -n "$OTHERS" ]; then
-		beacon_start fresh
-		wait_for fresh
-		log "every other member answered as this restore's etcd-init (generation $GEN): restoring"
-	fi
-
+# Free KiB on the filesystem holding $1 (the 4th field from the end is
+# robust against spaces in the filesystem name).
+avail_kib() { df -Pk "$1" 2>/dev/null | awk 'END { print $(NF - 2) }'; }
+SNAPSHOT="$STAGE/snapshot.db"
+# download_and_verify: the snapshot into $SNAPSHOT, checked (size, not an
+# error document, the #sha256= fragment), marked complete for this
+# generation. Run in the background (`run`): a failure ends it with FAILED
+# and a non-zero RC, not the whole run.
+download_and_verify() {
+	trap 'kill "$CHILD" 2>/dev/null || true; exit 143' TERM
 	# 7. Optional integrity: #sha256=<hex> (the fragment is never sent to the server).
 	FETCH_URL=${URL%%#*}
 	FRAGMENT=${URL#"$FETCH_URL"}
@@ -497,10 +658,6 @@ if [ -z "$RESUME" ]; then
 		;;
 	*) log "ignoring a URL fragment that is not #sha256=<hex>" ;;
 	esac
-	SNAPSHOT="$STAGE/snapshot.db"
-	# Free KiB on the filesystem holding $1 (the 4th field from the end is
-	# robust against spaces in the filesystem name).
-	avail_kib() { df -Pk "$1" 2>/dev/null | awk 'END { print $(NF - 2) }'; }
 
 	# 8. Download (unless a retry finds this generation's complete download),
 	#    retrying transient failures; RESTORE_MAX_TIME_SECONDS bounds the
@@ -578,13 +735,69 @@ if [ -z "$RESUME" ]; then
 		fi
 		log "sha256 verified"
 	fi
-	# The cluster token names this restore and the bytes restored: two
-	# members that got different objects from one URL (overwritten in the
-	# bucket between their downloads) get different cluster IDs and refuse
-	# each other loudly, never merge two snapshots' raft logs.
-	RID=$GEN-$(printf '%.16s' "$ACTUAL_SHA")
-	TOKEN=etcd-restore-$RID
 	printf '%s\n' "$GEN" >"$STAGE/download-complete"
+}
+
+if [ -z "$RESUME" ]; then
+	# 6. Download and verify first (issue #28, M6): a presigned URL expires
+	#    (OADP presigns for 1 h), and a member that arrives late must not
+	#    make the download impossible for the ones that came on time. A
+	#    failed download still goes on to the wait: this member answers as
+	#    this restore's etcd-init, the others may restore without it, and it
+	#    joins their cluster at a later run.
+	DOWNLOADED=
+	if [ -n "$OTHERS" ] && cluster_answers; then
+		# Nothing to restore: this member joins that cluster (step 7).
+		log "a healthy etcd cluster answers at $HEALTH_URL: not downloading"
+		RC=1
+	else
+		run download_and_verify
+	fi
+	if [ "$RC" -eq 0 ]; then
+		DOWNLOADED=yes
+	else
+		[ -n "$OTHERS" ] || exit 1
+		log "the download failed; waiting for the other members anyway (they may restore, and this member joins them)"
+	fi
+
+	# 7. Positive evidence: every other member is in its etcd-init of this
+	#    restore, with an empty data dir (or already restored by it).
+	if [ -n "$OTHERS" ]; then
+		beacon_start fresh
+		wait_for fresh
+		log "every other member answered as this restore's etcd-init (generation $GEN): restoring"
+	fi
+	if [ -z "$DOWNLOADED" ]; then
+		# (Its FAILED line is already the termination message.)
+		run download_and_verify
+		[ "$RC" -eq 0 ] || exit 1
+	fi
+	ACTUAL_SHA=$(cut -d ' ' -f 1 "$STAGE/sha256")
+	SIZE=$(wc -c <"$SNAPSHOT" | tr -d ' ')
+	# The revision the restore lands at: the snapshot's plus the bump, and at
+	# least the floor (a later restore of the same snapshot, by a later
+	# HostedControlPlane, lands above what this one served).
+	REV_BEFORE=$("$TOOL" snapshot status "$SNAPSHOT" -w json 2>/dev/null | sed -n 's/.*"revision":\([0-9]*\).*/\1/p' || true)
+	if [ -n "$BUMP" ] && [ -n "$REV_BEFORE" ]; then
+		if [ "$MEMBERS" -eq 1 ]; then
+			NOW_FLOOR=$(($(date +%s) * 10000000))
+			[ "$NOW_FLOOR" -le "$FLOOR" ] || FLOOR=$NOW_FLOOR
+		fi
+		if [ $((FLOOR - REV_BEFORE)) -gt "$BUMP_BY" ]; then
+			BUMP_BY=$((FLOOR - REV_BEFORE))
+			log "revision floor $FLOOR: bumping revisions by $BUMP_BY"
+		fi
+	fi
+	# The cluster token names this restore, the bytes restored and the bump:
+	# two members that got different objects from one URL (overwritten in the
+	# bucket between their downloads), or restored with different bumps (an
+	# image without --bump-revision on one of them), get different cluster
+	# IDs and refuse each other loudly, never merge two snapshots' raft logs
+	# or revisions 10^12 apart.
+	APPLIED=0
+	[ -z "$BUMP" ] || APPLIED=$BUMP_BY
+	RID=$GEN-$(printf '%.16s' "$ACTUAL_SHA")-b$APPLIED
+	TOKEN=etcd-restore-$RID
 
 	# 9. Space: the restored copy of the database plus 64 MiB of preallocated WAL
 	#    must fit next to the download.
@@ -606,7 +819,6 @@ if [ -z "$RESUME" ]; then
 
 	# 10. Restore into the staging dir with this member's identity and this
 	#     restore's own token (so its cluster ID is this restore's alone).
-	REV_BEFORE=$("$TOOL" snapshot status "$SNAPSHOT" -w json 2>/dev/null | sed -n 's/.*"revision":\([0-9]*\).*/\1/p' || true)
 	set -- snapshot restore "$SNAPSHOT" --data-dir "$STAGE/data" --name "$NAME" \
 		--initial-cluster "$ETCD_INITIAL_CLUSTER" --initial-cluster-token "$TOKEN" \
 		--initial-advertise-peer-urls "$PEER_URL"

@@ -12,8 +12,8 @@
 //! The decision fails closed: the StatefulSet is admitted without etcd-init
 //! only when it is established that no restore is pending (exactly one
 //! HostedControlPlane read, and it has no restore URL, unmanaged etcd or
-//! `EtcdSnapshotRestored=True`; or the stored StatefulSet reports a quorum
-//! of ready members, so etcd runs and the restore is over). Every other case
+//! `EtcdSnapshotRestored=True`; or the stored StatefulSet reports every
+//! replica ready, so the restore is over). Every other case
 //! is denied with what is missing; the control-plane-operator retries.
 //!
 //! The answer never holds the restore URL. It is a presigned URL, a bearer
@@ -259,14 +259,72 @@ pub fn restore_generation(hcp: &Value, namespace: &str, url: &str) -> String {
     h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-/// Ready members out of the replicas of the stored StatefulSet, when they
-/// are a quorum: etcd runs, so the restore is over (every pod of this
-/// StatefulSet ran etcd-init, and no member is ready without a quorum).
-fn quorum_ready(old: Option<&Value>) -> Option<(u64, u64)> {
+/// The settings a restore in progress keeps (issue #28, M1): when the
+/// stored StatefulSet's etcd-init is of this `generation`, its revision bump
+/// and its allow-without-bump flag stay, whatever the webhook's settings say
+/// now. A settings change or an upgrade with another default mid-restore
+/// would otherwise change the template, roll the pods still restoring, and
+/// restore members of one cluster with revisions 10^12 apart.
+fn pinned<'a>(old: Option<&Value>, generation: &str, settings: &'a Settings) -> std::borrow::Cow<'a, Settings> {
+    let env = old
+        .and_then(|o| o.pointer(LIST))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|c| c.get("name").and_then(Value::as_str) == Some(INIT_CONTAINER))
+        .filter_map(|c| c.get("env").and_then(Value::as_array))
+        .find(|env| env_value(env, "ETCD_INIT_RESTORE_GENERATION") == Some(generation));
+    let Some(env) = env else { return std::borrow::Cow::Borrowed(settings) };
+    let mut kept = settings.clone();
+    if let Some(bump) = env_value(env, "RESTORE_REVISION_BUMP").and_then(|v| v.parse::<u64>().ok()) {
+        kept.restore_revision_bump = bump;
+    }
+    match env_value(env, "RESTORE_ALLOW_WITHOUT_REVISION_BUMP") {
+        Some("true") => kept.allow_restore_without_revision_bump = true,
+        Some("false") => kept.allow_restore_without_revision_bump = false,
+        _ => {}
+    }
+    std::borrow::Cow::Owned(kept)
+}
+
+/// The literal value of env item `name`.
+fn env_value<'v>(env: &'v [Value], name: &str) -> Option<&'v str> {
+    env.iter().find(|e| e.get("name").and_then(Value::as_str) == Some(name))?.get("value")?.as_str()
+}
+
+/// Revisions a restore of this HostedControlPlane starts at, at least
+/// (issue #28, M5): its creation time in Unix seconds × 10^7. A later
+/// restore of the same snapshot is a new HostedControlPlane, created later,
+/// so it lands above every revision the earlier one reached while that one
+/// wrote fewer than 10^7 revisions a second. Int64 holds it until the year
+/// 2999. `0` (no floor) without a readable creation time.
+pub fn revision_floor(hcp: &Value) -> u64 {
+    hcp.pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| crate::time::parse_rfc3339(t).ok())
+        .and_then(|t| u64::try_from(t).ok())
+        .map_or(0, |t| t.saturating_mul(REVISION_FLOOR_PER_SECOND))
+}
+
+/// See [`revision_floor`].
+pub const REVISION_FLOOR_PER_SECOND: u64 = 10_000_000;
+
+/// Ready members out of the replicas of the stored StatefulSet, when every
+/// replica is ready: every member restored or joined, so the restore is
+/// over. Not at a bare quorum (issue #28, M4): the control-plane-operator
+/// sets `EtcdSnapshotRestored` only when every replica is ready and every
+/// pod shows a finished etcd-init, and it computes that in the same
+/// reconcile, before the update this decides; a removal at a quorum rolled
+/// the pods without etcd-init first, so the condition was never set (the
+/// restore "pending" for the cluster's life, etcd-init re-injected at each
+/// quorum loss), and a member still in etcd-init was restarted without it
+/// (reset-member then started it outside the cluster; the model in
+/// tests/restore_model finds both).
+fn all_ready(old: Option<&Value>) -> Option<(u64, u64)> {
     let old = old?;
     let replicas = old.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1);
     let ready = old.pointer("/status/readyReplicas").and_then(Value::as_u64)?;
-    (replicas > 0 && ready > replicas / 2).then_some((ready, replicas))
+    (replicas > 0 && ready >= replicas).then_some((ready, replicas))
 }
 
 /// The etcd StatefulSet write being decided, with what the decision may use.
@@ -283,7 +341,7 @@ struct EtcdWrite<'a> {
 fn restore_decision(write: &EtcdWrite<'_>, hcp: &Value) -> Mutation {
     let EtcdWrite { sts, old, namespace, settings, now } = *write;
     let url = restore_snapshot_url(hcp);
-    let running = quorum_ready(old);
+    let running = all_ready(old);
     let no_restore_pending = unmanaged_etcd(hcp) || url.is_none() || snapshot_restored(hcp) || running.is_some();
     let Some(url) = url.filter(|_| !no_restore_pending) else {
         // Established: no restore pending. A stale etcd-init goes, so a later
@@ -298,7 +356,7 @@ fn restore_decision(write: &EtcdWrite<'_>, hcp: &Value) -> Mutation {
                     "the HostedControlPlane has no restoreSnapshotURL".to_string()
                 } else {
                     let (ready, replicas) = running.unwrap_or_default();
-                    format!("{ready} of {replicas} etcd members are ready (a quorum runs, so the restore is complete)")
+                    format!("{ready} of {replicas} etcd members are ready (every member restored or joined, so the restore is complete)")
                 };
                 let mut m = Mutation::outcome(Outcome::Removed, Some(patch));
                 m.warnings.push(format!(
@@ -310,7 +368,8 @@ fn restore_decision(write: &EtcdWrite<'_>, hcp: &Value) -> Mutation {
         };
     };
     let generation = restore_generation(hcp, namespace, url);
-    let container = match build_init_container(sts, &generation, url, settings) {
+    let settings = &pinned(old, &generation, settings);
+    let container = match build_init_container(sts, &generation, url, revision_floor(hcp), settings) {
         Ok(c) => c,
         Err(errors) => return Mutation::denied(Blocker::Template, Refusal::Template(errors)),
     };
@@ -832,7 +891,7 @@ mod tests {
     }
 
     #[test]
-    fn a_quorum_of_ready_members_ends_the_restore() {
+    fn every_replica_ready_ends_the_restore_a_quorum_does_not() {
         let s = Settings::default();
         let inject = restore_pending();
         let mut three = sts();
@@ -850,9 +909,14 @@ mod tests {
         };
         let mut update = patched.clone();
         update["metadata"]["labels"] = json!({"rev": "2"});
-        for (ready, removed) in
-            [(json!(2), true), (json!(3), true), (json!(1), false), (json!(0), false), (json!("2"), false)]
-        {
+        for (ready, removed) in [
+            (json!(3), true),
+            (json!(4), true),
+            (json!(2), false),
+            (json!(1), false),
+            (json!(0), false),
+            (json!("3"), false),
+        ] {
             let m = etcd_init(&update, Some(&with_ready(ready.clone())), "ns", Some(&inject), &s);
             let want = if removed { Outcome::Removed } else { Outcome::Unchanged };
             assert_eq!(m.outcome, want, "readyReplicas {ready}");
@@ -887,5 +951,83 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    /// The injected etcd-init's literal env value `name`, after patching.
+    fn injected_env(sts: &Value, m: &Mutation, name: &str) -> Option<String> {
+        let mut p = sts.clone();
+        json_patch::patch(&mut p, m.patch.as_ref()?).ok()?;
+        let inits = p.pointer(LIST)?.as_array()?.clone();
+        let init = inits.iter().find(|c| c["name"] == INIT_CONTAINER)?;
+        env_value(init["env"].as_array()?, name).map(str::to_string)
+    }
+
+    #[test]
+    fn a_restore_in_progress_keeps_its_bump_whatever_the_settings_say_now() {
+        let inject = restore_pending();
+        let mut three = sts();
+        three["spec"]["replicas"] = json!(3);
+        let first = Settings { restore_revision_bump: 10_000_000_000, ..Settings::default() };
+        let m = etcd_init(&three, None, "ns", Some(&inject), &first);
+        assert_eq!(injected_env(&three, &m, "RESTORE_REVISION_BUMP").as_deref(), Some("10000000000"));
+        let mut stored = three.clone();
+        json_patch::patch(&mut stored, &m.patch.expect("patch")).expect("applies");
+        stored["status"] = json!({"replicas": 3, "readyReplicas": 1});
+        // The setting changes mid-restore (or an upgrade brings another
+        // default): the CPO's next UPDATE keeps the restore's own bump.
+        let later = Settings {
+            restore_revision_bump: 1_000_000_000_000,
+            allow_restore_without_revision_bump: true,
+            ..Settings::default()
+        };
+        let m = etcd_init(&three, Some(&stored), "ns", Some(&inject), &later);
+        // (The CPO's object carries its own etcd-init: replaced as always,
+        // with the stored restore's values, so the template stays the same.)
+        assert_eq!(injected_env(&three, &m, "RESTORE_REVISION_BUMP").as_deref(), Some("10000000000"));
+        assert_eq!(injected_env(&three, &m, "RESTORE_ALLOW_WITHOUT_REVISION_BUMP").as_deref(), Some("false"));
+        let mut next = three.clone();
+        json_patch::patch(&mut next, &m.patch.expect("patch")).expect("applies");
+        assert_eq!(next.pointer(LIST), stored.pointer(LIST), "the template must not change mid-restore");
+        // Another restore (another generation in the stored object) takes the setting.
+        let mut other = stored.clone();
+        let list = other.pointer_mut(LIST).and_then(Value::as_array_mut).expect("list");
+        for c in list.iter_mut().filter(|c| c["name"] == INIT_CONTAINER) {
+            for e in c["env"].as_array_mut().into_iter().flatten() {
+                if e["name"] == "ETCD_INIT_RESTORE_GENERATION" {
+                    e["value"] = json!("0123456789abcdef");
+                }
+            }
+        }
+        let m = etcd_init(&three, Some(&other), "ns", Some(&inject), &later);
+        assert_eq!(m.outcome, Outcome::Injected);
+        assert_eq!(injected_env(&three, &m, "RESTORE_REVISION_BUMP").as_deref(), Some("1000000000000"));
+        assert_eq!(injected_env(&three, &m, "RESTORE_ALLOW_WITHOUT_REVISION_BUMP").as_deref(), Some("true"));
+    }
+
+    #[test]
+    fn the_revision_floor_is_the_hosted_control_planes_creation_time() {
+        let s = Settings::default();
+        let created = |t: Option<&str>| {
+            let mut hcp = restore_pending().0.expect("hcp").remove(0);
+            if let Some(t) = t {
+                hcp["metadata"] = json!({"creationTimestamp": t});
+            }
+            Prefetched(Ok(vec![hcp]))
+        };
+        let floor = |t: Option<&str>| {
+            let m = etcd_init(&sts(), None, "ns", Some(&created(t)), &s);
+            injected_env(&sts(), &m, "RESTORE_REVISION_FLOOR")
+        };
+        // 2026-12-04T00:00:00Z is 1796342400 s.
+        assert_eq!(floor(Some("2026-12-04T00:00:00Z")).as_deref(), Some("17963424000000000"));
+        // A later incarnation lands above every revision the earlier one
+        // reached below 10^7 writes a second.
+        let a: u64 = floor(Some("2026-12-04T00:00:00Z")).and_then(|f| f.parse().ok()).expect("a");
+        let b: u64 = floor(Some("2026-12-04T00:00:01Z")).and_then(|f| f.parse().ok()).expect("b");
+        assert_eq!(b - a, REVISION_FLOOR_PER_SECOND);
+        assert!(b < i64::MAX as u64 / 100, "int64 revisions keep their headroom");
+        // No readable creation time: no floor (the bump alone, as before).
+        assert_eq!(floor(None).as_deref(), Some("0"));
+        assert_eq!(floor(Some("yesterday")).as_deref(), Some("0"));
     }
 }

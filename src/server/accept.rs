@@ -25,7 +25,13 @@ impl Server {
     /// drain delay, then stops accepting and drains in-flight requests.
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) {
         let Server { listener, metrics_listener, acceptor, app, opts, resolver, client_verifier, last_source } = self;
-        let plain = metrics_listener.map(|l| tokio::spawn(plain::serve_plain(l, app.clone())));
+        let plain = match metrics_listener.map(|l| plain::spawn(l, app.clone())).transpose() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "metrics port: could not start its thread; serving without it");
+                None
+            }
+        };
         let targets = tls::ReloadTargets {
             cert: opts.tls_cert.clone(),
             key: opts.tls_key.clone(),

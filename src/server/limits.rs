@@ -166,6 +166,9 @@ pub struct Limits {
     big_decisions: Arc<Semaphore>,
     /// In KiB: answers decided and not yet written.
     answers: Arc<Semaphore>,
+    /// In KiB: what answers over [`SMALL_ANSWER_KIB`] may hold together
+    /// (all but an eighth of `answers`).
+    big_answers: Arc<Semaphore>,
     /// KiB of `answers` each source holds (at most half).
     answers_by_source: SourceShares,
     /// Requests holding an in-flight slot while their body is still coming,
@@ -236,7 +239,17 @@ pub enum BodyError {
 /// back when dropped (the answer written, or its connection closed).
 pub struct AnswerCharge {
     _permit: OwnedSemaphorePermit,
+    _big: Option<OwnedSemaphorePermit>,
     _share: Share,
+}
+
+/// Answers up to this many KiB (every answer the apiserver's own reviews
+/// get) may use the eighth of the answer budget big answers cannot hold.
+pub const SMALL_ANSWER_KIB: u32 = 16;
+
+/// The answer budget in KiB (one permit each).
+fn answer_kib(opts: &LimitOptions) -> usize {
+    (opts.answer_budget / 1024).clamp(1, Semaphore::MAX_PERMITS)
 }
 
 /// Holds what a request was granted; released when dropped.
@@ -254,7 +267,8 @@ impl Limits {
             big_decisions: Arc::new(Semaphore::new(
                 (opts.max_decision_units.max(1) - reserved_units(opts.max_decision_units)) as usize,
             )),
-            answers: Arc::new(Semaphore::new((opts.answer_budget / 1024).clamp(1, Semaphore::MAX_PERMITS))),
+            answers: Arc::new(Semaphore::new(answer_kib(&opts))),
+            big_answers: Arc::new(Semaphore::new(answer_kib(&opts) - answer_kib(&opts) / 8)),
             answers_by_source: SourceShares::new(((opts.answer_budget / 1024) as u64).div_ceil(2)),
             readers: Arc::default(),
             next_reader: AtomicU64::new(0),
@@ -301,12 +315,23 @@ impl Limits {
     /// Room for an answer of `len` bytes to `source` until it is written
     /// (the charge drops with the body): at most half the answer budget per
     /// source; waits for room until `deadline`, `None` when there is none.
+    /// An answer over [`SMALL_ANSWER_KIB`] first takes its room from the
+    /// share big answers may hold (all but an eighth), so however many
+    /// unread big answers are pending, from however many sources, the
+    /// apiserver's answers (a few KiB) still find room.
     pub async fn answer_charge(&self, source: IpAddr, len: usize, deadline: Instant) -> Option<AnswerCharge> {
         let kib = u32::try_from(len.div_ceil(1024)).unwrap_or(u32::MAX).max(1);
         let share = self.answers_by_source.take(source, u64::from(kib))?;
-        let permit =
-            tokio::time::timeout_at(deadline, self.answers.clone().acquire_many_owned(kib)).await.ok()?.ok()?;
-        Some(AnswerCharge { _permit: permit, _share: share })
+        let take = async {
+            let big = if kib > SMALL_ANSWER_KIB {
+                Some(self.big_answers.clone().acquire_many_owned(kib).await.ok()?)
+            } else {
+                None
+            };
+            let permit = self.answers.clone().acquire_many_owned(kib).await.ok()?;
+            Some(AnswerCharge { _permit: permit, _big: big, _share: share })
+        };
+        tokio::time::timeout_at(deadline, take).await.ok()?
     }
 
     /// KiB of answers decided and not yet written.
@@ -500,5 +525,34 @@ mod tests {
         assert!(newcomer.is_some(), "the newcomer got the evicted reader's slot");
         let _ = rx.await;
         assert!(reading.await.unwrap_or(false), "the reader was evicted");
+    }
+
+    #[tokio::test]
+    async fn unread_big_answers_leave_room_for_the_apiservers_small_ones() {
+        // 1 MiB of answers: 896 KiB for big ones, the last 128 KiB small only.
+        let limits = Limits::new(LimitOptions { answer_budget: 1024 * 1024, ..LimitOptions::default() });
+        let soon = || Instant::now() + Duration::from_millis(50);
+        let (a, b, apiserver) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]), IpAddr::from([10, 0, 0, 3]));
+        // Two sources hold every KiB big answers may: 448 KiB each.
+        let mut held = Vec::new();
+        for source in [a, b] {
+            for _ in 0..14 {
+                held.push(limits.answer_charge(source, 32 * 1024, soon()).await.expect("room for a big answer"));
+            }
+        }
+        assert_eq!(limits.answers_pending_kib(), 896);
+        // A third source's big answer finds no room; its small answers do,
+        // up to the reserve (no source more than half the budget).
+        assert!(limits.answer_charge(apiserver, 32 * 1024, soon()).await.is_none(), "big answers stop at 7/8");
+        for i in 0..128 {
+            let small = limits.answer_charge(apiserver, 3 * 1024, soon()).await;
+            assert!(small.is_some() || i >= 42, "small answer {i} found room");
+            held.extend(small);
+        }
+        assert_eq!(limits.answers_pending_kib(), 896 + 42 * 3);
+        // A source over half the budget gets nothing, whatever the size.
+        assert!(limits.answer_charge(a, 128 * 1024, soon()).await.is_none());
+        drop(held);
+        assert_eq!(limits.answers_pending_kib(), 0, "every charge is given back");
     }
 }

@@ -18,6 +18,53 @@ const PLAIN_MAX_CONNECTIONS: usize = 32;
 /// address, which hostNetwork pods share).
 const PLAIN_MAX_PER_SOURCE: usize = 16;
 
+/// Backlog of the plain port's listen queue: a burst of connections waits
+/// there for `accept` instead of having its SYNs dropped (a dropped SYN is
+/// retried after 1 s: a kubelet probe with a 1 s timeout fails).
+const PLAIN_BACKLOG: i32 = 4096;
+
+/// The plain port on an OS thread and runtime of its own: a flood of
+/// connections there, or load on the webhook's runtime, never delays the
+/// other. (On the shared runtime, 600-1000 silent connections a second
+/// overflowed the listen queue: 1 s probe failures, m4 of
+/// server-security-turn4.) Stopped by dropping the returned handle's sender
+/// or calling `abort`.
+pub(super) struct PlainThread {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl PlainThread {
+    pub(super) fn abort(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub(super) fn spawn(listener: TcpListener, app: Arc<App>) -> std::io::Result<PlainThread> {
+    let std_listener = listener.into_std()?;
+    // Listening again on a listening socket only sets its backlog.
+    socket2::SockRef::from(&std_listener).listen(PLAIN_BACKLOG)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    std::thread::Builder::new().name("metrics-port".into()).spawn(move || {
+        rt.block_on(async move {
+            let listener = match TcpListener::from_std(std_listener) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!(error = %e, "metrics port: the listener could not be registered");
+                    return;
+                }
+            };
+            tokio::select! {
+                _ = serve_plain(listener, app) => {}
+                _ = stopped => {}
+            }
+        });
+    })?;
+    Ok(PlainThread { stop: Some(stop) })
+}
+
 /// Serves `/metrics`, `/healthz` and `/readyz` over plain HTTP/1.1 on its own
 /// port (nothing else: admission paths answer 404 there). Small and bounded,
 /// with a connection budget of its own: 32 connections, 16 per source (at a

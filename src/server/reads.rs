@@ -238,8 +238,7 @@ impl LiveReads {
         read: impl std::future::Future<Output = Result<T, String>>,
     ) -> Result<T, String> {
         let Some(_place) = self.place(source, deadline, known).await else {
-            app.metrics.rejected(RejectReason::LiveReads);
-            return Err(LIVE_READS_TAKEN.to_string());
+            return Err(Self::busy(app));
         };
         tokio::time::timeout_at(deadline, read).await.unwrap_or_else(|_| Err(LIVE_READ_LATE.to_string()))
     }
@@ -247,90 +246,107 @@ impl LiveReads {
     /// Carries out `plan` for a review from `source`, every read bounded by
     /// `deadline` (the request's).
     pub async fn execute(&self, app: &App, plan: &ReadPlan, source: IpAddr, deadline: Instant) -> Fetched {
-        let busy = || {
-            app.metrics.rejected(RejectReason::LiveReads);
-            LIVE_READS_TAKEN.to_string()
-        };
-        let late = || LIVE_READ_LATE.to_string();
         // The namespace the plan reads about, and whether the cache already
         // holds a HostedControlPlane there (its reads use the other pool).
         let known = match (&plan.hosted_control_planes, &app.hcp_cache) {
             (Some((ns, _)), Some(cache)) => cache.knows_hosted(ns),
             _ => false,
         };
-        let hcps = async {
-            let (Some((ns, freshness)), Some(cache)) = (&plan.hosted_control_planes, &app.hcp_cache) else {
-                return None;
-            };
-            // An invalid namespace is answered without I/O (and without a place).
-            if !is_dns1123_label(ns) {
-                return Some(cache.lookup_for(ns).await);
-            }
-            let key = Negative::Hcps(ns.clone());
-            // A remembered "none" answers every decision, a live one too: it
-            // can only deny (fail closed, the control-plane-operator
-            // retries), never skip a restore, and it keeps a caller naming
-            // fresh namespaces from making the server read each time.
-            if self.remembered(&key) {
-                return Some(Prefetched(Ok(Vec::new())));
-            }
-            let Some(_place) = self.place(source, deadline, known).await else {
-                return Some(Prefetched(Err(LookupError::Failed(busy()))));
-            };
-            let read = cache.lookup_fresh(ns, freshness);
-            let read = match tokio::time::timeout_at(deadline, read).await {
-                Ok(p) => p,
-                Err(_) => Prefetched(Err(LookupError::Failed(late()))),
-            };
-            if read.0.as_ref().is_ok_and(Vec::is_empty) {
-                self.remember(key);
-            }
-            Some(read)
-        };
-        let secret = async {
-            let (Some(secret), Some(cache)) = (&plan.credentials_secret, &app.backup_cache) else { return None };
-            let name = &secret.name;
-            let ns = cache.operator_namespace().to_string();
-            let key = Negative::Secret(name.clone());
-            if self.remembered(&key) {
-                return Some((ns, name.clone(), Ok(None)));
-            }
-            let Some(_place) = self.place(source, deadline, known).await else {
-                return Some((ns, name.clone(), Err(busy())));
-            };
-            let read = tokio::time::timeout_at(deadline, cache.read_secret(name)).await.unwrap_or_else(|_| Err(late()));
-            match &read {
-                Ok(None) => self.remember(key),
-                Ok(Some(_)) => {}
-                Err(e) => tracing::warn!(
-                    namespace = %log_field(&ns),
-                    secret = %log_field(name),
-                    error = %log_field(e),
-                    "credentials Secret not read; the preflight skips it"
-                ),
-            }
-            Some((ns, name.clone(), read))
-        };
-        let backups = async {
-            let (Some(ns), Some(cache)) = (&plan.backups, &app.backup_cache) else { return None };
-            Some((ns.clone(), self.placed(app, (source, known), deadline, cache.list_backups_live(ns)).await))
-        };
+        let from = (source, known);
         // The HostedControlPlanes first: the Secret, the other backups and
-        // the etcd StatefulSet are read only for a namespace that has one (the namespace's own denial
-        // already stands otherwise), so a caller naming any namespace cannot
-        // use the server to probe the operator namespace's Secrets.
-        let hcps = hcps.await;
+        // the etcd StatefulSet are read only for a namespace that has one
+        // (the namespace's own denial already stands otherwise), so a caller
+        // naming any namespace cannot use the server to probe the operator
+        // namespace's Secrets.
+        let hcps = self.read_hcps(app, plan, from, deadline).await;
         if !plan.hosted(hcps.as_ref().map(|p| &p.0)) {
             return Fetched { hcps, ..Fetched::default() };
         }
-        let etcd = async {
-            let (Some(ns), Some(cache)) = (&plan.etcd_stateful_set, &app.backup_cache) else { return None };
-            Some((ns.clone(), self.placed(app, (source, known), deadline, cache.read_etcd(ns)).await))
+        let backups = async {
+            let (Some(ns), Some(cache)) = (&plan.backups, &app.backup_cache) else { return None };
+            Some((ns.clone(), self.placed(app, from, deadline, cache.list_backups_live(ns)).await))
         };
         // Two at once at most: one source holds at most half the places.
-        let (secret, backups) = tokio::join!(secret, backups);
-        let etcd = etcd.await;
+        let (secret, backups) = tokio::join!(self.read_secret(app, plan, from, deadline), backups);
+        let etcd = match (&plan.etcd_stateful_set, &app.backup_cache) {
+            (Some(ns), Some(cache)) => Some((ns.clone(), self.placed(app, from, deadline, cache.read_etcd(ns)).await)),
+            _ => None,
+        };
         Fetched { hcps, secret, backups, etcd }
+    }
+
+    /// The plan's HostedControlPlanes: without I/O for an invalid namespace
+    /// or a remembered "none"; otherwise one placed, deadline-bound read.
+    async fn read_hcps(
+        &self,
+        app: &App,
+        plan: &ReadPlan,
+        from: (IpAddr, bool),
+        deadline: Instant,
+    ) -> Option<Prefetched> {
+        let (Some((ns, freshness)), Some(cache)) = (&plan.hosted_control_planes, &app.hcp_cache) else {
+            return None;
+        };
+        // An invalid namespace is answered without I/O (and without a place).
+        if !is_dns1123_label(ns) {
+            return Some(cache.lookup_for(ns).await);
+        }
+        let key = Negative::Hcps(ns.clone());
+        // A remembered "none" answers every decision, a live one too: it can
+        // only deny (fail closed, the control-plane-operator retries), never
+        // skip a restore, and it keeps a caller naming fresh namespaces from
+        // making the server read each time.
+        if self.remembered(&key) {
+            return Some(Prefetched(Ok(Vec::new())));
+        }
+        let Some(_place) = self.place(from.0, deadline, from.1).await else {
+            return Some(Prefetched(Err(LookupError::Failed(Self::busy(app)))));
+        };
+        let read = match tokio::time::timeout_at(deadline, cache.lookup_fresh(ns, freshness)).await {
+            Ok(p) => p,
+            Err(_) => Prefetched(Err(LookupError::Failed(LIVE_READ_LATE.to_string()))),
+        };
+        if read.0.as_ref().is_ok_and(Vec::is_empty) {
+            self.remember(key);
+        }
+        Some(read)
+    }
+
+    /// The backup's credentials Secret in the operator namespace: a
+    /// remembered "not found" without I/O, otherwise one placed read; a
+    /// failed read is logged (the preflight skips it and says so).
+    async fn read_secret(
+        &self,
+        app: &App,
+        plan: &ReadPlan,
+        from: (IpAddr, bool),
+        deadline: Instant,
+    ) -> Option<SecretRead> {
+        let (Some(secret), Some(cache)) = (&plan.credentials_secret, &app.backup_cache) else { return None };
+        let name = &secret.name;
+        let ns = cache.operator_namespace().to_string();
+        let key = Negative::Secret(name.clone());
+        if self.remembered(&key) {
+            return Some((ns, name.clone(), Ok(None)));
+        }
+        let read = self.placed(app, from, deadline, cache.read_secret(name)).await;
+        match &read {
+            Ok(None) => self.remember(key),
+            Ok(Some(_)) => {}
+            Err(e) => tracing::warn!(
+                namespace = %log_field(&ns),
+                secret = %log_field(name),
+                error = %log_field(e),
+                "credentials Secret not read; the preflight skips it"
+            ),
+        }
+        Some((ns, name.clone(), read))
+    }
+
+    /// Every place taken: counted, and the error the decision reports.
+    fn busy(app: &App) -> String {
+        app.metrics.rejected(RejectReason::LiveReads);
+        LIVE_READS_TAKEN.to_string()
     }
 }
 

@@ -12,6 +12,7 @@ pub mod kube_apiserver;
 pub mod running;
 pub mod snapshot_server;
 pub mod tools;
+pub mod xorshift;
 
 use std::path::{Path, PathBuf};
 

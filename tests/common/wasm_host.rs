@@ -181,7 +181,14 @@ pub fn cache_and_live_handler(cached: Vec<serde_json::Value>, live: Vec<serde_js
                 let found = live.iter().find(|o| same_kind(o, &req) && &o["metadata"]["name"] == name);
                 match found {
                     Some(o) => Ok(serde_json::to_vec(o).unwrap_or_default()),
-                    None => Err(format!("{} {name} not found", req["kind"])),
+                    // As policy-server passes kube-rs's error on.
+                    None => {
+                        let plural = format!("{}s", req["kind"].as_str().unwrap_or_default().to_lowercase());
+                        let msg = format!("{plural} {name} not found");
+                        Err(format!(
+                            "ApiError: {msg}: NotFound (ErrorResponse {{ status: \"Failure\", message: {msg:?}, reason: \"NotFound\", code: 404 }})"
+                        ))
+                    }
                 }
             }
             _ => Err(format!("unexpected host call {binding}/{ns}/{op}")),

@@ -89,6 +89,10 @@ fn tool_dir(root: &Path, e: &Etcd) -> PathBuf {
     bin
 }
 
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
 struct Proc(Child);
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -774,6 +778,20 @@ impl Cluster {
         self.init_with_hosts(i, &self.hosts_file)
     }
 
+    /// Member `i`'s etcd-init retried from the top after each failure, as
+    /// the kubelet does (1 s apart here; at most `budget`): the final run.
+    fn init_retried(&self, i: usize, budget: Duration) -> (i32, String) {
+        let deadline = Instant::now() + budget;
+        loop {
+            let (code, log) = self.init(i);
+            if code == 0 || Instant::now() >= deadline {
+                return (code, log);
+            }
+            eprintln!("etcd-{i}'s etcd-init failed; retried as the kubelet retries:\n{log}");
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
     fn init_with_hosts(&self, i: usize, hosts: &Path) -> (i32, String) {
         let out = self.spawn(i, hosts).wait_with_output().expect("etcd-init");
         (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -927,7 +945,12 @@ impl Cluster {
         let out = ctl(e, &self.endpoints[0], &["endpoint", "status", "-w", "json"]);
         let v: Value = serde_json::from_slice(&out.stdout).expect("status json");
         let revision = v[0]["Status"]["header"]["revision"].as_u64().expect("revision");
-        if bumps(e) {
+        if bumps(e) && self.members.len() == 1 {
+            // One member also takes its own clock's floor (now × 10^7): a
+            // restore after its volume is lost lands above what it served.
+            let floor = (unix_now() - 600) * 10_000_000;
+            assert!(revision > floor, "{order:?}: revision {revision} is below the clock's floor {floor}");
+        } else if bumps(e) {
             assert!(revision > 10_000_000_000, "{order:?}: revision {revision} was not bumped");
             let msg = self.termination(0);
             assert!(msg.contains(" -> 100000000"), "{msg}");
@@ -1115,7 +1138,7 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
         std::fs::write(kept.join("snapshot.db"), vec![0u8; 1 << 20]).expect("kept download");
         std::fs::write(kept.join("download-complete"), format!("{}\n", generation_of(&c.sts))).expect("marker");
         let downloads = c.store.requests().len();
-        let (code, log) = c.init(last);
+        let (code, log) = c.init_retried(last, Duration::from_secs(60));
         assert_eq!(code, 0, "{log}");
         assert!(!kept.exists(), "a kept download outlived the join");
         let msg = c.termination(last);
@@ -1132,6 +1155,7 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
             assert_eq!(get(&e, &c.endpoints[last], &format!("/registry/test/key{i}")), format!("value-{i}"));
         }
         a_full_stop_with_a_lost_volume_rejoins(&mut c);
+        a_member_removed_by_hand_is_refused_until_added(&mut c);
 
         if scenarios == Scenarios::All {
             // The critical case: the restored cluster takes 20 writes, every
@@ -1392,7 +1416,7 @@ fn a_member_back_after_the_others_waited_hands_off(c: &mut Cluster) {
     assert!(ctl(&e, &c.endpoints[0], &["put", "/registry/test/after", "restored"]).status.success());
     assert!(c.has_seen(last, "etcd-1"), "member {last}'s volume lost its record of the others");
     let downloads = c.store.requests().len();
-    let (code, log) = c.init(last);
+    let (code, log) = c.init_retried(last, Duration::from_secs(60));
     assert_eq!(code, 0, "{log}");
     let msg = c.termination(last);
     assert!(msg.starts_with("JOINED: a healthy etcd cluster (cluster ID "), "{msg}\n{log}");
@@ -1407,6 +1431,45 @@ fn a_member_back_after_the_others_waited_hands_off(c: &mut Cluster) {
         assert!(Instant::now() < deadline, "the late member never caught up");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Issue #28 M3: the old runbook's "`etcdctl member remove` it, wipe it, let
+/// etcd-init hand off" left the member a one-member cluster outside the real
+/// one. Now etcd-init refuses to join a cluster that does not list it and
+/// names the command; after the fixed runbook's `member add` (an
+/// `unstarted` entry) it joins.
+fn a_member_removed_by_hand_is_refused_until_added(c: &mut Cluster) {
+    let e = c.e.clone();
+    let last = c.members.len() - 1;
+    let live = c.endpoints[..last].join(",");
+    let list: Value =
+        serde_json::from_slice(&ctl(&e, &live, &["member", "list", "-w", "json"]).stdout).expect("member list");
+    let id = list["members"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["name"] == format!("etcd-{last}").as_str()))
+        .and_then(|m| m["ID"].as_u64())
+        .expect("etcd-2's id");
+    c.procs[last] = None;
+    assert!(ctl(&e, &live, &["member", "remove", &format!("{id:x}")]).status.success());
+    c.wipe(last);
+    let (code, log) = c.init(last);
+    assert_ne!(code, 0, "{log}");
+    let msg = c.termination(last);
+    assert!(msg.contains("its member list does not name this member"), "{msg}");
+    let peer = format!("https://etcd-{last}.{}.{}.svc:2380", c.service, c.ns);
+    assert!(msg.contains(&format!("etcdctl member add etcd-{last} --peer-urls={peer}")), "{msg}");
+    assert!(!c.data(last).join("member").exists(), "started next to a cluster that does not list it");
+    // The fixed runbook: add it (etcd refuses inside its 5 s window: retried).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ctl(&e, &live, &["member", "add", &format!("etcd-{last}"), &format!("--peer-urls={peer}")]).status.success()
+    {
+        assert!(Instant::now() < deadline, "member add never accepted");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (code, log) = c.init_retried(last, Duration::from_secs(60));
+    assert_eq!(code, 0, "{log}");
+    assert!(c.termination(last).starts_with("JOINED: "), "{}", c.termination(last));
+    c.joined(last);
 }
 
 /// Issue #28 M2, as the turn-4 review reproduced it: the restored cluster
@@ -1964,15 +2027,27 @@ async fn revision_bump_is_required_and_passed_when_supported() {
     assert!(!log.contains("WARNING"), "{log}");
     assert!(pv.join("data/member").is_dir());
     let argv = std::fs::read_to_string(&record).expect("recorded argv");
-    assert!(argv.contains("\n--bump-revision\n10000000000\n--mark-compacted\n"), "{argv}");
+    // One member: at least the setting, and at least its clock's floor
+    // (now × 10^7, issue #28 M5).
+    let bump = |argv: &str| -> u64 {
+        argv.split("\n--bump-revision\n")
+            .nth(1)
+            .and_then(|r| r.lines().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(bump(&argv) >= 10_000_000_000 && bump(&argv) > (unix_now() - 600) * 10_000_000, "{argv}");
+    assert!(argv.contains(&format!("\n--bump-revision\n{}\n--mark-compacted\n", bump(&argv))), "{argv}");
     // The bump is a setting (and the termination message says where revisions went).
     let (code, log, _) =
         rig.run_with("bump-set", &snap, &json!({"restoreRevisionBump": 5000000}), &bin, Some(&rig.hosts), |_| {});
     assert_eq!(code, 0, "{log}");
     let argv = std::fs::read_to_string(&record).expect("recorded argv");
-    assert!(argv.contains("\n--bump-revision\n5000000\n"), "{argv}");
+    assert!(bump(&argv) >= 5_000_000 && bump(&argv) > (unix_now() - 600) * 10_000_000, "{argv}");
     let msg = std::fs::read_to_string(termination_log(&rig.member("bump-set"))).expect("termination message");
-    assert!(msg.starts_with("RESTORED: member etcd-0, revision ") && msg.contains(" -> 500"), "{msg}");
+    let after: u64 =
+        msg.split(" -> ").nth(1).and_then(|r| r.split(',').next()).and_then(|v| v.parse().ok()).unwrap_or(0);
+    assert!(msg.starts_with("RESTORED: member etcd-0, revision ") && after > bump(&argv), "{msg}");
     assert!(argv.starts_with("snapshot\nrestore\n"), "{argv}");
     let _ = std::fs::remove_dir_all(&rig.root);
 }
@@ -2022,8 +2097,9 @@ async fn a_member_whose_state_cannot_be_read_or_that_stays_silent_stops_the_rest
         "{log}"
     );
     assert!(log.contains("its state could not be read (curl exit 60"), "{log}");
-    assert!(rig.store.requests().is_empty(), "nothing may be downloaded");
-    assert!(!m.pv.join("etcd/etcd-data").exists() && !m.pv.join("etcd/.etcd-init-restore").exists());
+    // Downloaded first (issue #28 M6) and kept for the retry; nothing restored.
+    assert!(rig.store.requests().len() <= 1, "one download at most");
+    assert!(!m.pv.join("etcd/etcd-data").exists(), "restored next to unknown members");
     let msg = std::fs::read_to_string(termination_log(&m)).expect("termination message");
     assert!(msg.starts_with("FAILED: not restoring"), "{msg}");
 
@@ -2043,8 +2119,8 @@ async fn a_member_whose_state_cannot_be_read_or_that_stays_silent_stops_the_rest
     drop(silent);
     assert_ne!(code, 0, "a silent listener was taken for an absent member:\n{log}");
     assert!(log.contains("no answer within 5s (curl exit 28): unknown, not absent"), "{log}");
-    assert!(rig.store.requests().is_empty(), "nothing may be downloaded");
-    assert!(!m.pv.join("etcd/etcd-data").exists() && !m.pv.join("etcd/.etcd-init-restore").exists());
+    assert!(rig.store.requests().len() <= 1, "the kept download is used again, never a second one");
+    assert!(!m.pv.join("etcd/etcd-data").exists(), "restored next to a silent member");
 
     // A restore tool that logs no cluster ID (an etcd-init image with some
     // other etcdutl): the barrier could not tell this restore's members from

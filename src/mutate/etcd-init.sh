@@ -414,6 +414,11 @@ $OTHERS
 EOF
 	return 1
 }
+# shown <etcdctl output>: its last lines that are not etcd's JSON log lines,
+# 300 bytes at most (3.6's etcdctl warns about ETCDCTL_API first).
+shown() {
+	printf '%s\n' "$1" | grep -v '^{"level":' | tail -n 3 | tr '\n' ' ' | head -c 300
+}
 # jctl <args>: etcdctl against the healthy member J_EP, with the etcd
 # container's client TLS (as reset-member asks, with the server's pair).
 jctl() {
@@ -450,7 +455,7 @@ join() {
 	J_LIST=$(jctl member list -w simple)
 	J_RC=$?
 	set -e
-	[ "$J_RC" -eq 0 ] || fail "not restoring (a healthy cluster answers at $J_EP/health), but its member list could not be read to join it: $(printf '%s' "$J_LIST" | head -c 300). The kubelet retries"
+	[ "$J_RC" -eq 0 ] || fail "not restoring (a healthy cluster answers at $J_EP/health), but its member list could not be read to join it: $(shown "$J_LIST"). The kubelet retries"
 	# "<id>, <started|unstarted>, <name>, <peer URLs>, <client URLs>, <learner>"
 	J_LINE=$(printf '%s\n' "$J_LIST" | awk -F', ' -v u="$PEER_URL" '{ n = split($4, a, ","); for (i = 1; i <= n; i++) if (a[i] == u) { print; exit } }')
 	J_ID=${J_LINE%%,*}
@@ -470,7 +475,7 @@ join() {
 		J_OUT=$(jctl member remove "$J_ID")
 		J_RC=$?
 		set -e
-		[ "$J_RC" -eq 0 ] || fail "joining the cluster at $J_EP: member remove $J_ID failed: $(printf '%s' "$J_OUT" | head -c 300). The kubelet retries"
+		[ "$J_RC" -eq 0 ] || fail "joining the cluster at $J_EP: member remove $J_ID failed: $(shown "$J_OUT"). The kubelet retries"
 		log "removed this member's old entry $J_ID (its data is gone) from cluster $J_CID"
 		J_ADD=yes
 		;;
@@ -481,7 +486,7 @@ join() {
 		J_OUT=$(jctl member add "$NAME" --peer-urls="$PEER_URL")
 		J_RC=$?
 		set -e
-		[ "$J_RC" -eq 0 ] || fail "joining the cluster at $J_EP: member add $NAME was refused: $(printf '%s' "$J_OUT" | head -c 300) (etcd refuses while its leader has not been connected to a quorum for 5 s); the kubelet retries, and this member is added then"
+		[ "$J_RC" -eq 0 ] || fail "joining the cluster at $J_EP: member add $NAME was refused: $(shown "$J_OUT") (etcd refuses while its leader has not been connected to a quorum for 5 s); the kubelet retries, and this member is added then"
 		J_CLUSTER=$(printf '%s\n' "$J_OUT" | sed -n 's/^ETCD_INITIAL_CLUSTER="\(.*\)"$/\1/p' | head -n 1)
 		log "added this member to cluster $J_CID"
 	fi
@@ -749,15 +754,14 @@ if [ -z "$RESUME" ]; then
 	if [ -n "$OTHERS" ] && cluster_answers; then
 		# Nothing to restore: this member joins that cluster (step 7).
 		log "a healthy etcd cluster answers at $HEALTH_URL: not downloading"
-		RC=1
 	else
 		run download_and_verify
-	fi
-	if [ "$RC" -eq 0 ]; then
-		DOWNLOADED=yes
-	else
-		[ -n "$OTHERS" ] || exit 1
-		log "the download failed; waiting for the other members anyway (they may restore, and this member joins them)"
+		if [ "$RC" -eq 0 ]; then
+			DOWNLOADED=yes
+		else
+			[ -n "$OTHERS" ] || exit 1
+			log "the download failed; waiting for the other members anyway (they may restore, and this member joins them)"
+		fi
 	fi
 
 	# 7. Positive evidence: every other member is in its etcd-init of this

@@ -84,6 +84,11 @@ WAL_STAGE=${ETCD_INIT_WAL_STAGE_DIR:-$STAGE}
 # What this member has seen of the others, and whether its own restore is
 # done but not yet released: next to the data dir, on the same volume.
 STATE=$STAGE-state
+# A join's first sync (data, and WAL when it has a volume of its own): kept
+# across retries while this member is being joined, so a retry resumes the
+# sync instead of removing and re-adding the member.
+JOIN_DIR=$STAGE-join
+JOIN_WAL=$WAL_STAGE-joinwal
 # Set in the WAL dir while restored WAL files move in, removed once the data
 # dir is in place: a retry after an interruption recognises its own WAL.
 WAL_MARK=.etcd-init-restore-wal-pending
@@ -119,6 +124,8 @@ has_data() {
 if [ "$(cat "$STATE/generation" 2>/dev/null || true)" != "$GEN" ]; then
 	rm -rf -- "$STATE"
 fi
+# A staged join without this generation's stamp tells nothing.
+[ -f "$STATE/joining" ] || rm -rf -- "$JOIN_DIR" "$JOIN_WAL"
 RESUME=
 if [ -f "$DATA_DIR/member/snap/db" ]; then
 	[ -z "$WAL_DIR" ] || rm -f -- "$WAL_DIR/$WAL_MARK"
@@ -129,7 +136,7 @@ if [ -f "$DATA_DIR/member/snap/db" ]; then
 		RESUME=yes
 		log "$DATA_DIR was restored by this restore (generation $GEN); waiting for the other members before etcd starts"
 	else
-		rm -rf -- "$STATE"
+		rm -rf -- "$STATE" "$JOIN_DIR" "$JOIN_WAL"
 		result "SKIPPED: $DATA_DIR is not empty, not restoring snapshot (it holds an etcd member, member/snap/db; generation $GEN)"
 		exit 0
 	fi
@@ -396,6 +403,31 @@ run() {
 	set -e
 	CHILD=
 }
+# place <staged dir holding member/> <staged WAL dir>: moves a staged member
+# into place (renames on the same volumes): the WAL first, under a marker,
+# the data dir last, so an empty data dir always means "nothing placed";
+# sync before and after, so a power loss cannot undo the renames.
+place() {
+	if [ -n "$WAL_DIR" ]; then
+		[ -d "$WAL_DIR" ] || mkdir -p -- "$WAL_DIR"
+		: >"$WAL_DIR/$WAL_MARK"
+		for f in "$2"/*; do
+			[ ! -e "$f" ] || mv -- "$f" "$WAL_DIR/"
+		done
+		# The mount root may belong to root (capabilities are dropped): etcd
+		# only warns about its mode.
+		chmod 700 "$WAL_DIR" 2>/dev/null || log "could not chmod 700 $WAL_DIR (etcd only warns about its mode)"
+	fi
+	sync
+	if [ -d "$DATA_DIR" ]; then
+		mv -- "$1/member" "$DATA_DIR/member"
+		chmod 700 "$DATA_DIR" 2>/dev/null || log "could not chmod 700 $DATA_DIR (etcd only warns about its mode)"
+	else
+		mkdir -p -- "$(dirname -- "$DATA_DIR")"
+		mv -- "$1" "$DATA_DIR"
+	fi
+	[ -z "$WAL_DIR" ] || rm -f -- "$WAL_DIR/$WAL_MARK"
+}
 mkdir -p -- "$STAGE" "$WAL_STAGE" "$STATE"
 [ -f "$STATE/generation" ] || printf '%s\n' "$GEN" >"$STATE/generation"
 touch "$STATE/seen" "$STATE/restored-peers"
@@ -456,69 +488,92 @@ join() {
 	J_RC=$?
 	set -e
 	[ "$J_RC" -eq 0 ] || fail "not restoring (a healthy cluster answers at $J_EP/health), but its member list could not be read to join it: $(shown "$J_LIST"). The kubelet retries"
+	case $J_CID in "" | "not named") fail "not joining: the healthy member at $J_EP names no cluster ID (X-Etcd-Cluster-ID) on its peer port; the kubelet retries" ;; esac
+	# Nothing of a restore is needed any more.
+	rm -f -- "$STAGE/snapshot.db" "$STAGE/download-complete"
 	# "<id>, <started|unstarted>, <name>, <peer URLs>, <client URLs>, <learner>"
 	J_LINE=$(printf '%s\n' "$J_LIST" | awk -F', ' -v u="$PEER_URL" '{ n = split($4, a, ","); for (i = 1; i <= n; i++) if (a[i] == u) { print; exit } }')
 	J_ID=${J_LINE%%,*}
 	J_STAMP=$(cat "$STATE/joining" 2>/dev/null || true)
-	case $J_LINE in
-	"")
-		[ "$J_STAMP" = "$J_CID" ] || fail "not joining the healthy cluster at $J_EP (cluster ID $J_CID): its member list does not name this member ($PEER_URL), so etcd would start it as a new one-member cluster outside it (issue #28: a survivor forced into a new cluster, or a member removed by hand). If this member belongs to that cluster, add it: etcdctl member add $NAME --peer-urls=$PEER_URL; this member then joins at the kubelet's next retry (docs/restore.md)"
-		J_ADD=yes
-		;;
-	*", unstarted, "*) J_ADD= ;;
-	*)
-		# The stamp first: a retry after the remove (a crash, a refused
-		# add) knows this member was in the list and adds it back.
-		printf '%s\n' "$J_CID" >"$STATE/joining"
-		sync
-		set +e
-		J_OUT=$(jctl member remove "$J_ID")
-		J_RC=$?
-		set -e
-		[ "$J_RC" -eq 0 ] || fail "joining the cluster at $J_EP: member remove $J_ID failed: $(shown "$J_OUT"). The kubelet retries"
-		log "removed this member's old entry $J_ID (its data is gone) from cluster $J_CID"
-		J_ADD=yes
-		;;
-	esac
-	if [ -n "$J_ADD" ]; then
-		printf '%s\n' "$J_CID" >"$STATE/joining"
-		set +e
-		J_OUT=$(jctl member add "$NAME" --peer-urls="$PEER_URL")
-		J_RC=$?
-		set -e
-		[ "$J_RC" -eq 0 ] || fail "joining the cluster at $J_EP: member add $NAME was refused: $(shown "$J_OUT") (etcd refuses while its leader has not been connected to a quorum for 5 s); the kubelet retries, and this member is added then"
-		J_CLUSTER=$(printf '%s\n' "$J_OUT" | sed -n 's/^ETCD_INITIAL_CLUSTER="\(.*\)"$/\1/p' | head -n 1)
-		log "added this member to cluster $J_CID"
+	case $J_LINE in *", true") fail "joining the cluster at $J_EP: this member ($PEER_URL) is listed as a learner (added by hand?): promote it (etcdctl member promote $J_ID) or remove it; the kubelet retries" ;; esac
+	J_CLUSTER=
+	if [ "$J_STAMP" = "$J_CID" ] && [ -f "$JOIN_DIR/data/member/snap/db" ] && [ -n "$J_LINE" ]; then
+		# An earlier run added this member and its first sync started: the
+		# staged member is the listed one (its ID is in the staged data).
+		# Resume the sync; never remove and re-add it.
+		log "resuming the first sync of this member into cluster $J_CID"
+	else
+		case $J_LINE in
+		"")
+			[ "$J_STAMP" = "$J_CID" ] || fail "not joining the healthy cluster at $J_EP (cluster ID $J_CID): its member list does not name this member ($PEER_URL), so etcd would start it as a new one-member cluster outside it (issue #28: a survivor forced into a new cluster, or a member removed by hand). If this member belongs to that cluster, add it: etcdctl member add $NAME --peer-urls=$PEER_URL; this member then joins at the kubelet's next retry (docs/restore.md)"
+			J_ADD=yes
+			;;
+		*", unstarted, "*) J_ADD= ;;
+		*)
+			# The stamp first: a retry after the remove (a crash, a refused
+			# add) knows this member was in the list and adds it back.
+			printf '%s\n' "$J_CID" >"$STATE/joining"
+			sync
+			set +e
+			J_OUT=$(jctl member remove "$J_ID")
+			J_RC=$?
+			set -e
+			[ "$J_RC" -eq 0 ] || fail "joining the cluster at $J_EP: member remove $J_ID failed: $(shown "$J_OUT"). The kubelet retries"
+			log "removed this member's old entry $J_ID (its data is gone) from cluster $J_CID"
+			J_ADD=yes
+			;;
+		esac
+		rm -rf -- "$JOIN_DIR" "$JOIN_WAL"
+		if [ -n "$J_ADD" ]; then
+			printf '%s\n' "$J_CID" >"$STATE/joining"
+			set +e
+			J_OUT=$(jctl member add "$NAME" --peer-urls="$PEER_URL")
+			J_RC=$?
+			set -e
+			[ "$J_RC" -eq 0 ] || fail "joining the cluster at $J_EP: member add $NAME was refused: $(shown "$J_OUT") (etcd refuses while its leader has not been connected to a quorum for 5 s); the kubelet retries, and this member is added then"
+			J_CLUSTER=$(printf '%s\n' "$J_OUT" | sed -n 's/^ETCD_INITIAL_CLUSTER="\(.*\)"$/\1/p' | head -n 1)
+			log "added this member to cluster $J_CID"
+		else
+			printf '%s\n' "$J_CID" >"$STATE/joining"
+		fi
+		if [ -z "$J_CLUSTER" ]; then
+			# Already added (unstarted): the initial cluster from the list,
+			# as `member add` prints it (this member by its name, another
+			# unstarted one by its URL alone).
+			set +e
+			J_LIST=$(jctl member list -w simple)
+			set -e
+			J_CLUSTER=$(printf '%s\n' "$J_LIST" | awk -F', ' -v u="$PEER_URL" -v me="$NAME" '$2 == "started" || $2 == "unstarted" { name = $3; n = split($4, a, ","); for (i = 1; i <= n; i++) if (a[i] == u) name = me; for (i = 1; i <= n; i++) printf "%s%s=%s", (out++ ? "," : ""), name, a[i] }')
+		fi
+		[ -n "$J_CLUSTER" ] || fail "joining the cluster at $J_EP: its member list names no member to join with"
 	fi
-	if [ -z "${J_CLUSTER:-}" ]; then
-		# Already added (unstarted): the initial cluster from the list, this
-		# member by its own name.
-		set +e
-		J_LIST=$(jctl member list -w simple)
-		set -e
-		J_CLUSTER=$(printf '%s\n' "$J_LIST" | awk -F', ' -v u="$PEER_URL" -v me="$NAME" '{ name = $3; if (name == "") { n = split($4, a, ","); for (i = 1; i <= n; i++) if (a[i] == u) name = me } if (name != "") { n = split($4, a, ","); for (i = 1; i <= n; i++) printf "%s%s=%s", (out++ ? "," : ""), name, a[i] } }')
-	fi
-	[ -n "$J_CLUSTER" ] || fail "joining the cluster at $J_EP: its member list names no member to join with"
-	# The first sync: a local etcd of this member, state existing, into the
-	# staging dir (never the data dir: a crash leaves nothing half-made there).
-	J_DIR=$STAGE/join
-	rm -rf -- "$J_DIR" "$WAL_STAGE/joinwal"
-	mkdir -p -- "$J_DIR"
-	set -- --name "$NAME" --data-dir "$J_DIR/data" --listen-peer-urls "$LISTEN_PEER" \
-		--initial-advertise-peer-urls "$PEER_URL" --initial-cluster "$J_CLUSTER" \
-		--initial-cluster-state existing --listen-client-urls unix://join:0 --advertise-client-urls unix://join:0
-	[ -z "$WAL_DIR" ] || set -- "$@" --wal-dir "$WAL_STAGE/joinwal"
+	# The first sync: a local etcd of this member, state existing, into a
+	# dir next to the data dir (never the data dir: a crash leaves nothing
+	# half-made there), with a quota far above any cluster's (a smaller one
+	# would raise a NOSPACE alarm for the whole cluster while it applies the
+	# leader's database) and the peer TLS of the etcd container, client
+	# certificates required.
+	mkdir -p -- "$JOIN_DIR"
+	J_QUOTA=$(number "${ETCD_QUOTA_BACKEND_BYTES:-}" 0)
+	[ "$J_QUOTA" -gt 68719476736 ] || J_QUOTA=68719476736
+	set -- --name "$NAME" --data-dir "$JOIN_DIR/data" --listen-peer-urls "$LISTEN_PEER" \
+		--initial-advertise-peer-urls "$PEER_URL" --listen-client-urls unix://join:0 \
+		--advertise-client-urls "${ETCD_ADVERTISE_CLIENT_URLS:-$CLIENT_URL}" --quota-backend-bytes "$J_QUOTA"
+	[ -z "$J_CLUSTER" ] || set -- "$@" --initial-cluster "$J_CLUSTER" --initial-cluster-state existing
+	[ -z "$WAL_DIR" ] || set -- "$@" --wal-dir "$JOIN_WAL"
 	[ -z "$PEER_CERT" ] || set -- "$@" --peer-cert-file "$PEER_CERT"
 	[ -z "$PEER_KEY" ] || set -- "$@" --peer-key-file "$PEER_KEY"
-	[ -z "$PEER_CA" ] || set -- "$@" --peer-trusted-ca-file "$PEER_CA"
-	[ "${ETCD_PEER_CLIENT_CERT_AUTH:-}" != true ] || set -- "$@" --peer-client-cert-auth
+	[ -z "$PEER_CA" ] || set -- "$@" --peer-trusted-ca-file "$PEER_CA" --peer-client-cert-auth
 	log "joining cluster $J_CID as $NAME ($PEER_URL): a local etcd syncs first"
-	(cd "$J_DIR" && exec env -i PATH="$PATH" etcd "$@") >"$STAGE/join.log" 2>&1 &
+	(cd "$JOIN_DIR" && exec env -i PATH="$PATH" etcd "$@") >"$STAGE/join.log" 2>&1 &
 	CHILD=$!
-	J_DEADLINE=$(($(date +%s) + WAIT))
+	# The sync moves the whole database: bounded like the download.
+	J_DEADLINE=$(($(date +%s) + MAX_TIME))
 	while :; do
 		set +e
-		J_HEALTH=$(curl -q --silent --max-time "$PROBE_TIMEOUT" --unix-socket "$J_DIR/join:0" http://localhost/health 2>&1)
+		# A relative socket path: a long mount path must not pass the
+		# 107-byte limit of a unix socket address.
+		J_HEALTH=$(cd "$JOIN_DIR" && curl -q --silent --max-time "$PROBE_TIMEOUT" --unix-socket ./join:0 http://localhost/health 2>&1)
 		set -e
 		case $J_HEALTH in *'"health":"true"'*) break ;; esac
 		if ! kill -0 "$CHILD" 2>/dev/null; then
@@ -526,29 +581,15 @@ join() {
 			CHILD=
 			fail "joining cluster $J_CID: the local etcd exited before it synced (its log is above); the kubelet retries"
 		fi
-		[ "$(date +%s)" -lt "$J_DEADLINE" ] || fail "joining cluster $J_CID: the local etcd did not sync within ${WAIT}s; the kubelet retries"
+		[ "$(date +%s)" -lt "$J_DEADLINE" ] || fail "joining cluster $J_CID: the local etcd did not sync within RESTORE_MAX_TIME_SECONDS=${MAX_TIME}s; the kubelet retries and the sync resumes"
 		sleep 1
 	done
 	kill -TERM "$CHILD" 2>/dev/null || true
 	wait "$CHILD" 2>/dev/null || true
 	CHILD=
-	[ -f "$J_DIR/data/member/snap/db" ] || fail "joining cluster $J_CID: the local etcd left no member/snap/db"
-	if [ -n "$WAL_DIR" ]; then
-		[ -d "$WAL_DIR" ] || mkdir -p -- "$WAL_DIR"
-		: >"$WAL_DIR/$WAL_MARK"
-		for f in "$WAL_STAGE/joinwal"/*; do
-			[ ! -e "$f" ] || mv -- "$f" "$WAL_DIR/"
-		done
-	fi
-	sync
-	if [ -d "$DATA_DIR" ]; then
-		mv -- "$J_DIR/data/member" "$DATA_DIR/member"
-	else
-		mkdir -p -- "$(dirname -- "$DATA_DIR")"
-		mv -- "$J_DIR/data" "$DATA_DIR"
-	fi
-	[ -z "$WAL_DIR" ] || rm -f -- "$WAL_DIR/$WAL_MARK"
-	rm -rf -- "$STATE" "$STAGE" "$WAL_STAGE"
+	[ -f "$JOIN_DIR/data/member/snap/db" ] || fail "joining cluster $J_CID: the local etcd left no member/snap/db"
+	place "$JOIN_DIR/data" "$JOIN_WAL"
+	rm -rf -- "$STATE" "$STAGE" "$WAL_STAGE" "$JOIN_DIR" "$JOIN_WAL"
 	sync
 	result "JOINED: a healthy etcd cluster (cluster ID $J_CID) answers at $J_EP/health and lists this member; $DATA_DIR held no etcd member (new, or its volume was lost): not restoring the snapshot; this member joined that cluster (member add, a first sync) and etcd starts as that member"
 	exit 0
@@ -864,29 +905,11 @@ if [ -z "$RESUME" ]; then
 	if [ -e "$DATA_DIR/member" ] || [ -L "$DATA_DIR/member" ]; then
 		fail "$DATA_DIR/member appeared while restoring; leaving it alone"
 	fi
-	if [ -n "$WAL_DIR" ]; then
-		[ -d "$WAL_DIR" ] || mkdir -p -- "$WAL_DIR"
-		: >"$WAL_DIR/$WAL_MARK"
-		for f in "$WAL_STAGE/wal"/*; do
-			[ ! -e "$f" ] || mv -- "$f" "$WAL_DIR/"
-		done
-		# The mount root may belong to root (capabilities are dropped): etcd
-		# only warns about its mode.
-		chmod 700 "$WAL_DIR" 2>/dev/null || log "could not chmod 700 $WAL_DIR (etcd only warns about its mode)"
-	fi
 	# Recorded before the move: a retry that finds the data dir filled
 	# waits for the others instead of starting etcd at once.
 	printf 'RESTORED: member %s, revision %s -> %s, sha256 %s, cluster id %s, token %s\n' "$NAME" \
 		"${REV_BEFORE:-?}" "${REV_AFTER:-?}" "$ACTUAL_SHA" "${CLUSTER_ID:-?}" "$TOKEN" >"$STATE/restored"
-	sync
-	if [ -d "$DATA_DIR" ]; then
-		mv -- "$STAGE/data/member" "$DATA_DIR/member"
-		chmod 700 "$DATA_DIR" 2>/dev/null || log "could not chmod 700 $DATA_DIR (etcd only warns about its mode)"
-	else
-		mkdir -p -- "$(dirname -- "$DATA_DIR")"
-		mv -- "$STAGE/data" "$DATA_DIR"
-	fi
-	[ -z "$WAL_DIR" ] || rm -f -- "$WAL_DIR/$WAL_MARK"
+	place "$STAGE/data" "$WAL_STAGE/wal"
 	rm -rf -- "$STAGE"
 	sync
 	log "restored snapshot into $DATA_DIR${WAL_DIR:+ (WAL in $WAL_DIR)}"

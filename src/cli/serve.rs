@@ -266,15 +266,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
         || std::env::var_os("KUBECONFIG").is_some()
         || std::env::var_os("HOME").is_some_and(|h| std::path::Path::new(&h).join(".kube/config").exists());
     let dev_mode = dev.is_some();
-    // The blocking pool runs every decision (and the rare blocking call):
-    // capped, so the allocator keeps a few thread heaps, not one for each of
-    // tokio's default 512 threads (an unbounded pool held 280-360 MiB of
-    // freed memory under a 32-connection load and halved the throughput).
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .max_blocking_threads(BLOCKING_THREADS)
-        .enable_all()
-        .build()
-        .context("starting tokio")?;
+    let runtime = runtime()?;
     runtime.block_on(async move {
         let mut opts = opts;
         let auto = watch == Watch::Auto && !dev_mode && !context_given && cluster_configured;
@@ -398,3 +390,16 @@ impl DevCerts {
 /// Threads of the blocking pool: the decision units (16 by default) run
 /// there, plus TLS reloads and DNS lookups.
 const BLOCKING_THREADS: usize = 16;
+
+/// The server's runtime. The blocking pool runs every decision (and the
+/// rare blocking call): capped, so the allocator keeps a few thread heaps,
+/// not one for each of tokio's default 512 threads (an unbounded pool held
+/// 280-360 MiB of freed memory under a 32-connection load and halved the
+/// throughput, BENCHMARKS.md).
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .max_blocking_threads(BLOCKING_THREADS)
+        .enable_all()
+        .build()
+        .context("starting tokio")
+}

@@ -276,7 +276,12 @@ fn pinned<'a>(old: Option<&Value>, generation: &str, settings: &'a Settings) -> 
         .find(|env| env_value(env, "ETCD_INIT_RESTORE_GENERATION") == Some(generation));
     let Some(env) = env else { return std::borrow::Cow::Borrowed(settings) };
     let mut kept = settings.clone();
-    if let Some(bump) = env_value(env, "RESTORE_REVISION_BUMP").and_then(|v| v.parse::<u64>().ok()) {
+    // Only a bump the settings could have given: a hand-edited 0 or 1 is
+    // never carried on (the setting stands, and the template changes).
+    if let Some(bump) = env_value(env, "RESTORE_REVISION_BUMP")
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|b| crate::settings::REVISION_BUMP_RANGE.contains(b))
+    {
         kept.restore_revision_bump = bump;
     }
     match env_value(env, "RESTORE_ALLOW_WITHOUT_REVISION_BUMP") {
@@ -1002,6 +1007,18 @@ mod tests {
         assert_eq!(m.outcome, Outcome::Injected);
         assert_eq!(injected_env(&three, &m, "RESTORE_REVISION_BUMP").as_deref(), Some("1000000000000"));
         assert_eq!(injected_env(&three, &m, "RESTORE_ALLOW_WITHOUT_REVISION_BUMP").as_deref(), Some("true"));
+        // A stored bump outside the settings' range is never carried on.
+        let mut edited = stored.clone();
+        let list = edited.pointer_mut(LIST).and_then(Value::as_array_mut).expect("list");
+        for c in list.iter_mut().filter(|c| c["name"] == INIT_CONTAINER) {
+            for e in c["env"].as_array_mut().into_iter().flatten() {
+                if e["name"] == "RESTORE_REVISION_BUMP" {
+                    e["value"] = json!("0");
+                }
+            }
+        }
+        let m = etcd_init(&three, Some(&edited), "ns", Some(&inject), &later);
+        assert_eq!(injected_env(&three, &m, "RESTORE_REVISION_BUMP").as_deref(), Some("1000000000000"));
     }
 
     #[test]

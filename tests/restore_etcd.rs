@@ -17,6 +17,8 @@
 //! There is no kubelet here: `pod_env`, `expand` and `mounts` reproduce it.
 
 mod common;
+#[path = "restore_etcd/faults.rs"]
+mod faults;
 
 use std::{
     collections::HashMap,
@@ -436,7 +438,11 @@ fn argv(c: &Value, env: &[(String, String)]) -> Vec<String> {
 
 /// A command in a private mount namespace after `setup` (mounts) ran.
 fn in_namespace(setup: &[String], program: &[&str]) -> Command {
+    use std::os::unix::process::CommandExt as _;
     let mut cmd = Command::new("/usr/bin/unshare");
+    // A process group of its own: a container's kill takes everything it
+    // started (tests/restore_etcd/faults.rs kills the group).
+    cmd.process_group(0);
     cmd.args(["-m", "--propagation", "private", "/bin/sh", "-c"]);
     let steps: String = setup.iter().map(|s| format!("{s} && ")).collect();
     cmd.arg(format!("{steps}exec \"$@\"")).arg("sh");
@@ -678,6 +684,12 @@ impl Drop for Inits {
     }
 }
 
+/// The presigned-style URL of the cluster tests' snapshot (its signature
+/// must never be logged).
+fn presigned(store: &SnapshotServer) -> String {
+    store.url("/snapshots/snap.db?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Date=20261129T150000Z&X-Amz-Expires=3600&X-Amz-Signature=0badc0ffee")
+}
+
 /// One StatefulSet's members, their volumes, the store and the patched object.
 struct Cluster {
     e: Etcd,
@@ -707,7 +719,7 @@ impl Cluster {
             String::from_utf8_lossy(&out.stdout).split(' ').next().unwrap_or_default().to_string()
         };
         let store = SnapshotServer::start(&root, HashMap::from([("snap.db".to_string(), snapshot)])).await;
-        let url = store.url("/snapshots/snap.db?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Date=20261129T150000Z&X-Amz-Expires=3600&X-Amz-Signature=0badc0ffee");
+        let url = presigned(&store);
         let sts = patched_statefulset(&root, &etcd_statefulset(&ns, replicas, template), &url, &settings_for(&e));
         let order: Vec<&str> = sts["spec"]["template"]["spec"]["initContainers"]
             .as_array()
@@ -1596,6 +1608,29 @@ restore_tests! {
     restore_three_members_every_start_order_and_every_failure_etcd36: "3.6", 3, 48, Template::Env, Scenarios::All;
     restore_three_members_every_start_order_and_every_failure_etcd37: "3.7", 3, 49, Template::Env, Scenarios::All;
     restore_three_members_from_an_args_template_etcd36: "3.6", 3, 45, Template::Args, Scenarios::LostVolume;
+}
+
+macro_rules! fault_schedules {
+    ($($name:ident: $etcd:expr, $subnet:expr;)*) => {$(
+        /// Seeded fault schedules over the real script (issue #28, part 4;
+        /// `faults.rs`): one schedule of 12 faults in CI, more with
+        /// `scripts/restore-faults.sh`.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let label = $etcd;
+            let needs = restore_needs(&Etcd { label, etcd: PathBuf::new(), etcdctl: PathBuf::new(), etcdutl: None });
+            if !common::env::ready(stringify!($name), &needs) {
+                return;
+            }
+            faults::run(etcd_go(label), $subnet).await;
+        }
+    )*};
+}
+
+fault_schedules! {
+    fault_schedules_etcd35: "3.5", 61;
+    fault_schedules_etcd36: "3.6", 62;
+    fault_schedules_etcd37: "3.7", 63;
 }
 
 // ------------------------------------------------------- failure modes

@@ -1,7 +1,7 @@
 //! A test HTTPS object store for the restore tests (hyper over tokio-rustls,
 //! certificate from a generated CA). It imitates what etcd-init meets:
 //! `/snapshots/<file>` serves a file (ignoring the presign query),
-//! `/forbidden/*` 403 with an S3 AccessDenied body, `/flaky/*` 503 twice then
+//! `/forbidden/*` (and `/snapshots/*` once [`SnapshotServer::expire`]d) 403 with an S3 AccessDenied body, `/flaky/*` 503 twice then
 //! the file, `/cut/*` announces the full length and sends half, `/xml200/*`
 //! an error document with status 200, `/html200/*` an HTML page with 200,
 //! `/json200/*` a JSON error with 200, `/slow/*` announces the file, sends
@@ -25,6 +25,7 @@ pub struct SnapshotServer {
     pub ca_file: PathBuf,
     pub seen: Arc<Mutex<Vec<String>>>,
     files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+    expired: Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -58,12 +59,15 @@ impl SnapshotServer {
         let files = Arc::new(Mutex::new(files));
         let served = files.clone();
         let flaky = Arc::new(Mutex::new(0u32));
+        let expired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let expired2 = expired.clone();
         let seen2 = seen.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else { continue };
                 let acceptor = acceptor.clone();
                 let (files, seen, flaky) = (files.clone(), seen2.clone(), flaky.clone());
+                let expired = expired2.clone();
                 tokio::spawn(async move {
                     let Ok(mut tls) = acceptor.accept(tcp).await else { return };
                     // /cut/* is answered by hand: full Content-Length, half the body, close.
@@ -91,7 +95,9 @@ impl SnapshotServer {
                     if path.split('/').nth(1) == Some("delay") {
                         tokio::time::sleep(std::time::Duration::from_secs(8)).await;
                     }
+                    let gone = expired.load(std::sync::atomic::Ordering::SeqCst);
                     let (status, body, cut): (u16, Vec<u8>, bool) = match (path.split('/').nth(1), file) {
+                        (Some("snapshots"), _) if gone => (403, b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>".to_vec(), false),
                         (Some("snapshots" | "delay"), Some(f)) => (200, f, false),
                         (Some("cut"), Some(f)) => (200, f, true),
                         (Some("flaky"), Some(f)) => {
@@ -126,7 +132,7 @@ impl SnapshotServer {
                 });
             }
         });
-        Self { addr, ca_file, seen, files: served, task }
+        Self { addr, ca_file, seen, files: served, expired, task }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -139,6 +145,13 @@ impl SnapshotServer {
         if let Ok(mut f) = self.files.lock() {
             f.insert(name.to_string(), bytes);
         }
+    }
+
+    /// From now on (`true`) `/snapshots/*` answers 403 "Request has
+    /// expired", as S3 does once a presigned URL's X-Amz-Expires has passed;
+    /// `false` serves again.
+    pub fn expire(&self, gone: bool) {
+        self.expired.store(gone, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub fn requests(&self) -> Vec<String> {

@@ -1254,6 +1254,7 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
 
             old_lineage_meets_a_new_one(&mut c, first_id);
             a_member_back_after_the_others_waited_hands_off(&mut c);
+            a_member_late_past_the_urls_expiry_joins(&mut c);
             a_restored_member_is_released_by_its_running_cluster(&mut c);
         }
     }
@@ -1443,6 +1444,64 @@ fn a_member_back_after_the_others_waited_hands_off(c: &mut Cluster) {
         assert!(Instant::now() < deadline, "the late member never caught up");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Issue #28 M6: the presigned URL expires (OADP presigns for an hour)
+/// after two members downloaded and before the third came. The late member
+/// gets 403, still answers as this restore's etcd-init (so the others are
+/// not held), fails its retry of the download; the others restore and start
+/// a quorum; the late member's next run (the kubelet's retry) joins their
+/// cluster without downloading. Before download-first, every member waited
+/// for all before downloading: the restore could no longer happen at all.
+fn a_member_late_past_the_urls_expiry_joins(c: &mut Cluster) {
+    let e = c.e.clone();
+    let n = c.members.len();
+    c.procs = (0..n).map(|_| None).collect();
+    for i in 0..n {
+        c.wipe(i);
+    }
+    let last = n - 1;
+    let mut running = Inits((0..n).map(|i| (i < last).then(|| c.spawn(i, &c.hosts_file))).collect());
+    let gen = generation_of(&c.sts);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let downloaded = |i: usize| {
+        let stage = host_path(&c.sts, &c.members[i], "ETCD_INIT_STAGE_DIR", &c.ns);
+        std::fs::read_to_string(stage.join("download-complete")).is_ok_and(|g| g.trim() == gen)
+    };
+    while !(0..last).all(downloaded) {
+        assert!(Instant::now() < deadline, "the members on time never downloaded");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.store.expire(true);
+    let downloads = c.store.requests().len();
+    running.0[last] = Some(c.spawn(last, &c.hosts_file));
+    let mut out: Vec<(i32, String)> = Vec::new();
+    for slot in running.0.iter_mut() {
+        let o = slot.take().expect("etcd-init").wait_with_output().expect("etcd-init");
+        out.push((o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned()));
+    }
+    assert!(c.store.requests().len() > downloads, "the late member never asked the store");
+    let (code, log) = &out[last];
+    assert_ne!(*code, 0, "the late member restored from an expired URL:\n{log}");
+    assert!(log.contains("the server answered HTTP 403"), "{log}");
+    assert!(log.contains("the download failed; waiting for the other members anyway"), "{log}");
+    assert!(!c.data(last).join("member").exists(), "the late member placed something");
+    for i in 0..last {
+        let (code, log) = &out[i];
+        c.check_restored(i, *code, log);
+        c.procs[i] = Some(c.start(i, None));
+    }
+    wait_healthy(&e.etcdctl, &c.endpoints[..last].join(","));
+    assert!(ctl(&e, &c.endpoints[0], &["put", "/registry/test/after", "restored"]).status.success());
+    // The kubelet retries the late member's etcd-init: a healthy cluster
+    // answers, so it joins; the URL is still expired and never asked again.
+    let downloads = c.store.requests().len();
+    let (code, log) = c.init_retried(last, Duration::from_secs(60));
+    assert_eq!(code, 0, "{log}");
+    assert!(c.termination(last).starts_with("JOINED: "), "{}\n{log}", c.termination(last));
+    assert_eq!(c.store.requests().len(), downloads, "asked the expired URL again");
+    c.joined(last);
+    c.store.expire(false);
 }
 
 /// Issue #28 M3: the old runbook's "`etcdctl member remove` it, wipe it, let

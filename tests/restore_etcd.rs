@@ -1167,6 +1167,7 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
             assert_eq!(get(&e, &c.endpoints[last], &format!("/registry/test/key{i}")), format!("value-{i}"));
         }
         a_full_stop_with_a_lost_volume_rejoins(&mut c);
+        a_volume_of_another_member_is_never_started(&mut c);
         a_member_removed_by_hand_is_refused_until_added(&mut c);
 
         if scenarios == Scenarios::All {
@@ -1444,6 +1445,59 @@ fn a_member_back_after_the_others_waited_hands_off(c: &mut Cluster) {
         assert!(Instant::now() < deadline, "the late member never caught up");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Issue #28 (from peers: Gardener stamps each volume after a CSI race
+/// mounted another cluster's volume): a member never starts etcd on another
+/// member's volume. Every member is stopped; members 0 and 1 get each
+/// other's volumes: both etcd-inits fail, naming the stamp, and touch
+/// nothing. Back in place, they skip. A volume without a stamp (written
+/// before etcd-init stamped, or by hand) is taken as this member's and
+/// stamped.
+fn a_volume_of_another_member_is_never_started(c: &mut Cluster) {
+    c.procs = (0..c.members.len()).map(|_| None).collect();
+    let stamp = |i: usize| std::fs::read_to_string(c.data(i).join("member/.etcd-init-volume")).unwrap_or_default();
+    for i in 0..c.members.len() {
+        let want = format!("member etcd-{i} at etcd-{i}.{}.{}.svc\n", c.service, c.ns);
+        assert_eq!(stamp(i), want, "etcd-{i}'s volume is not stamped as its own");
+    }
+    let (a, b) = (c.members[0].pv.clone(), c.members[1].pv.clone());
+    let swap = |x: &Path, y: &Path| {
+        let tmp = x.with_extension("swap");
+        std::fs::rename(x, &tmp).expect("swap");
+        std::fs::rename(y, x).expect("swap");
+        std::fs::rename(&tmp, y).expect("swap");
+    };
+    swap(&a, &b);
+    let db = |i: usize| std::fs::read(c.data(i).join("member/snap/db")).expect("db");
+    let before = (db(0), db(1));
+    for (i, other) in [(0, 1), (1, 0)] {
+        let (code, log) = c.init(i);
+        assert_ne!(code, 0, "etcd-{i} would start on etcd-{other}'s volume:\n{log}");
+        let msg = c.termination(i);
+        assert!(
+            msg.starts_with("FAILED: ")
+                && msg.contains(&format!("holds the etcd member etcd-{other} at etcd-{other}.")),
+            "{msg}"
+        );
+        assert!(msg.contains(&format!("not this member etcd-{i} at ")), "{msg}");
+    }
+    assert!(before == (db(0), db(1)), "a refused volume was touched");
+    swap(&a, &b);
+    for i in 0..2 {
+        let (code, log) = c.init(i);
+        assert_eq!(code, 0, "{log}");
+        assert!(c.termination(i).starts_with("SKIPPED: "), "{}", c.termination(i));
+    }
+    std::fs::remove_file(c.data(2).join("member/.etcd-init-volume")).expect("unstamp");
+    let (code, log) = c.init(2);
+    assert_eq!(code, 0, "{log}");
+    assert!(c.termination(2).starts_with("SKIPPED: "), "{}", c.termination(2));
+    assert!(stamp(2).starts_with("member etcd-2 at "), "an unstamped volume was not stamped on SKIPPED");
+    for i in 0..c.members.len() {
+        c.procs[i] = Some(c.start(i, None));
+    }
+    wait_healthy(&c.e.etcdctl, &c.endpoints.join(","));
 }
 
 /// Issue #28 M6: the presigned URL expires (OADP presigns for an hour)

@@ -120,6 +120,27 @@ has_data() {
 	done
 	return 1
 }
+# Whose member a volume holds: a stamp etcd-init writes into member/ with
+# every member it places (restored or joined), and onto a member it finds
+# unstamped. A member found with another member's stamp is never started:
+# a CSI attach race or a reused PersistentVolume can mount another member's
+# or another hosted cluster's volume here (as Gardener found; it stamps each
+# volume for that reason), and etcd would run another cluster's data under
+# this member's name. The identity is the member name and the host of its
+# advertised peer URL (which names the Service and the namespace), so a
+# scheme or port change is not a different member.
+: "${ETCD_NAME:?ETCD_NAME must be set (the member name of the etcd container)}"
+STAMP_NAME=.etcd-init-volume
+ID_HOST=${ETCD_INITIAL_ADVERTISE_PEER_URLS:-http://localhost:2380}
+ID_HOST=${ID_HOST%%,*}
+ID_HOST=${ID_HOST#*://}
+ID_HOST=${ID_HOST%%/*}
+case $ID_HOST in *\]) ;; *:*) ID_HOST=${ID_HOST%:*} ;; esac
+VOLUME_ID="member $ETCD_NAME at $ID_HOST"
+# stamp <member dir>: writes this member's identity into it.
+stamp() {
+	printf '%s\n' "$VOLUME_ID" >"$1/$STAMP_NAME.tmp" && mv -f -- "$1/$STAMP_NAME.tmp" "$1/$STAMP_NAME"
+}
 # A state dir of another generation (or of nothing) tells nothing.
 if [ "$(cat "$STATE/generation" 2>/dev/null || true)" != "$GEN" ]; then
 	rm -rf -- "$STATE"
@@ -128,6 +149,11 @@ fi
 [ -f "$STATE/joining" ] || rm -rf -- "$JOIN_DIR" "$JOIN_WAL"
 RESUME=
 if [ -f "$DATA_DIR/member/snap/db" ]; then
+	STAMPED=$(head -n 1 "$DATA_DIR/member/$STAMP_NAME" 2>/dev/null || true)
+	if [ -n "$STAMPED" ] && [ "$STAMPED" != "$VOLUME_ID" ]; then
+		fail "$DATA_DIR holds the etcd $STAMPED, not this $VOLUME_ID (its stamp, $DATA_DIR/member/$STAMP_NAME): another member's or another hosted cluster's volume is mounted here (a volume attach race, a reused PersistentVolume); etcd is not started on it and nothing is touched. Check which PersistentVolume this pod's claim is bound to; only if the data is this member's, remove the stamp (docs/restore.md)"
+	fi
+	[ -n "$STAMPED" ] || stamp "$DATA_DIR/member" 2>/dev/null || log "could not stamp $DATA_DIR/member with this member's identity"
 	[ -z "$WAL_DIR" ] || rm -f -- "$WAL_DIR/$WAL_MARK"
 	rm -rf -- "$STAGE" "$WAL_STAGE"
 	if [ -f "$STATE/restored" ]; then
@@ -190,7 +216,6 @@ fi
 # This member's identity as etcd has it; what the etcd container leaves
 # unset takes etcd's own default (peer URL http://localhost:2380, initial
 # cluster <name>=<peer URL>). The token is this restore's own.
-: "${ETCD_NAME:?ETCD_NAME must be set (the member name of the etcd container)}"
 NAME=$ETCD_NAME
 PEER_URL=${ETCD_INITIAL_ADVERTISE_PEER_URLS:-http://localhost:2380}
 PEER_URL=${PEER_URL%%,*}
@@ -418,6 +443,7 @@ place() {
 		# only warns about its mode.
 		chmod 700 "$WAL_DIR" 2>/dev/null || log "could not chmod 700 $WAL_DIR (etcd only warns about its mode)"
 	fi
+	stamp "$1/member"
 	sync
 	if [ -d "$DATA_DIR" ]; then
 		mv -- "$1/member" "$DATA_DIR/member"

@@ -1575,7 +1575,12 @@ fn a_member_removed_by_hand_is_refused_until_added(c: &mut Cluster) {
         .and_then(|m| m["ID"].as_u64())
         .expect("etcd-2's id");
     c.procs[last] = None;
-    assert!(ctl(&e, &live, &["member", "remove", &format!("{id:x}")]).status.success());
+    // etcd refuses a remove within 5 s of a member's (re)start: retried.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ctl(&e, &live, &["member", "remove", &format!("{id:x}")]).status.success() {
+        assert!(Instant::now() < deadline, "member remove never accepted");
+        std::thread::sleep(Duration::from_millis(500));
+    }
     c.wipe(last);
     let (code, log) = c.init(last);
     assert_ne!(code, 0, "{log}");
@@ -2559,4 +2564,91 @@ fn the_restore_script_is_shellcheck_clean() {
         .output()
         .expect("busybox (apt-get install busybox)");
     assert!(out.status.success(), "busybox: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Issue #28 (from peers): the beacon etcd-init runs on the peer port while
+/// it waits serves it with the etcd container's TLS profile, as the member
+/// would: a TLS 1.3 minimum refuses a TLS 1.2 peer, and peer client
+/// certificate auth refuses a peer without a certificate. (etcd 3.6 from
+/// the Go module proxy: --tls-min-version is the container's flag.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_beacon_serves_the_etcd_containers_tls_profile() {
+    let mut needs = common::env::restore_with(common::env::etcd35());
+    needs.extend(restore_needs(&Etcd { label: "3.6", etcd: PathBuf::new(), etcdctl: PathBuf::new(), etcdutl: None }));
+    if !common::env::ready("the_beacon_serves_the_etcd_containers_tls_profile", &needs) {
+        return;
+    }
+    let rig = FailureRig::new("profile", 64).await;
+    let ns = rig.ns.clone();
+    let bin = tool_dir(&rig.root, &etcd_go("3.6"));
+    let mut template = etcd_statefulset(&ns, 3, Template::Args);
+    template["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array_mut()
+        .expect("args")
+        .push(json!("--tls-min-version=TLS1.3"));
+    let sts = patched_in_process(&template, &rig.store.url("/snapshots/snap.db"), &no_bump_settings());
+    let env = &container(&sts, "initContainers", "etcd-init")["env"];
+    for (name, value) in [("ETCD_TLS_MIN_VERSION", "TLS1.3"), ("ETCD_PEER_CLIENT_CERT_AUTH", "true")] {
+        assert!(
+            env.as_array().expect("env").iter().any(|e| e["name"] == name && e["value"] == value),
+            "{name} not copied into etcd-init: {env}"
+        );
+    }
+    let (_, hosts) = rig.three_members(64);
+    let names: Vec<(String, Ipv4Addr)> =
+        (0..3).map(|i| (format!("etcd-{i}.etcd-peers.{ns}.svc"), Ipv4Addr::new(127, 0, 64, i as u8 + 1))).collect();
+    let (ca, pairs) = peer_certs(&rig.root, &names);
+    let m = rig.third_member("profile", 64, &ca, &pairs[2]);
+    // The others are silent: etcd-2 downloads, starts its beacon and waits.
+    let run = Run { shell: "/bin/dash", hosts: Some(&hosts), tmpfs: None };
+    let mut init = Inits(vec![Some(spawn_init(&sts, &ns, &m, &bin, &rig.store.ca_file, &run))]);
+    let mut log_of = || {
+        let child = init.0[0].take().expect("etcd-init");
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        String::from_utf8_lossy(&child.wait_with_output().expect("etcd-init").stderr).into_owned()
+    };
+    let peer = "https://127.0.64.3:2380/members";
+    let (client_crt, client_key) = (pairs[0].0.to_string_lossy(), pairs[0].1.to_string_lossy());
+    let curl = |extra: &[&str]| {
+        Command::new("curl")
+            .args(["-q", "--noproxy", "*", "--http1.1", "--silent", "--show-error", "--max-time", "3", "--cacert"])
+            .arg(&ca)
+            // The certificate names etcd-2's DNS name; the test dials its IP.
+            .args(["--resolve", &format!("etcd-2.etcd-peers.{ns}.svc:2380:127.0.64.3"), "--url"])
+            .arg(peer.replace("127.0.64.3", &format!("etcd-2.etcd-peers.{ns}.svc")))
+            .args(extra)
+            .output()
+            .expect("curl")
+    };
+    let with_cert = ["--cert", &client_crt, "--key", &client_key];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut errors = std::collections::BTreeSet::new();
+    let answer = loop {
+        let out = curl(&with_cert);
+        if out.status.success() {
+            break String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        errors.insert(String::from_utf8_lossy(&out.stderr).into_owned());
+        if Instant::now() > deadline {
+            panic!("the beacon never answered: {errors:?}\n{}", log_of());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(answer.contains("\"name\":\"etcd-init.fresh."), "not the beacon: {answer}");
+    let tls12 = curl(&[&with_cert[..], &["--tlsv1.2", "--tls-max", "1.2"]].concat());
+    let said = String::from_utf8_lossy(&tls12.stderr).into_owned();
+    assert!(
+        tls12.status.code() == Some(35) && said.contains("protocol version"),
+        "the beacon did not refuse TLS 1.2 for its TLS 1.3 minimum: {:?} {said}",
+        tls12.status.code()
+    );
+    let anonymous = curl(&[]);
+    let said = String::from_utf8_lossy(&anonymous.stderr).into_owned();
+    assert!(
+        !anonymous.status.success() && said.contains("certificate required"),
+        "the beacon did not refuse a peer without a client certificate: {:?} {said}",
+        anonymous.status.code()
+    );
+    log_of();
+    let _ = std::fs::remove_dir_all(&rig.root);
 }

@@ -364,6 +364,19 @@ beacon_stop() {
 	fi
 	rm -rf -- "$STAGE/beacon"
 }
+# tls_profile: the etcd container's TLS profile as etcd flags, one word a
+# line (the beacon and the join's local etcd serve the peer port as the
+# member would: the same cipher suites, TLS versions and peer client
+# certificate checks).
+tls_profile() {
+	[ -z "${ETCD_CIPHER_SUITES:-}" ] || printf '%s\n' --cipher-suites "$ETCD_CIPHER_SUITES"
+	[ -z "${ETCD_TLS_MIN_VERSION:-}" ] || printf '%s\n' --tls-min-version "$ETCD_TLS_MIN_VERSION"
+	[ -z "${ETCD_TLS_MAX_VERSION:-}" ] || printf '%s\n' --tls-max-version "$ETCD_TLS_MAX_VERSION"
+	[ -z "${ETCD_PEER_CERT_ALLOWED_CN:-}" ] || printf '%s\n' --peer-cert-allowed-cn "$ETCD_PEER_CERT_ALLOWED_CN"
+	[ -z "${ETCD_PEER_CERT_ALLOWED_HOSTNAME:-}" ] || printf '%s\n' --peer-cert-allowed-hostname "$ETCD_PEER_CERT_ALLOWED_HOSTNAME"
+	# Go's strconv.ParseBool, as etcd reads the variable.
+	case ${ETCD_PEER_CLIENT_CERT_AUTH:-} in 1 | t | T | true | TRUE | True) printf '%s\n' --peer-client-cert-auth ;; esac
+}
 beacon_start() {
 	B_STATE=$1
 	beacon_stop
@@ -381,6 +394,11 @@ beacon_start() {
 	[ -z "$PEER_CERT" ] || set -- "$@" --peer-cert-file "$PEER_CERT"
 	[ -z "$PEER_KEY" ] || set -- "$@" --peer-key-file "$PEER_KEY"
 	[ -z "$PEER_CA" ] || set -- "$@" --peer-trusted-ca-file "$PEER_CA"
+	while IFS= read -r w; do
+		[ -z "$w" ] || set -- "$@" "$w"
+	done <<EOF
+$(tls_profile)
+EOF
 	# No ETCD_* from this container's env reaches it (they name the real data dir).
 	(cd "$STAGE/beacon" && exec env -i PATH="$PATH" "$ETCD_BIN" "$@") >"$STAGE/beacon.log" 2>&1 &
 	BEACON=$!
@@ -590,6 +608,11 @@ join() {
 	[ -z "$PEER_CERT" ] || set -- "$@" --peer-cert-file "$PEER_CERT"
 	[ -z "$PEER_KEY" ] || set -- "$@" --peer-key-file "$PEER_KEY"
 	[ -z "$PEER_CA" ] || set -- "$@" --peer-trusted-ca-file "$PEER_CA" --peer-client-cert-auth
+	while IFS= read -r w; do
+		[ -z "$w" ] || set -- "$@" "$w"
+	done <<EOF
+$(tls_profile)
+EOF
 	log "joining cluster $J_CID as $NAME ($PEER_URL): a local etcd syncs first"
 	(cd "$JOIN_DIR" && exec env -i PATH="$PATH" etcd "$@") >"$STAGE/join.log" 2>&1 &
 	CHILD=$!

@@ -26,14 +26,35 @@ pub enum Key {
     PeerCertFile,
     PeerKeyFile,
     PeerTrustedCaFile,
+    CipherSuites,
+    TlsMinVersion,
+    TlsMaxVersion,
+    PeerClientCertAuth,
+    PeerCertAllowedCn,
+    PeerCertAllowedHostname,
 }
+
+/// The etcd container's TLS profile: etcd-init's beacon and its join's
+/// local etcd serve the peer port with it (issue #28: a beacon without it
+/// answered where the member would refuse, e.g. TLS 1.2 next to a TLS 1.3
+/// minimum, or a peer without a client certificate). Read where visible;
+/// not required, and a shell script that sets them is not refused for it
+/// (the identity keys are what a restore cannot do without).
+pub const PROFILE: [Key; 6] = [
+    Key::CipherSuites,
+    Key::TlsMinVersion,
+    Key::TlsMaxVersion,
+    Key::PeerClientCertAuth,
+    Key::PeerCertAllowedCn,
+    Key::PeerCertAllowedHostname,
+];
 
 /// The TLS files etcd reads (client and peer): their volumes are mounted
 /// read-only into etcd-init for its probes.
 pub const TLS_FILES: [Key; 6] =
     [Key::CertFile, Key::KeyFile, Key::TrustedCaFile, Key::PeerCertFile, Key::PeerKeyFile, Key::PeerTrustedCaFile];
 
-pub const KEYS: [Key; 14] = [
+pub const KEYS: [Key; 20] = [
     Key::Name,
     Key::DataDir,
     Key::WalDir,
@@ -48,6 +69,12 @@ pub const KEYS: [Key; 14] = [
     Key::PeerCertFile,
     Key::PeerKeyFile,
     Key::PeerTrustedCaFile,
+    Key::CipherSuites,
+    Key::TlsMinVersion,
+    Key::TlsMaxVersion,
+    Key::PeerClientCertAuth,
+    Key::PeerCertAllowedCn,
+    Key::PeerCertAllowedHostname,
 ];
 
 impl Key {
@@ -67,6 +94,12 @@ impl Key {
             Key::PeerCertFile => "ETCD_PEER_CERT_FILE",
             Key::PeerKeyFile => "ETCD_PEER_KEY_FILE",
             Key::PeerTrustedCaFile => "ETCD_PEER_TRUSTED_CA_FILE",
+            Key::CipherSuites => "ETCD_CIPHER_SUITES",
+            Key::TlsMinVersion => "ETCD_TLS_MIN_VERSION",
+            Key::TlsMaxVersion => "ETCD_TLS_MAX_VERSION",
+            Key::PeerClientCertAuth => "ETCD_PEER_CLIENT_CERT_AUTH",
+            Key::PeerCertAllowedCn => "ETCD_PEER_CERT_ALLOWED_CN",
+            Key::PeerCertAllowedHostname => "ETCD_PEER_CERT_ALLOWED_HOSTNAME",
         }
     }
 
@@ -86,7 +119,24 @@ impl Key {
             Key::PeerCertFile => "peer-cert-file",
             Key::PeerKeyFile => "peer-key-file",
             Key::PeerTrustedCaFile => "peer-trusted-ca-file",
+            Key::CipherSuites => "cipher-suites",
+            Key::TlsMinVersion => "tls-min-version",
+            Key::TlsMaxVersion => "tls-max-version",
+            Key::PeerClientCertAuth => "peer-client-cert-auth",
+            Key::PeerCertAllowedCn => "peer-cert-allowed-cn",
+            Key::PeerCertAllowedHostname => "peer-cert-allowed-hostname",
         }
+    }
+
+    /// Part of the TLS profile ([`PROFILE`]), not of the identity.
+    pub fn is_profile(self) -> bool {
+        PROFILE.contains(&self)
+    }
+
+    /// A boolean flag: Go's flag package takes `--flag` alone as true and
+    /// a value only after `=` (`--flag false` leaves `false` an argument).
+    fn is_bool(self) -> bool {
+        self == Key::PeerClientCertAuth
     }
 
     fn of_flag(flag: &str) -> Option<Key> {
@@ -284,7 +334,7 @@ impl Reader {
 
     /// A shell script as the command: an identity setting inside it cannot be read exactly.
     fn script(&mut self, pos: usize, script: &str) {
-        for k in KEYS {
+        for k in KEYS.into_iter().filter(|k| !k.is_profile()) {
             if script_mentions(script, k) {
                 let (flag, env) = (k.flag(), k.env());
                 self.problems.push(FieldError::forbidden(
@@ -308,7 +358,7 @@ impl Reader {
             if !a.chars().any(|c| c.is_whitespace() || c == ';') {
                 continue;
             }
-            for k in KEYS.into_iter().filter(|k| script_mentions(a, *k)) {
+            for k in KEYS.into_iter().filter(|k| !k.is_profile() && script_mentions(a, *k)) {
                 let (flag, env) = (k.flag(), k.env());
                 self.problems.push(FieldError::forbidden(
                     self.field_of(pos),
@@ -349,6 +399,7 @@ impl Reader {
             };
             let (value, next) = match inline {
                 Some(v) => (Some(v), i + 1),
+                None if k.is_bool() => (Some("true".to_string()), i + 1),
                 None => (argv.get(i + 1).cloned(), i + 2),
             };
             let Some(value) = value else {
@@ -465,6 +516,34 @@ mod tests {
             vec!["HOSTNAME", "NAMESPACE"]
         );
         assert_eq!(references("$$(NOT) $(YES) $(unterminated"), vec!["YES"]);
+    }
+
+    #[test]
+    fn the_tls_profile_is_read_but_never_required() {
+        let c = json!({"name": "etcd", "command": ["/usr/bin/etcd", "--peer-client-cert-auth", "--name", "n",
+                "--tls-min-version=TLS1.3", "--cipher-suites", "TLS_AES_128_GCM_SHA256"],
+            "env": [{"name": "ETCD_PEER_CERT_ALLOWED_CN", "value": "etcd-peer"}]});
+        let id = read(&c, 0).expect("identity");
+        // A bare boolean flag is true and does not take the next element.
+        assert_eq!(id.literal(Key::PeerClientCertAuth), Some("true"));
+        assert_eq!(id.literal(Key::Name), Some("n"));
+        assert_eq!(id.literal(Key::TlsMinVersion), Some("TLS1.3"));
+        assert_eq!(id.literal(Key::CipherSuites), Some("TLS_AES_128_GCM_SHA256"));
+        assert_eq!(id.literal(Key::PeerCertAllowedCn), Some("etcd-peer"));
+        let explicit = json!({"command": ["/usr/bin/etcd", "--peer-client-cert-auth=false", "--name", "n"]});
+        assert_eq!(read(&explicit, 0).expect("identity").literal(Key::PeerClientCertAuth), Some("false"));
+        // In a shell script: the identity is refused, the profile is not.
+        let script =
+            json!({"command": ["/bin/sh", "-c", "exec etcd --tls-min-version=TLS1.3 --peer-client-cert-auth"]});
+        assert!(read(&script, 0).is_ok());
+        let hidden = json!({"command": ["/bin/sh", "-c", "exec etcd --name=x --tls-min-version=TLS1.3"]});
+        let e = read(&hidden, 0).expect_err("hidden name");
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].to_string().contains("--name"), "{e:?}");
+        // Contradictory: refused like any setting.
+        let twice = json!({"command": ["/usr/bin/etcd", "--tls-min-version=TLS1.2"],
+            "env": [{"name": "ETCD_TLS_MIN_VERSION", "value": "TLS1.3"}]});
+        assert!(read(&twice, 0).is_err());
     }
 
     #[test]

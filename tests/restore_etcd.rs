@@ -965,7 +965,16 @@ impl Cluster {
         } else if bumps(e) {
             assert!(revision > 10_000_000_000, "{order:?}: revision {revision} was not bumped");
             let msg = self.termination(0);
-            assert!(msg.contains(" -> 100000000"), "{msg}");
+            let revs: Vec<u64> = msg
+                .split("revision ")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .map(|r| r.split(" -> ").filter_map(|n| n.trim().parse().ok()).collect())
+                .unwrap_or_default();
+            assert!(
+                revs.len() == 2 && revs[1] >= revs[0] + 10_000_000_000,
+                "{order:?}: the restore did not bump by at least 10^10: {msg}"
+            );
         } else {
             assert!(revision < 1000, "{order:?}: revision {revision}");
         }
@@ -1251,11 +1260,20 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
             // A linearizable read: right after the start the WAL may still be applying.
             let out = ctl(&e, &client, &["get", "/registry/after20", "--print-value-only"]);
             assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "w", "the survivor's writes were lost");
+            // The runbook's next step: `snapshot save` from the forced copy
+            // (restored into every member at the end of this run).
+            let rescued = c.root.join("rescued.db");
+            let saved = ctl(&e, &client, &["snapshot", "save", &rescued.to_string_lossy()]);
+            assert!(saved.status.success(), "{}", String::from_utf8_lossy(&saved.stderr));
+            let served = ctl(&e, &client, &["endpoint", "status", "-w", "json"]);
+            let served: Value = serde_json::from_slice(&served.stdout).expect("status json");
+            let served = served[0]["Status"]["header"]["revision"].as_u64().expect("revision");
             drop(_rescued);
 
             old_lineage_meets_a_new_one(&mut c, first_id);
             a_member_back_after_the_others_waited_hands_off(&mut c);
             a_member_late_past_the_urls_expiry_joins(&mut c);
+            the_survivors_snapshot_restores_every_member(&mut c, &rescued, &copy, served);
             a_restored_member_is_released_by_its_running_cluster(&mut c);
         }
     }
@@ -1498,6 +1516,58 @@ fn a_volume_of_another_member_is_never_started(c: &mut Cluster) {
         c.procs[i] = Some(c.start(i, None));
     }
     wait_healthy(&c.e.etcdctl, &c.endpoints.join(","));
+}
+
+/// docs/restore.md's runbook for a live member without a healthy cluster,
+/// its last step (issue #28, M7, and etcd's recovery guide: restore every
+/// member from one `snapshot save`). The survivor's forced copy was saved
+/// with `snapshot save` (`rescued`); a copy of its `member/snap/db` is no
+/// snapshot (no integrity hash) and every member refuses it at restore time,
+/// touching nothing. The saved one, restored for a new HostedCluster
+/// incarnation (the URL is immutable), gives every member the survivor's
+/// writes, one cluster, revisions above every one the old cluster served.
+fn the_survivors_snapshot_restores_every_member(c: &mut Cluster, rescued: &Path, copy: &Path, served: u64) {
+    let e = c.e.clone();
+    let n = c.members.len();
+    c.procs = (0..n).map(|_| None).collect();
+    let db = std::fs::read(copy.join("member/snap/db")).expect("the copy's member/snap/db");
+    c.store.replace("copied.db", db);
+    let incarnation = |url: &str, uid: &str| {
+        let created = Command::new("date").args(["-u", "+%Y-%m-%dT%H:%M:%SZ"]).output().expect("date");
+        let mut hcp = hcp_with_uid(&c.ns, url, uid);
+        hcp["metadata"]["creationTimestamp"] = json!(String::from_utf8_lossy(&created.stdout).trim());
+        patched_for(&etcd_statefulset(&c.ns, n, c.template), &hcp, &settings_for(&e))
+    };
+    // The copied database: every member downloads it, passes the barrier, and
+    // refuses it at the restore (never --skip-hash-check).
+    c.sts = incarnation(&c.store.url("/snapshots/copied.db"), "3c1d2e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f");
+    for i in 0..n {
+        c.wipe(i);
+    }
+    let mut running = Inits((0..n).map(|i| Some(c.spawn(i, &c.hosts_file))).collect());
+    for i in 0..n {
+        let out = running.0[i].take().expect("etcd-init").wait_with_output().expect("etcd-init");
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_ne!(out.status.code(), Some(0), "etcd-{i} restored a copied member/snap/db:\n{log}");
+        assert!(c.termination(i).starts_with("FAILED: "), "{}", c.termination(i));
+        assert!(!c.data(i).join("member").exists(), "etcd-{i}: a refused snapshot left member/");
+    }
+    // The saved snapshot, for another incarnation: the first restore, as any.
+    let bytes = std::fs::read(rescued).expect("rescued snapshot");
+    c.snapshot_sha = {
+        let out = Command::new("sha256sum").arg(rescued).output().expect("sha256sum");
+        String::from_utf8_lossy(&out.stdout).split(' ').next().unwrap_or_default().to_string()
+    };
+    c.store.replace("rescued.db", bytes);
+    c.sts = incarnation(&c.store.url("/snapshots/rescued.db"), "7e8f9a0b-1c2d-4e3f-a5b6-c7d8e9f0a1b2");
+    c.first_restore(Order::Together);
+    for ep in &c.endpoints {
+        assert_eq!(get(&e, ep, "/registry/after20"), "w", "{ep} lacks the survivor's writes");
+    }
+    let out = ctl(&e, &c.endpoints[0], &["endpoint", "status", "-w", "json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("status json");
+    let revision = v[0]["Status"]["header"]["revision"].as_u64().expect("revision");
+    assert!(revision > served, "revision {revision} after the runbook, the old cluster served {served}");
 }
 
 /// Issue #28 M6: the presigned URL expires (OADP presigns for an hour)
@@ -2442,6 +2512,29 @@ async fn a_member_that_restored_other_bytes_is_named_at_the_barrier() {
     let why = format!(
         "etcd-1 at https://etcd-1.etcd-peers.{ns}.svc:2380: its etcd-init restored other bytes from this restore's URL (snapshot sha256 0123456789abcdef..., this member's {}...)",
         &rig.snapshot_sha[..16]
+    );
+    assert!(log.contains(&why), "{log}");
+    let msg = std::fs::read_to_string(termination_log(&m)).expect("termination message");
+    assert!(msg.starts_with("FAILED: restored, but the other members did not restore") && msg.contains(&why), "{msg}");
+
+    // Issue #28 M1: the same bytes restored with another revision bump (a
+    // settings change or an upgrade mid-restore; this etcd 3.5.1 member
+    // restored without one, b0): named at the barrier, never counted, so
+    // no cluster starts whose members serve revisions 10^10 apart.
+    drop(_other);
+    let beacon = format!("etcd-init.restored.{generation}-{}-b10000000000.etcd-1", &rig.snapshot_sha[..16]);
+    let _bumped =
+        standalone_member(&e, &beacon, names[0].1, (&ca, &pairs[0].0, &pairs[0].1), &rig.root.join("etcd-1-bumped"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect("127.0.59.2:2380").is_err() {
+        assert!(Instant::now() < deadline, "the other member's beacon never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, log) = run_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
+    assert_ne!(code, 0, "{log}");
+    assert!(log.contains("was restored by this restore"), "{log}");
+    let why = format!(
+        "etcd-1 at https://etcd-1.etcd-peers.{ns}.svc:2380: its etcd-init restored the same snapshot with another revision bump (10000000000, this member's 0)"
     );
     assert!(log.contains(&why), "{log}");
     let msg = std::fs::read_to_string(termination_log(&m)).expect("termination message");

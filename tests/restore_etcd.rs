@@ -2745,3 +2745,59 @@ async fn the_beacon_serves_the_etcd_containers_tls_profile() {
     log_of();
     let _ = std::fs::remove_dir_all(&rig.root);
 }
+
+/// Issue #28 m2: a member an earlier restore (another generation: the
+/// HostedControlPlane was recreated mid-restore) placed and never released
+/// was SKIPPED and started etcd with no barrier, next to members restoring
+/// the new generation, which then waited for ever on a live member. Now it
+/// fails, names both generations and the way out, and touches nothing;
+/// its retry says the same; once its volume is replaced it is a fresh
+/// member of this restore.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_an_earlier_restore_never_released_is_not_started() {
+    if !common::env::ready(
+        "a_member_an_earlier_restore_never_released_is_not_started",
+        &common::env::restore_with(common::env::etcd35()),
+    ) {
+        return;
+    }
+    let rig = FailureRig::new("unreleased", 65).await;
+    let ns = rig.ns.clone();
+    let (sts, hosts) = rig.three_members(65);
+    let generation = generation_of(&sts);
+    let names: Vec<(String, Ipv4Addr)> =
+        (0..3).map(|i| (format!("etcd-{i}.etcd-peers.{ns}.svc"), Ipv4Addr::new(127, 0, 65, i as u8 + 1))).collect();
+    let (ca, pairs) = peer_certs(&rig.root, &names);
+    let m = rig.third_member("unreleased", 65, &ca, &pairs[2]);
+    let stage = host_path(&sts, &m, "ETCD_INIT_STAGE_DIR", &ns);
+    let state = PathBuf::from(format!("{}-state", stage.display()));
+    let earlier = "00112233aabbccdd";
+    assert_ne!(earlier, generation);
+    std::fs::create_dir_all(&state).expect("state");
+    std::fs::write(state.join("generation"), format!("{earlier}\n")).expect("generation");
+    std::fs::write(
+        state.join("restored"),
+        format!("RESTORED: member etcd-2, revision 7 -> 7, sha256 00, cluster id 1234abcd, token etcd-restore-{earlier}-00-b0\n"),
+    )
+    .expect("restored");
+    let data = host_path(&sts, &m, "ETCD_DATA_DIR", &ns);
+    std::fs::create_dir_all(data.join("member/snap")).expect("member");
+    std::fs::write(data.join("member/snap/db"), b"the earlier restore's db").expect("db");
+    let run = Run { shell: "/bin/dash", hosts: Some(&hosts), tmpfs: None };
+    for attempt in 0..2 {
+        let (code, log) = run_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
+        assert_ne!(code, 0, "attempt {attempt}: started a member of another restore without a barrier:\n{log}");
+        let msg = std::fs::read_to_string(termination_log(&m)).expect("termination message");
+        assert!(
+            msg.starts_with("FAILED: ")
+                && msg.contains(&format!("an earlier restore (generation {earlier}) placed and never released"))
+                && msg.contains(&format!("this is restore generation {generation}"))
+                && msg.contains("delete this member's PVC and pod"),
+            "{msg}"
+        );
+        assert_eq!(std::fs::read(data.join("member/snap/db")).expect("db"), b"the earlier restore's db");
+        assert!(state.join("restored").exists(), "attempt {attempt}: the earlier restore's record was dropped");
+        assert!(rig.store.requests().is_empty(), "downloaded for a refused member");
+    }
+    let _ = std::fs::remove_dir_all(&rig.root);
+}

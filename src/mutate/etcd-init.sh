@@ -141,14 +141,28 @@ VOLUME_ID="member $ETCD_NAME at $ID_HOST"
 stamp() {
 	printf '%s\n' "$VOLUME_ID" >"$1/$STAMP_NAME.tmp" && mv -f -- "$1/$STAMP_NAME.tmp" "$1/$STAMP_NAME"
 }
-# A state dir of another generation (or of nothing) tells nothing.
+# A state dir of another generation (or of nothing) tells nothing, except
+# one thing: a member that restore placed and never released (its etcd
+# never ran) sits on this volume. Starting it would run etcd without this
+# restore's barrier next to members restoring another generation (the
+# HostedControlPlane was recreated mid-restore): refused below, and the
+# state kept so every retry says so.
+UNRELEASED=
 if [ "$(cat "$STATE/generation" 2>/dev/null || true)" != "$GEN" ]; then
-	rm -rf -- "$STATE"
+	if [ -f "$STATE/restored" ] && [ -f "$DATA_DIR/member/snap/db" ]; then
+		UNRELEASED=$(head -n 1 "$STATE/generation" 2>/dev/null || true)
+		UNRELEASED=${UNRELEASED:-unknown}
+	else
+		rm -rf -- "$STATE"
+	fi
 fi
 # A staged join without this generation's stamp tells nothing.
 [ -f "$STATE/joining" ] || rm -rf -- "$JOIN_DIR" "$JOIN_WAL"
 RESUME=
 if [ -f "$DATA_DIR/member/snap/db" ]; then
+	if [ -n "$UNRELEASED" ]; then
+		fail "$DATA_DIR holds a member that an earlier restore (generation $UNRELEASED) placed and never released (it was waiting for the other members); this is restore generation $GEN. Starting it would run etcd without this restore's barrier, next to members restoring another generation; nothing is touched. It holds only that restore's snapshot: delete this member's PVC and pod, and it restores for this generation; only if its data must run as it is, remove $STATE (docs/restore.md)"
+	fi
 	STAMPED=$(head -n 1 "$DATA_DIR/member/$STAMP_NAME" 2>/dev/null || true)
 	if [ -n "$STAMPED" ] && [ "$STAMPED" != "$VOLUME_ID" ]; then
 		fail "$DATA_DIR holds the etcd $STAMPED, not this $VOLUME_ID (its stamp, $DATA_DIR/member/$STAMP_NAME): another member's or another hosted cluster's volume is mounted here (a volume attach race, a reused PersistentVolume); etcd is not started on it and nothing is touched. Check which PersistentVolume this pod's claim is bound to; only if the data is this member's, remove the stamp (docs/restore.md)"

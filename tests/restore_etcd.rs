@@ -1610,8 +1610,7 @@ fn a_member_late_past_the_urls_expiry_joins(c: &mut Cluster) {
     assert!(log.contains("the server answered HTTP 403"), "{log}");
     assert!(log.contains("the download failed; waiting for the other members anyway"), "{log}");
     assert!(!c.data(last).join("member").exists(), "the late member placed something");
-    for i in 0..last {
-        let (code, log) = &out[i];
+    for (i, (code, log)) in out.iter().enumerate().take(last) {
         c.check_restored(i, *code, log);
         c.procs[i] = Some(c.start(i, None));
     }
@@ -1823,6 +1822,9 @@ fault_schedules! {
 
 // ------------------------------------------------------- failure modes
 
+/// Peer names (DNS name, IP), the CA that signed them, each one's (certificate, key).
+type PeerTls = (Vec<(String, Ipv4Addr)>, PathBuf, Vec<(PathBuf, PathBuf)>);
+
 struct FailureRig {
     root: PathBuf,
     sts: Value,
@@ -1884,6 +1886,16 @@ impl FailureRig {
         }
         std::fs::write(&hosts, text).expect("hosts");
         (sts, hosts)
+    }
+
+    /// The peer names (DNS name, IP) of members `range` of
+    /// [`Self::three_members`], a CA and each one's certificate.
+    fn peer_tls(&self, subnet: u8, range: std::ops::Range<u8>) -> PeerTls {
+        let names: Vec<(String, Ipv4Addr)> = range
+            .map(|i| (format!("etcd-{i}.etcd-peers.{}.svc", self.ns), Ipv4Addr::new(127, 0, subnet, i + 1)))
+            .collect();
+        let (ca, pairs) = peer_certs(&self.root, &names);
+        (names, ca, pairs)
     }
 
     /// Member etcd-2 of [`Self::three_members`], its peer certificate (`pair`,
@@ -2480,9 +2492,7 @@ async fn a_member_that_restored_other_bytes_is_named_at_the_barrier() {
     let ns = rig.ns.clone();
     let (sts, hosts) = rig.three_members(59);
     let generation = generation_of(&sts);
-    let names: Vec<(String, Ipv4Addr)> =
-        (1..3).map(|i| (format!("etcd-{i}.etcd-peers.{ns}.svc"), Ipv4Addr::new(127, 0, 59, i as u8 + 1))).collect();
-    let (ca, pairs) = peer_certs(&rig.root, &names);
+    let (names, ca, pairs) = rig.peer_tls(59, 1..3);
     // etcd-1 restored other bytes: its beacon names their sha256 prefix.
     let beacon = format!("etcd-init.restored.{generation}-0123456789abcdef-b10000000000.etcd-1");
     let e = etcd35();
@@ -2567,9 +2577,7 @@ async fn a_member_that_runs_etcd_is_never_restored_next_to() {
     for name in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
         env.insert(0, json!({"name": name, "value": "http://127.0.0.1:9"}));
     }
-    let names: Vec<(String, Ipv4Addr)> =
-        (1..3).map(|i| (format!("etcd-{i}.etcd-peers.{ns}.svc"), Ipv4Addr::new(127, 0, 57, i as u8 + 1))).collect();
-    let (ca, pairs) = peer_certs(&rig.root, &names);
+    let (names, ca, pairs) = rig.peer_tls(57, 1..3);
     let m = rig.third_member("reprobe", 57, &ca, &pairs[1]);
     let run = Run { shell: "busybox", hosts: Some(&hosts), tmpfs: None };
     // A cluster runs at etcd-1 and serves; etcd-0 is silent. The healthy
@@ -2688,9 +2696,7 @@ async fn the_beacon_serves_the_etcd_containers_tls_profile() {
         );
     }
     let (_, hosts) = rig.three_members(64);
-    let names: Vec<(String, Ipv4Addr)> =
-        (0..3).map(|i| (format!("etcd-{i}.etcd-peers.{ns}.svc"), Ipv4Addr::new(127, 0, 64, i as u8 + 1))).collect();
-    let (ca, pairs) = peer_certs(&rig.root, &names);
+    let (_, ca, pairs) = rig.peer_tls(64, 0..3);
     let m = rig.third_member("profile", 64, &ca, &pairs[2]);
     // The others are silent: etcd-2 downloads, starts its beacon and waits.
     let run = Run { shell: "/bin/dash", hosts: Some(&hosts), tmpfs: None };
@@ -2765,9 +2771,7 @@ async fn a_member_an_earlier_restore_never_released_is_not_started() {
     let ns = rig.ns.clone();
     let (sts, hosts) = rig.three_members(65);
     let generation = generation_of(&sts);
-    let names: Vec<(String, Ipv4Addr)> =
-        (0..3).map(|i| (format!("etcd-{i}.etcd-peers.{ns}.svc"), Ipv4Addr::new(127, 0, 65, i as u8 + 1))).collect();
-    let (ca, pairs) = peer_certs(&rig.root, &names);
+    let (_, ca, pairs) = rig.peer_tls(65, 0..3);
     let m = rig.third_member("unreleased", 65, &ca, &pairs[2]);
     let stage = host_path(&sts, &m, "ETCD_INIT_STAGE_DIR", &ns);
     let state = PathBuf::from(format!("{}-state", stage.display()));

@@ -40,14 +40,7 @@ pub enum Key {
 /// minimum, or a peer without a client certificate). Read where visible;
 /// not required, and a shell script that sets them is not refused for it
 /// (the identity keys are what a restore cannot do without).
-pub const PROFILE: [Key; 6] = [
-    Key::CipherSuites,
-    Key::TlsMinVersion,
-    Key::TlsMaxVersion,
-    Key::PeerClientCertAuth,
-    Key::PeerCertAllowedCn,
-    Key::PeerCertAllowedHostname,
-];
+pub const PROFILE: &[Key] = KEYS.split_at(14).1;
 
 /// The TLS files etcd reads (client and peer): their volumes are mounted
 /// read-only into etcd-init for its probes.

@@ -371,6 +371,17 @@ impl Chaos {
         }
     }
 
+    /// `n` faults, each followed by 0.3-2.5 s of ticks.
+    fn faults(&mut self, n: usize) {
+        for _ in 0..n {
+            let f = self.choose();
+            self.note(format!("fault: {f:?}"));
+            self.inject(f);
+            let d = Duration::from_millis(300 + self.rng.below(2200) as u64);
+            self.run_for(d);
+        }
+    }
+
     /// Every member runs in one healthy cluster.
     fn settled(&self) -> bool {
         let n = self.pods.len();
@@ -461,13 +472,7 @@ async fn schedule(e: Etcd, subnet: u8, seed: u64, steps: usize) -> usize {
     let mut w = Chaos::new(c, seed);
     w.note(format!("etcd {}, seed {seed}, {steps} faults", e.label));
     for phase in [steps / 2, steps - steps / 2] {
-        for _ in 0..phase {
-            let f = w.choose();
-            w.note(format!("fault: {f:?}"));
-            w.inject(f);
-            let d = Duration::from_millis(300 + w.rng.below(2200) as u64);
-            w.run_for(d);
-        }
+        w.faults(phase);
         w.heal(Duration::from_secs(180));
     }
     w.check_history();
@@ -475,13 +480,7 @@ async fn schedule(e: Etcd, subnet: u8, seed: u64, steps: usize) -> usize {
         // The same snapshot again, for a new HostedControlPlane, under faults
         // of its own (etcd 3.4 and 3.5.1 have no bump: no floor either).
         w.second_restore();
-        for _ in 0..steps / 2 {
-            let f = w.choose();
-            w.note(format!("fault: {f:?}"));
-            w.inject(f);
-            let d = Duration::from_millis(300 + w.rng.below(2200) as u64);
-            w.run_for(d);
-        }
+        w.faults(steps / 2);
         w.heal(Duration::from_secs(180));
         for _ in 0..3 {
             w.write();

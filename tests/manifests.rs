@@ -1078,6 +1078,21 @@ fn certs_refuses_foot_guns_and_emits_a_patch() {
     ]);
     assert!(renewed.status.success(), "{}", String::from_utf8_lossy(&renewed.stderr));
     let bundle = String::from_utf8_lossy(&renewed.stdout).trim().to_string();
+    // Webhooks matched by name, never by position.
+    let component = std::fs::read_to_string(patch_dir.join("kustomization.yaml")).expect("component");
+    assert!(!component.contains("/webhooks/0") && component.contains("- name: etcd-statefulsets."), "{component}");
+    // Without a checkout (another working directory): the shipped registrations, the same patch.
+    let elsewhere = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
+        .arg("certs")
+        .args(["--out", &dir.join("elsewhere").display().to_string()])
+        .args(["--ca-cert", &dir.join("certs/ca.crt").display().to_string()])
+        .args(["--ca-key", &dir.join("certs/ca.key").display().to_string()])
+        .args(["--patch-out", &dir.join("patch-elsewhere").display().to_string()])
+        .current_dir(&dir)
+        .output()
+        .expect("certs");
+    assert!(elsewhere.status.success(), "{}", String::from_utf8_lossy(&elsewhere.stderr));
+    assert_eq!(std::fs::read_to_string(dir.join("patch-elsewhere/kustomization.yaml")).expect("component"), component);
     let forced = run(&["--out", &out, "--force"]);
     assert!(forced.status.success());
     assert_ne!(std::fs::read(dir.join("certs/ca.key")).expect("ca.key"), key, "--force replaces the CA");

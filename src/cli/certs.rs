@@ -54,17 +54,54 @@ pub struct CertsArgs {
     #[arg(long, value_name = "DIR", conflicts_with = "inject")]
     pub patch_out: Option<PathBuf>,
     /// With --patch-out: the webhook configurations the patch is for.
-    #[arg(long, value_name = "DIR", default_value = "webhooks/registration")]
+    /// (Without a checkout: the registrations this binary ships.)
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_REGISTRATION)]
     pub registration: PathBuf,
 }
 
+const DEFAULT_REGISTRATION: &str = "webhooks/registration";
+
 /// A webhook configuration found in a manifest file: its kind, name and
-/// number of webhooks.
+/// webhooks' names.
 struct WebhookConfig {
     path: PathBuf,
     kind: String,
     name: String,
-    webhooks: usize,
+    webhooks: Vec<String>,
+}
+
+/// The registrations this binary ships (`webhooks/registration/`), for
+/// `--patch-out` without a checkout at hand.
+const SHIPPED: [(&str, &str); 2] = [
+    // In the order a directory listing gives them.
+    (
+        "mutatingwebhookconfiguration.yaml",
+        include_str!("../../webhooks/registration/mutatingwebhookconfiguration.yaml"),
+    ),
+    (
+        "validatingwebhookconfiguration.yaml",
+        include_str!("../../webhooks/registration/validatingwebhookconfiguration.yaml"),
+    ),
+];
+
+/// The webhook configurations in one YAML text.
+fn configs_in(path: &Path, text: &str) -> Vec<WebhookConfig> {
+    let mut out = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let Ok(v) = <serde_json::Value as serde::Deserialize>::deserialize(doc) else { continue };
+        let kind = v.get("kind").and_then(serde_json::Value::as_str).unwrap_or_default();
+        if kind != "ValidatingWebhookConfiguration" && kind != "MutatingWebhookConfiguration" {
+            continue;
+        }
+        let name = v.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or_default();
+        let webhooks = v
+            .get("webhooks")
+            .and_then(serde_json::Value::as_array)
+            .map(|ws| ws.iter().filter_map(|w| w.get("name")?.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        out.push(WebhookConfig { path: path.to_path_buf(), kind: kind.to_string(), name: name.to_string(), webhooks });
+    }
+    out
 }
 
 fn webhook_configs(dir: &Path) -> anyhow::Result<Vec<WebhookConfig>> {
@@ -74,26 +111,49 @@ fn webhook_configs(dir: &Path) -> anyhow::Result<Vec<WebhookConfig>> {
     paths.sort();
     for path in paths.into_iter().filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml")) {
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-            let Ok(v) = <serde_json::Value as serde::Deserialize>::deserialize(doc) else { continue };
-            let kind = v.get("kind").and_then(serde_json::Value::as_str).unwrap_or_default();
-            if kind != "ValidatingWebhookConfiguration" && kind != "MutatingWebhookConfiguration" {
-                continue;
-            }
-            let name = v.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or_default();
-            let webhooks = v.get("webhooks").and_then(serde_json::Value::as_array).map_or(0, Vec::len);
-            out.push(WebhookConfig { path: path.clone(), kind: kind.to_string(), name: name.to_string(), webhooks });
-        }
+        out.extend(configs_in(&path, &text));
     }
     anyhow::ensure!(
-        out.iter().any(|c| c.webhooks > 0),
+        out.iter().any(|c| !c.webhooks.is_empty()),
         "no webhook configuration with webhooks in {} (nothing written)",
         dir.display()
     );
     Ok(out)
 }
 
-/// The Component `--patch-out` writes.
+/// `--registration`'s configurations: the directory's, or, when the default
+/// directory is not there (no checkout), the ones this binary ships.
+fn registration_configs(dir: &Path) -> anyhow::Result<Vec<WebhookConfig>> {
+    if dir == Path::new(DEFAULT_REGISTRATION) && !dir.exists() {
+        return Ok(SHIPPED.iter().flat_map(|(name, text)| configs_in(Path::new(name), text)).collect());
+    }
+    webhook_configs(dir)
+}
+
+/// `text` (webhook configuration YAML, block style) with `caBundle: bundle`
+/// in every `clientConfig`: an existing caBundle line replaced, or one
+/// added as the block's first field. (The shipped registrations carry none:
+/// an injector owns that field, and a manifest that sets it, even empty,
+/// clears the injected one on re-apply.)
+fn with_ca_bundle(text: &str, bundle: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 4096);
+    for line in text.lines() {
+        if line.trim_start().starts_with("caBundle:") {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+        if line.trim_end().ends_with("clientConfig:") {
+            let indent = line.len() - line.trim_start().len() + 2;
+            out.push_str(&format!("{:indent$}caBundle: {bundle}\n", ""));
+        }
+    }
+    out
+}
+
+/// The Component `--patch-out` writes: one strategic-merge patch per
+/// configuration, each webhook matched by its name (the merge key of
+/// `webhooks`), never by its position.
 fn patch_component(configs: &[WebhookConfig], bundle: &str) -> String {
     let mut s = String::from(
         "# Written by `hcp-etcd-admission certs --patch-out`: the caBundle of this\n\
@@ -101,15 +161,13 @@ fn patch_component(configs: &[WebhookConfig], bundle: &str) -> String {
          # registration kustomization.\n\
          apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\npatches:\n",
     );
-    for c in configs.iter().filter(|c| c.webhooks > 0) {
+    for c in configs.iter().filter(|c| !c.webhooks.is_empty()) {
         s.push_str(&format!(
-            "  - target: {{group: admissionregistration.k8s.io, kind: {}, name: {}}}\n    patch: |-\n",
+            "  - patch: |-\n      apiVersion: admissionregistration.k8s.io/v1\n      kind: {}\n      metadata:\n        name: {}\n      webhooks:\n",
             c.kind, c.name
         ));
-        for i in 0..c.webhooks {
-            s.push_str(&format!(
-                "      - {{op: add, path: /webhooks/{i}/clientConfig/caBundle, value: \"{bundle}\"}}\n"
-            ));
+        for w in &c.webhooks {
+            s.push_str(&format!("        - name: {w}\n          clientConfig:\n            caBundle: \"{bundle}\"\n"));
         }
     }
     s
@@ -136,12 +194,13 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<i32> {
     let inject = match &args.inject {
         Some(dir) => {
             let configs = webhook_configs(dir)?;
-            let files: Vec<PathBuf> = configs.iter().filter(|c| c.webhooks > 0).map(|c| c.path.clone()).collect();
+            let files: Vec<PathBuf> =
+                configs.iter().filter(|c| !c.webhooks.is_empty()).map(|c| c.path.clone()).collect();
             for f in &files {
                 let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
                 anyhow::ensure!(
-                    text.contains("caBundle:"),
-                    "{} has no caBundle field to fill (nothing written)",
+                    text.lines().any(|l| l.trim_end().ends_with("clientConfig:")),
+                    "{} has no block-style clientConfig to put a caBundle in (nothing written)",
                     f.display()
                 );
                 let meta = std::fs::metadata(f).with_context(|| format!("reading {}", f.display()))?;
@@ -154,7 +213,7 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<i32> {
     let patch = match &args.patch_out {
         Some(dir) => {
             anyhow::ensure!(!dir.is_file(), "--patch-out {} is a file, not a directory", dir.display());
-            Some((dir.clone(), webhook_configs(&args.registration)?))
+            Some((dir.clone(), registration_configs(&args.registration)?))
         }
         None => None,
     };
@@ -182,14 +241,7 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<i32> {
     }
     for path in inject.unwrap_or_default() {
         let text = std::fs::read_to_string(&path)?;
-        let replaced: Vec<String> = text
-            .lines()
-            .map(|l| match l.find("caBundle:") {
-                Some(i) => format!("{}caBundle: {bundle}", l.get(..i).unwrap_or_default()),
-                None => l.to_string(),
-            })
-            .collect();
-        certs::write_file(&path, &(replaced.join("\n") + "\n"), false)?;
+        certs::write_file(&path, &with_ca_bundle(&text, &bundle), false)?;
         eprintln!("injected caBundle into {}", path.display());
     }
     if let Some((dir, configs)) = patch {

@@ -55,7 +55,7 @@ fn kustomizations_reference_existing_files() {
         }
         n += 1;
     }
-    assert_eq!(n, 18, "base, registration, two install flavours x three (workload, registration, gitops), nine components, kubewarden");
+    assert_eq!(n, 19, "base, registration, two install flavours x three (workload, registration, gitops), ten components, kubewarden");
 }
 
 #[test]
@@ -464,7 +464,8 @@ fn deployment_flags_exist_and_settings_parse() {
     let kustomization = &docs(&common::root().join("webhooks/base/kustomization.yaml"))[0];
     assert_eq!(kustomization["images"][0]["name"], c["image"], "the Deployment's image is the one kustomize sets");
     let built = std::fs::read_to_string(common::root().join("scripts/build-image.sh")).expect("build-image.sh");
-    let image = kustomization["images"][0]["newName"].as_str().expect("newName");
+    let image = kustomization["images"][0]["name"].as_str().expect("name");
+    assert!(kustomization["images"][0].get("newName").is_none(), "a renamed image escapes an overlay's images: entry");
     assert!(built.contains(&format!("{image}:$version")), "build-image.sh tags the image the manifests deploy");
     assert_eq!(kustomization["images"][0]["newTag"], env!("CARGO_PKG_VERSION"));
     assert!(objects.iter().any(|(_, d)| d["kind"] == "PodDisruptionBudget"));
@@ -1005,7 +1006,12 @@ fn operator_namespace_is_set_in_one_place_and_settings_roll_the_pods() {
     assert_eq!(find("RoleBinding", "hcp-etcd-admission-backup-credentials")["metadata"]["namespace"], "hs-operator");
     let deploy = find("Deployment", "hcp-etcd-admission");
     let args = deploy["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
-    assert!(args.contains("--operator-namespace=hs-operator"), "{args}");
+    assert!(args.contains("--operator-namespace=$(OPERATOR_NAMESPACE)"), "{args}");
+    let env = &deploy["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(
+        env.as_array().expect("env").iter().any(|e| e["name"] == "OPERATOR_NAMESPACE" && e["value"] == "hs-operator"),
+        "{env}"
+    );
     assert!(!serde_json::to_string(&objects).expect("json").contains("hypershift\""), "no other place names it");
     assert!(!objects.iter().any(|o| o["metadata"]["name"] == "hcp-etcd-admission-install"), "local-config only");
     let cm = objects
@@ -1147,6 +1153,73 @@ fn kubewarden_module_and_operator_namespace_are_set_once() {
     for kind in ["Role", "RoleBinding"] {
         let o = objects.iter().find(|o| o["kind"] == kind).unwrap_or_else(|| panic!("no {kind}"));
         assert_eq!(o["metadata"]["namespace"], "hypershift-prod", "{kind}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue #30: an overlay on the ready-made install overrides the image (by
+/// tag, by digest) with an `images:` entry, and the HyperShift Operator
+/// namespace with components/operator-namespace, as the README and the
+/// component's header say; nothing else keeps the defaults.
+#[test]
+fn an_overlay_overrides_the_image_and_the_operator_namespace() {
+    if !common::env::ready("an_overlay_overrides_the_image_and_the_operator_namespace", &render_tools()[..1]) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("hcp-overlay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let root = common::root();
+    let install = relative(&dir, &root.join("webhooks/install/openshift/workload").display().to_string());
+    let component = relative(&dir, &root.join("webhooks/components/operator-namespace").display().to_string());
+    std::fs::write(
+        dir.join("operator-namespace.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hcp-etcd-admission-operator-namespace\n  annotations: {config.kubernetes.io/local-config: \"true\"}\ndata: {operatorNamespace: hypershift-prod}\n",
+    )
+    .expect("write");
+    let digest = format!("sha256:{}", "0123456789abcdef".repeat(4));
+    for (image, want) in [
+        ("newName: registry.example/hcp\n    newTag: 9.9.9", "registry.example/hcp:9.9.9".to_string()),
+        (&*format!("newName: registry.example/hcp\n    digest: {digest}"), format!("registry.example/hcp@{digest}")),
+    ] {
+        std::fs::write(
+            dir.join("kustomization.yaml"),
+            format!(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [{install:?}, operator-namespace.yaml]\n\
+                 components: [{component:?}]\nimages:\n  - name: quay.io/hcp-etcd-admission/hcp-etcd-admission\n    {image}\n"
+            ),
+        )
+        .expect("write");
+        let objects = render(&dir);
+        let find = |kind: &str, name: &str| {
+            objects
+                .iter()
+                .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+                .unwrap_or_else(|| panic!("{kind} {name}"))
+        };
+        let c = &find("Deployment", "hcp-etcd-admission")["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["image"], want.as_str());
+        assert!(
+            c["env"]
+                .as_array()
+                .expect("env")
+                .iter()
+                .any(|e| e["name"] == "OPERATOR_NAMESPACE" && e["value"] == "hypershift-prod"),
+            "{}",
+            c["env"]
+        );
+        for kind in ["Role", "RoleBinding"] {
+            assert_eq!(find(kind, "hcp-etcd-admission-backup-credentials")["metadata"]["namespace"], "hypershift-prod");
+        }
+        let text = serde_json::to_string(&objects).expect("json");
+        assert!(
+            !text.contains("\"hypershift\"") && !text.contains("quay.io/hcp-etcd-admission/"),
+            "a default was kept"
+        );
+        assert!(
+            !text.contains("hcp-etcd-admission-operator-namespace"),
+            "the overlay's ConfigMap is local-config only"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -55,7 +55,10 @@ fn kustomizations_reference_existing_files() {
         }
         n += 1;
     }
-    assert_eq!(n, 19, "base, registration, two install flavours x three (workload, registration, gitops), ten components, kubewarden");
+    assert_eq!(
+        n, 19,
+        "base, registration, two install flavours x three (workload, registration, gitops), ten components, kubewarden"
+    );
 }
 
 #[test]

@@ -71,6 +71,44 @@ fn a_rule_that_denies_for_the_first_time_still_raises_the_spike_alert() {
     assert!(expr.contains("offset 10m") && expr.contains(" or") && expr.contains("* 0"), "{expr}");
 }
 
+/// One promtool test group: series (metric, labels, values) and, per
+/// evaluation time, the alerts expected to be firing.
+fn group(name: &str, series: &[(&str, String, &str)], evals: &[(&str, &str, Vec<Value>)]) -> Value {
+    let input: Vec<Value> =
+        series.iter().map(|(m, l, v)| serde_json::json!({"series": format!("{m}{{{l}}}"), "values": v})).collect();
+    let tests: Vec<Value> = evals
+        .iter()
+        .map(|(at, name, alerts)| serde_json::json!({"eval_time": at, "alertname": name, "exp_alerts": alerts}))
+        .collect();
+    serde_json::json!({"name": name, "interval": "1m", "input_series": input, "alert_rule_test": tests})
+}
+
+/// An alert expected to fire with `labels` (and `severity`), its
+/// annotations rendered for them.
+fn expected(spec: &Value, alert: &str, severity: &str, labels: &[(&str, &str)]) -> Value {
+    let mut l = serde_json::Map::new();
+    l.insert("severity".into(), severity.into());
+    for (k, v) in labels {
+        l.insert((*k).into(), (*v).into());
+    }
+    serde_json::json!({"exp_labels": l, "exp_annotations": rendered(spec, alert, labels)})
+}
+
+/// Runs `promtool test rules` on `tests` (its rule_files set) in `dir`,
+/// which it removes.
+fn promtool_test(promtool: &std::path::Path, dir: &std::path::Path, tests: Value) {
+    let file = dir.join("tests.json");
+    std::fs::write(&file, tests.to_string()).expect("tests.json");
+    let out = std::process::Command::new(promtool).arg("test").arg("rules").arg(&file).output().expect("promtool");
+    let _ = std::fs::remove_dir_all(dir);
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The rules of the PrometheusRule (its `spec`), as promtool reads a rule file.
 fn rule_file(dir: &std::path::Path) -> (std::path::PathBuf, Value) {
     let text = std::fs::read_to_string(common::root().join("webhooks/components/monitoring/prometheusrule.yaml"))
@@ -129,31 +167,13 @@ fn etcd_init_alerts_fire_on_real_series_and_stay_silent_otherwise() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let ksm = |metric: &str, labels: &str| format!("{metric}{{{labels}}}");
-    let alert = |name: &str, labels: &[(&str, &str)]| {
-        let mut l = serde_json::Map::new();
-        l.insert("severity".into(), "warning".into());
-        for (k, v) in labels {
-            l.insert((*k).into(), (*v).into());
-        }
-        serde_json::json!({"exp_labels": l, "exp_annotations": rendered(&spec, name, labels)})
-    };
+    let alert = |name: &str, labels: &[(&str, &str)]| expected(&spec, name, "warning", labels);
     let crash = "HcpEtcdInitCrashLooping";
     let pending = "HcpEtcdInitRestorePending";
     let still = "HcpEtcdInitStillInTemplate";
     let init = |ns: &str, pod: &str| format!(r#"namespace="{ns}",pod="{pod}",container="etcd-init""#);
     let sts = |ns: &str| format!(r#"namespace="{ns}",statefulset="etcd""#);
-    // One promtool test group: series (metric, labels, values) and, per
-    // evaluation time, the alerts expected to be firing.
-    let group = |name: &str, series: &[(&str, String, &str)], evals: &[(&str, &str, Vec<Value>)]| {
-        let input: Vec<Value> =
-            series.iter().map(|(m, l, v)| serde_json::json!({"series": ksm(m, l), "values": v})).collect();
-        let tests: Vec<Value> = evals
-            .iter()
-            .map(|(at, name, alerts)| serde_json::json!({"eval_time": at, "alertname": name, "exp_alerts": alerts}))
-            .collect();
-        serde_json::json!({"name": name, "interval": "1m", "input_series": input, "alert_rule_test": tests})
-    };
+
     let restarts = "kube_pod_init_container_status_restarts_total";
     let ready = "kube_pod_init_container_status_ready";
     let info = "kube_pod_init_container_info";
@@ -209,14 +229,150 @@ fn etcd_init_alerts_fire_on_real_series_and_stay_silent_otherwise() {
             ),
         ]
     });
-    let file = dir.join("tests.json");
-    std::fs::write(&file, tests.to_string()).expect("tests.json");
-    let out = std::process::Command::new(&promtool).arg("test").arg("rules").arg(&file).output().expect("promtool");
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "promtool test rules:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_test(&promtool, &dir, tests);
+}
+
+/// Every alert has a `runbook_url` at its own section of docs/alerts.md,
+/// and every link of that page to another doc's section lands on a heading.
+#[test]
+fn every_alert_has_a_runbook_that_exists() {
+    let slug = |heading: &str| -> String {
+        heading
+            .trim_start_matches('#')
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect()
+    };
+    let anchors = |file: &str| -> Vec<String> {
+        let text = std::fs::read_to_string(common::root().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        text.lines().filter(|l| l.starts_with('#')).map(slug).collect()
+    };
+    let text = std::fs::read_to_string(common::root().join("webhooks/components/monitoring/prometheusrule.yaml"))
+        .expect("rule");
+    let rule: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    let page = anchors("docs/alerts.md");
+    let mut alerts = 0;
+    for r in rule["spec"]["groups"].as_array().expect("groups").iter().flat_map(|g| g["rules"].as_array()).flatten() {
+        let Some(alert) = r["alert"].as_str() else { continue };
+        alerts += 1;
+        let url = r["annotations"]["runbook_url"].as_str().unwrap_or_else(|| panic!("{alert}: no runbook_url"));
+        assert_eq!(url, format!("docs/alerts.md#{}", alert.to_lowercase()), "{alert}");
+        assert!(page.contains(&alert.to_lowercase()), "docs/alerts.md has no section {alert}");
+    }
+    assert!(alerts >= 13, "{alerts} alerts");
+    let doc = std::fs::read_to_string(common::root().join("docs/alerts.md")).expect("alerts.md");
+    let mut links = 0;
+    for part in doc.split("](").skip(1) {
+        let target = part.split(')').next().unwrap_or_default();
+        if let Some((file, anchor)) = target.split_once('#') {
+            assert!(
+                anchors(&format!("docs/{file}")).iter().any(|a| a == anchor),
+                "docs/alerts.md links to {target}: no such section"
+            );
+            links += 1;
+        }
+    }
+    assert!(links >= 3, "{links} links checked");
+}
+
+/// The two alerts for the outage no pod metric shows: no available replica
+/// (kube-state-metrics) and the apiserver failing to call a webhook. The
+/// apiserver's series is the real one: a kube-apiserver 1.35 of this test's
+/// own, the registrations pointed at a loopback port nothing listens on, a
+/// labelled Secret refused; the series it then exports (labels as they are)
+/// is the input of the promtool test, so the alert is proven to match what
+/// the apiserver really counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn availability_alerts_fire_on_the_real_apiservers_series() {
+    use common::kube_apiserver::{Kube, KubeApiserver};
+    let mut needs = common::kube_apiserver::needs(Kube::V1_35);
+    needs.push(common::tools::go_tool("promtool", "promtool"));
+    if !common::env::ready("availability_alerts_fire_on_the_real_apiservers_series", &needs) {
+        return;
+    }
+    let api = KubeApiserver::start(Kube::V1_35, &[]).await.expect("kube-apiserver");
+    let text =
+        std::fs::read_to_string(common::root().join("webhooks/registration/validatingwebhookconfiguration.yaml"))
+            .expect("registration");
+    let mut cfg: Value = serde_yaml_ng::from_str(&text).expect("yaml");
+    let ca = hcp_etcd_admission::server::certs::generate("alerts CA", &["127.0.0.1".into()], 1).expect("ca");
+    use base64::Engine as _;
+    let bundle = base64::engine::general_purpose::STANDARD.encode(&ca.ca_pem);
+    for w in cfg["webhooks"].as_array_mut().expect("webhooks") {
+        let path = w["clientConfig"]["service"]["path"].as_str().expect("path").to_string();
+        w["clientConfig"] = serde_json::json!({"url": format!("https://127.0.0.1:9{path}"), "caBundle": bundle});
+    }
+    api.must("POST", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", Some(&cfg)).await;
+    let ns = api.namespace("alerts").await;
+    let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "creds", "namespace": ns, "labels": {"hypershift.openshift.io/etcd-backup": "true"}},
+        "stringData": {"credentials": "x"}});
+    let path = format!("/api/v1/namespaces/{ns}/secrets");
+    let mut refused = false;
+    for _ in 0..20 {
+        let r = api.request("POST", &path, Some(&secret), &common::kube_apiserver::Auth::Admin).await.expect("POST");
+        if r.status >= 500 && r.text.contains("failed calling webhook") {
+            refused = true;
+            break;
+        }
+        // The registration may not be in the apiserver's cache yet.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    assert!(refused, "the dead webhook never refused the labelled Secret");
+    let metrics = api.request("GET", "/metrics", None, &common::kube_apiserver::Auth::Admin).await.expect("metrics");
+    let series = metrics
+        .text
+        .lines()
+        .find(|l| {
+            l.starts_with("apiserver_admission_webhook_rejection_count{")
+                && l.contains("name=\"etcd-backup-secrets.hcp-etcd-admission.hypershift.openshift.io\"")
+                && l.contains("error_type=\"calling_webhook_error\"")
+        })
+        .unwrap_or_else(|| panic!("no rejection series for the webhook in the apiserver's /metrics"))
+        .to_string();
+    let labels =
+        series.split_once('{').and_then(|(_, r)| r.rsplit_once('}')).map(|(l, _)| l.to_string()).expect("labels");
+
+    let promtool = common::tools::go_bin("promtool", "promtool");
+    let dir = std::env::temp_dir().join(format!("hcp-availability-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (rules, spec) = rule_file(&dir);
+    let (down, calls) = ("HcpEtcdAdmissionNoReadyReplica", "HcpEtcdAdmissionApiserverCallsFailing");
+    let deploy = r#"namespace="hcp-etcd-admission",deployment="hcp-etcd-admission""#.to_string();
+    let other = r#"namespace="hcp-etcd-admission",deployment="something-else""#.to_string();
+    let webhook = [("name", "etcd-backup-secrets.hcp-etcd-admission.hypershift.openshift.io"), ("type", "validating")];
+    let no_error = labels.replace("calling_webhook_error", "no_error");
+    let foreign = labels.replace("etcd-backup-secrets.hcp-etcd-admission.", "etcd-backup-secrets.someone-else.");
+    let tests = serde_json::json!({
+        "rule_files": [rules],
+        "evaluation_interval": "1m",
+        "tests": [
+            group(
+                "no available replica for 2 min fires; one replica, or another Deployment at 0, does not",
+                &[
+                    ("kube_deployment_status_replicas_available", deploy, "2x5 0x10 1x10"),
+                    ("kube_deployment_status_replicas_available", other, "0x25"),
+                ],
+                &[
+                    ("4m", down, vec![]),
+                    ("6m", down, vec![]),
+                    ("9m", down, vec![expected(&spec, down, "critical", &[("namespace", "hcp-etcd-admission"), ("deployment", "hcp-etcd-admission")])]),
+                    ("20m", down, vec![]),
+                ],
+            ),
+            group(
+                "the apiserver failing to call the webhook (its real series) for 5 min fires; a webhook's own denial or another webhook does not",
+                &[
+                    ("apiserver_admission_webhook_rejection_count", labels.clone(), "0x3 1+2x20"),
+                    ("apiserver_admission_webhook_rejection_count", no_error, "0+5x25"),
+                    ("apiserver_admission_webhook_rejection_count", foreign, "0+5x25"),
+                ],
+                &[("5m", calls, vec![]), ("12m", calls, vec![expected(&spec, calls, "critical", &webhook)])],
+            ),
+        ]
+    });
+    promtool_test(&promtool, &dir, tests);
 }

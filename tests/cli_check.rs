@@ -658,3 +658,91 @@ fn alias_bombs_and_deep_nesting_are_refused_bounded_by_the_document() {
     assert!(text.contains("HCPEtcdBackup/clusters-prod/bad-s3: denied"), "the rest is judged: {text}");
     assert!(text.contains("2 input errors"), "{text}");
 }
+
+/// Issue #30: a closed pipe keeps the verdict. `check big.yaml | head -1`
+/// on objects that are denied exits 1 (what was judged so far), never 0.
+#[test]
+fn a_closed_stdout_keeps_the_exit_code_of_what_was_judged() {
+    let t = Tmp::new("pipe-denied");
+    let one = serde_yaml_ng::to_string(&invalid_backup()).expect("yaml");
+    let many: String = (0..3000).map(|i| one.replace("name: bad", &format!("name: bad-{i}")) + "---\n").collect();
+    let big = t.file("denied.yaml", &many);
+    for format in ["text", "json", "sarif"] {
+        let mut child = bin()
+            .args(["check", "-o", format, s(&big)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut stdout = child.stdout.take().expect("stdout");
+        let mut first = [0u8; 64];
+        stdout.read_exact(&mut first).expect("some output");
+        drop(stdout);
+        let o = child.wait_with_output().expect("wait");
+        assert_eq!(o.status.code(), Some(1), "{format}: a denial before the pipe closed: {}", err(&o));
+        assert!(!err(&o).contains("panicked"), "{format}: {}", err(&o));
+    }
+}
+
+/// Issue #30: one fleet report. `--audit` judges each live object as its
+/// next write and still lists what a CREATE of it would meet, marked
+/// ratcheted (an S3-refused bucket, a KMS key in another region, an s3://
+/// restore URL: 0 denied, and none of them hidden); `--failures-only`
+/// prints only the objects that need attention; `--warn-exit-code` makes
+/// warnings alone fail a run.
+#[test]
+fn the_fleet_report_marks_ratcheted_findings_and_filters_failures() {
+    let audit = run(&["check", "--audit", "examples/invalid.yaml", "examples/backups.yaml"]);
+    assert_eq!(audit.status.code(), Some(0), "{}", out(&audit));
+    let text = out(&audit);
+    for rule in ["hcpetcdbackup-s3-bucket-naming", "hcpetcdbackup-kms-region", "restore-url-s3-scheme"] {
+        assert!(
+            text.lines().any(|l| l.starts_with("  ratcheted: ") && l.ends_with(&format!("(rule {rule})"))),
+            "{rule}: {text}"
+        );
+    }
+    assert!(
+        !text.contains("ratcheted: HCPEtcdBackup preflight skipped"),
+        "the tool's own limits are no finding: {text}"
+    );
+    assert!(
+        text.contains(", 2 with ratcheted findings (admitted as they are; a new object like them would meet them)"),
+        "{text}"
+    );
+    let json = run(&["check", "--audit", "-o", "json", "examples/invalid.yaml"]);
+    let v: Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(v[0]["result"], "allowed");
+    assert_eq!(v[0]["ratcheted"][0]["rule"], "hcpetcdbackup-s3-bucket-naming", "{v}");
+    assert_eq!(v[0]["ratcheted"][0]["field"], "spec.storage.s3.bucket");
+    // Without --audit nothing is ratcheted: a CREATE meets everything.
+    let plain: Value =
+        serde_json::from_slice(&run(&["check", "-o", "json", "examples/invalid.yaml"]).stdout).expect("json");
+    assert!(plain[0].get("ratcheted").is_none() && plain[0]["result"] == "denied", "{plain}");
+    // --failures-only: the allowed backups are counted, not printed.
+    let only = run(&["check", "--audit", "--failures-only", "examples/invalid.yaml", "examples/backups.yaml"]);
+    let text = out(&only);
+    assert!(!text.contains("examples/backups.yaml#"), "{text}");
+    assert!(text.contains("examples/invalid.yaml#1:") && text.contains("4 allowed, 0 denied"), "{text}");
+    // Warnings alone: exit 0 by default, the given code with --warn-exit-code.
+    let t = Tmp::new("warn-only");
+    let mut sovereign = invalid_backup();
+    sovereign["spec"]["storage"] = json!({"storageType": "AzureBlob", "azureBlob": {
+        "container": "backups", "storageAccount": "acct", "keyPrefix": "etcd",
+        "credentials": {"name": "creds"}, "encryptionKeyURL": "https://vault1.vault.azure.cn/keys/k/0123456789abcdef0123456789abcdef"}});
+    let f = t.file("sovereign.json", &sovereign.to_string());
+    let plain = run(&["check", s(&f)]);
+    assert_eq!(plain.status.code(), Some(0), "{}", out(&plain));
+    assert!(
+        out(&plain).contains("(rule hcpetcdbackup-sovereign-key-url)"),
+        "not a warnings-only case any more: {}",
+        out(&plain)
+    );
+    assert_eq!(run(&["check", "--warn-exit-code", "3", s(&f)]).status.code(), Some(3));
+    // The preflight's "skipped" alone is no warning about the object.
+    let g =
+        t.file("clean.yaml", &std::fs::read_to_string(common::root().join("examples/backups.yaml")).expect("backups"));
+    assert_eq!(run(&["check", "--warn-exit-code", "3", s(&g)]).status.code(), Some(0));
+    // A denial wins over warnings.
+    assert_eq!(run(&["check", "--warn-exit-code", "3", "examples/invalid.yaml", s(&f)]).status.code(), Some(1));
+}

@@ -54,8 +54,9 @@ pub enum Output {
   hcp-etcd-admission check --output sarif -R deploy/ > check.sarif
   hcp-etcd-admission check --show-patched examples/cluster.yaml examples/etcd-statefulset.yaml
 
-Exit codes: 0 all allowed, 1 some denied, 2 an input error (or, with --strict, a skipped object or no object).
-See docs/cli.md.")]
+Exit codes: 0 all allowed, 1 some denied, 2 an input error (or, with --strict, a skipped object or no object),
+--warn-exit-code CODE when the only findings are warnings. A closed pipe (| head) stops the run with the code of
+the objects judged so far. See docs/cli.md.")]
 pub struct CheckArgs {
     #[command(flatten)]
     pub decision: DecisionArgs,
@@ -75,6 +76,14 @@ pub struct CheckArgs {
     /// that is not served, a document without apiVersion/kind) or when the input has no object.
     #[arg(long)]
     pub strict: bool,
+    /// Exit with this code when no object is denied and no input failed, but some object has
+    /// warnings (default 0: warnings do not fail a run; CI that wants them fixed sets e.g. 3).
+    #[arg(long, value_name = "CODE", default_value_t = 0)]
+    pub warn_exit_code: u8,
+    /// Print only the objects that need attention: denied, unreadable, or (with --audit) with
+    /// ratcheted findings. The summary still counts every object.
+    #[arg(long)]
+    pub failures_only: bool,
     /// Show each mutated object as it would be stored (the patch applied); presigned URLs redacted.
     #[arg(long)]
     pub show_patched: bool,
@@ -124,6 +133,11 @@ pub struct Report {
     /// exemptions): the response's audit annotations.
     #[serde(rename = "auditAnnotations", skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     audit_annotations: std::collections::BTreeMap<String, String>,
+    /// With `--audit`: the findings a CREATE of this object meets and its
+    /// next write does not (ratcheting, immutability): the live object is
+    /// admitted, a new one like it would be refused or warned about.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    ratcheted: Vec<CauseReport>,
 }
 
 impl Report {
@@ -167,6 +181,10 @@ pub struct Summary {
     denied: usize,
     skipped: usize,
     errors: usize,
+    /// Judged objects with warnings.
+    warned: usize,
+    /// Objects with ratcheted findings (`--audit`).
+    ratcheted: usize,
     audit: bool,
 }
 
@@ -254,6 +272,19 @@ impl Lookup for CheckLookup<'_> {
     }
 }
 
+/// Findings of a CREATE that are never reported as ratcheted: "preflight
+/// skipped" says what this run could not read, nothing about the object;
+/// a restore URL's expiry is about the moment of a restore, which for a
+/// stored HostedCluster is over (or pending, and then the etcd-init alerts
+/// and `HcpEtcdInitRestorePending` say so), so every long-restored cluster
+/// would be listed for nothing.
+const NOT_RATCHETED: [&str; 4] = [
+    hcp_etcd_admission::rules::preflight::UNAVAILABLE.id,
+    hcp_etcd_admission::rules::URL_EXPIRED.id,
+    hcp_etcd_admission::rules::URL_EXPIRING.id,
+    hcp_etcd_admission::rules::INIT_URL_EXPIRY.id,
+];
+
 /// What is fixed for a run.
 struct Judge<'a> {
     args: &'a CheckArgs,
@@ -335,10 +366,10 @@ impl Judge<'_> {
 
     /// The review `check` judges `o` as: a CREATE, or with `--audit` a no-op
     /// UPDATE of itself (the apiserver's judgement of the object's next write).
-    fn request_for(&self, o: Object, target: Target, served: &str) -> AdmissionRequest {
+    fn request_for(&self, o: Object, target: Target, served: &str, audit: bool) -> AdmissionRequest {
         let (group, version) = served.split_once('/').unwrap_or(("", served));
-        let operation = if self.args.audit { Operation::Update } else { Operation::Create };
-        let old_object = self.args.audit.then(|| o.value.clone());
+        let operation = if audit { Operation::Update } else { Operation::Create };
+        let old_object = audit.then(|| o.value.clone());
         AdmissionRequest {
             uid: format!("check-{}", o.origin()),
             kind: GroupVersionKind {
@@ -360,6 +391,52 @@ impl Judge<'_> {
             dry_run: Some(true),
             user_info: None,
         }
+    }
+
+    /// The decision for `req`, on the objects it reads from the context
+    /// files (given and inline), read first: as in every shell.
+    fn decide(&self, req: &AdmissionRequest, inline: &[Value]) -> admission::Decision {
+        let source = CheckLookup { given: self.given, inline };
+        let answers = admission::plan(req, self.settings, None).read_from(&source);
+        let decision = DecisionInput { settings: self.settings, lookup: Some(&answers), now: self.now, expect: None };
+        admission::decide(req, &decision)
+    }
+
+    /// The causes and warnings of `create` that `update` (the same object's
+    /// no-op UPDATE) does not have.
+    fn ratcheted(&self, create: &admission::Decision, update: &admission::Decision) -> Vec<CauseReport> {
+        let causes = |d: &admission::Decision| -> Vec<admission::Cause> {
+            d.denial().and_then(|x| x.details.as_ref()).map(|x| x.causes.clone()).unwrap_or_default()
+        };
+        let kept = causes(update);
+        let mut out: Vec<CauseReport> = causes(create)
+            .iter()
+            .filter(|c| !kept.iter().any(|k| k.field == c.field && k.message == c.message))
+            .map(|c| self.cause(c))
+            .filter(|c| !c.rule.as_deref().is_some_and(|r| NOT_RATCHETED.contains(&r)))
+            .collect();
+        let no_causes = causes(create).is_empty();
+        if let (Some(denial), true) = (create.denial(), no_causes && update.allowed()) {
+            // A denial without causes (no field): the message itself.
+            out.push(CauseReport {
+                reason: "Denied",
+                message: denial.message.clone(),
+                field: String::new(),
+                rule: rule_of(&denial.message).map(str::to_string),
+                note: None,
+            });
+        }
+        let listed = |w: &&String| rule_of(w).is_some_and(|r| NOT_RATCHETED.contains(&r));
+        for w in create.warnings.iter().filter(|w| !update.warnings.contains(w) && !listed(w)) {
+            out.push(CauseReport {
+                reason: "Warning",
+                message: w.clone(),
+                field: String::new(),
+                rule: rule_of(w).map(str::to_string),
+                note: None,
+            });
+        }
+        out
     }
 
     /// Judges one object.
@@ -397,13 +474,17 @@ impl Judge<'_> {
             );
             return report;
         }
-        let mut req = self.request_for(o, target, served);
-        // The objects the decision reads, read first from the context files
-        // (given and inline): the decision runs on the answers, as in every shell.
-        let source = CheckLookup { given: self.given, inline };
-        let answers = admission::plan(&req, self.settings, None).read_from(&source);
-        let decision = DecisionInput { settings: self.settings, lookup: Some(&answers), now: self.now, expect: None };
-        let decided = admission::decide(&req, &decision);
+        // With --audit, the CREATE too: what it meets and the next write
+        // does not is reported as ratcheted.
+        let create = self.args.audit.then(|| {
+            let copy = Object { file: String::new(), document: 0, item: None, line: 0, value: o.value.clone() };
+            self.decide(&self.request_for(copy, target, served, false), inline)
+        });
+        let mut req = self.request_for(o, target, served, self.args.audit);
+        let decided = self.decide(&req, inline);
+        if let Some(create) = create {
+            report.ratcheted = self.ratcheted(&create, &decided);
+        }
         report.operation = Some(req.operation.as_str());
         report.result = if decided.allowed() { "allowed" } else { "denied" };
         if let Some(denial) = decided.denial() {
@@ -434,6 +515,10 @@ impl Judge<'_> {
 }
 
 fn count(r: &Report, s: &mut Summary) {
+    // "Preflight skipped" says what this run could not read, nothing about the object.
+    let tool = hcp_etcd_admission::rules::preflight::UNAVAILABLE.id;
+    s.warned += usize::from(r.warnings.iter().any(|w| rule_of(w) != Some(tool)));
+    s.ratcheted += usize::from(!r.ratcheted.is_empty());
     match r.result {
         "allowed" => s.allowed += 1,
         "denied" => s.denied += 1,
@@ -476,9 +561,54 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
         .map(|e| (e.field.clone(), e.message.clone(), e.id.clone()))
         .collect();
     let judge = Judge { args, settings: &settings, now, given: &given, upstream };
-    let mut emit = emit::Emitter::new(std::io::stdout().lock(), args.output, &rules);
-    emit.begin()?;
-    let mut summary = Summary { audit: args.audit, ..Summary::default() };
+    let mut out = Out {
+        emit: emit::Emitter::new(std::io::stdout().lock(), args.output, &rules),
+        summary: Summary { audit: args.audit, ..Summary::default() },
+        failures_only: args.failures_only,
+    };
+    match judge_all(args, &judge, &mut out) {
+        Ok(()) => {}
+        // The reader stopped reading (`| head`): the verdict of what was
+        // judged so far, never a silent 0 after a denial.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(exit_code(args, &out.summary)),
+        Err(e) => return Err(e.into()),
+    }
+    let summary = out.summary;
+    let objects = summary.allowed + summary.denied + summary.skipped;
+    if objects == 0 && summary.errors == 0 {
+        eprintln!(
+            "{}: no objects in the input (kubectl: \"no objects passed to apply\")",
+            if args.strict { "error" } else { "warning" }
+        );
+    }
+    match out.emit.finish(&summary) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other?,
+    }
+    Ok(exit_code(args, &summary))
+}
+
+/// Where reports go: counted, then written unless `--failures-only` hides them.
+struct Out<'a, W: std::io::Write> {
+    emit: emit::Emitter<'a, W>,
+    summary: Summary,
+    failures_only: bool,
+}
+
+impl<W: std::io::Write> Out<'_, W> {
+    fn report(&mut self, r: &Report) -> std::io::Result<()> {
+        count(r, &mut self.summary);
+        let attention = matches!(r.result, "denied" | "error") || !r.ratcheted.is_empty();
+        if self.failures_only && !attention {
+            return Ok(());
+        }
+        self.emit.report(r)
+    }
+}
+
+/// Judges every input, streaming reports; etcd StatefulSets last.
+fn judge_all<W: std::io::Write>(args: &CheckArgs, judge: &Judge<'_>, out: &mut Out<'_, W>) -> std::io::Result<()> {
+    out.emit.begin()?;
     let mut inline: Vec<Value> = Vec::new();
     let mut deferred: Vec<Object> = Vec::new();
     for source in input::sources(&args.files, args.recursive) {
@@ -487,9 +617,7 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
             Err(message) => {
                 let e = input::InputError { file: String::new(), document: 0, line: 0, message };
                 eprintln!("error: {}", e.message);
-                let r = input_error(&e);
-                count(&r, &mut summary);
-                emit.report(&r)?;
+                out.report(&input_error(&e))?;
                 continue;
             }
         };
@@ -498,9 +626,7 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
                 Entry::Object(o) => o,
                 Entry::Error(e) => {
                     eprintln!("error: {e}");
-                    let r = input_error(&e);
-                    count(&r, &mut summary);
-                    emit.report(&r)?;
+                    out.report(&input_error(&e))?;
                     continue;
                 }
             };
@@ -514,26 +640,29 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
                 deferred.push(o);
                 continue;
             }
-            let r = judge.judge(o, &inline);
-            count(&r, &mut summary);
-            emit.report(&r)?;
+            out.report(&judge.judge(o, &inline))?;
         }
     }
     for o in deferred {
-        let r = judge.judge(o, &inline);
-        count(&r, &mut summary);
-        emit.report(&r)?;
+        out.report(&judge.judge(o, &inline))?;
     }
-    let objects = summary.allowed + summary.denied + summary.skipped;
-    if objects == 0 && summary.errors == 0 {
-        eprintln!(
-            "{}: no objects in the input (kubectl: \"no objects passed to apply\")",
-            if args.strict { "error" } else { "warning" }
-        );
+    Ok(())
+}
+
+/// 2 for an input error (or `--strict` and a skipped object or none), 1 for
+/// a denial, `--warn-exit-code` for warnings alone, else 0.
+fn exit_code(args: &CheckArgs, s: &Summary) -> i32 {
+    let objects = s.allowed + s.denied + s.skipped;
+    let strict_failed = args.strict && (s.skipped > 0 || objects == 0);
+    if s.errors > 0 || strict_failed {
+        2
+    } else if s.denied > 0 {
+        1
+    } else if s.warned > 0 {
+        i32::from(args.warn_exit_code)
+    } else {
+        0
     }
-    emit.finish(&summary)?;
-    let strict_failed = args.strict && (summary.skipped > 0 || objects == 0);
-    Ok(if summary.errors > 0 || strict_failed { 2 } else { i32::from(summary.denied > 0) })
 }
 
 #[cfg(test)]

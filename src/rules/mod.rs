@@ -16,6 +16,9 @@ pub mod preflight;
 mod restore_url;
 pub mod secret;
 
+/// The rules about a restore URL's expiry (the clock, not the object).
+pub use restore_url::{INIT_URL_EXPIRY, URL_EXPIRED, URL_EXPIRING};
+
 use serde_json::Value;
 
 use crate::{schema::FieldError, settings::Settings};

@@ -221,6 +221,13 @@ impl<'a, W: Write> Emitter<'a, W> {
         for (key, text) in &r.audit_annotations {
             writeln!(self.out, "  {key}: {text}")?;
         }
+        for c in &r.ratcheted {
+            let field = if c.field.is_empty() { String::new() } else { format!("{}: ", c.field) };
+            match c.rule.as_deref().filter(|_| rule_of(&c.message).is_none()) {
+                Some(id) => writeln!(self.out, "  ratcheted: {field}{} (rule {id})", c.message)?,
+                None => writeln!(self.out, "  ratcheted: {field}{}", c.message)?,
+            }
+        }
         if let Some(patched) = &r.patched {
             writeln!(self.out, "  patched:")?;
             let yaml = serde_yaml_ng::to_string(patched).map_err(std::io::Error::other)?;
@@ -271,8 +278,13 @@ impl<'a, W: Write> Emitter<'a, W> {
             }
             _ => {}
         }
-        if !r.warnings.is_empty() {
-            let text: Vec<String> = r.warnings.iter().map(|w| format!("warning: {w}")).collect();
+        if !r.warnings.is_empty() || !r.ratcheted.is_empty() {
+            let text: Vec<String> = r
+                .warnings
+                .iter()
+                .map(|w| format!("warning: {w}"))
+                .chain(r.ratcheted.iter().map(|c| format!("ratcheted: {}", c.message)))
+                .collect();
             case.push_str(&format!("      <system-out>{}</system-out>\n", xml(&text.join("\n"))));
         }
         case.push_str("    </testcase>\n");
@@ -309,6 +321,10 @@ impl<'a, W: Write> Emitter<'a, W> {
         for w in &r.warnings {
             push(rule_of(w).unwrap_or("warning"), "warning", w.clone());
         }
+        for c in &r.ratcheted {
+            let text = format!("ratcheted (a new object would meet it): {}", c.message);
+            push(c.rule.as_deref().unwrap_or("schema"), "note", text);
+        }
         for v in results {
             if self.results > 0 {
                 self.out.write_all(b",")?;
@@ -333,7 +349,17 @@ impl<'a, W: Write> Emitter<'a, W> {
                     n => format!(", {n} input errors"),
                 };
                 let audit = if s.audit { audit } else { "" };
-                writeln!(self.out, "{} allowed, {} denied, {} skipped{errors}{audit}", s.allowed, s.denied, s.skipped)?;
+                let ratcheted = match s.ratcheted {
+                    0 => String::new(),
+                    n => format!(
+                        ", {n} with ratcheted findings (admitted as they are; a new object like them would meet them)"
+                    ),
+                };
+                writeln!(
+                    self.out,
+                    "{} allowed, {} denied, {} skipped{errors}{ratcheted}{audit}",
+                    s.allowed, s.denied, s.skipped
+                )?;
             }
             Output::Json => self.out.write_all(if self.written == 0 { b"[]\n" } else { b"\n]\n" })?,
             Output::Yaml => {}
@@ -372,7 +398,7 @@ impl<'a, W: Write> Emitter<'a, W> {
                 self.out.write_all(b"</testsuites>\n")?;
             }
             Output::Sarif => {
-                let properties = json!({"allowed": s.allowed, "denied": s.denied, "skipped": s.skipped,
+                let properties = json!({"allowed": s.allowed, "denied": s.denied, "skipped": s.skipped, "ratcheted": s.ratcheted,
                     "inputErrors": s.errors, "operation": if s.audit { "UPDATE" } else { "CREATE" }});
                 writeln!(self.out, "],\"properties\":{properties}}}]}}")?;
             }

@@ -169,6 +169,8 @@ struct ListItems {
     stray: bool,
     /// Whether the item list was entered: `next_chunk` found `items:`.
     started: bool,
+    /// kubectl's JSON layout (`-o json`: `"items": [`, items at 8 spaces).
+    json: bool,
     /// The document so far (up to and with `items:`) and its first line:
     /// kept until the first item shows kubectl's layout (`- ` in column 0);
     /// any other layout is read whole after all.
@@ -179,6 +181,17 @@ struct ListItems {
 /// Whether a document that starts with `header` and then has a line
 /// `items:` is a v1 `List` printed by kubectl (`apiVersion: v1` at the top
 /// level, before the items; `kind: List` comes after them).
+/// Whether a document that starts with `header` and then has a line
+/// `    "items": [` is a v1 `List` printed by `kubectl -o json` (`{` first,
+/// `"apiVersion": "v1",` at the top level before the items).
+fn json_list_header(header: &[u8], line: &[u8]) -> bool {
+    let is_items = line.trim_ascii_end() == b"    \"items\": [";
+    let mut lines = header.split(|b| *b == b'\n').filter(|l| !l.trim_ascii().is_empty());
+    is_items
+        && lines.next().is_some_and(|l| l.trim_ascii() == b"{")
+        && header.split(|b| *b == b'\n').any(|l| l.trim_ascii_end() == b"    \"apiVersion\": \"v1\",")
+}
+
 fn list_header(header: &[u8], line: &[u8]) -> bool {
     let is_items = line.strip_suffix(b"\n").unwrap_or(line).trim_ascii_end() == b"items:";
     is_items && header.split(|b| *b == b'\n').any(|l| l.trim_ascii_end() == b"apiVersion: v1")
@@ -219,11 +232,12 @@ impl Documents {
                         // A separator ends the document before it (empty ones are skipped later).
                         return Some(Ok((start, chunk)));
                     }
-                    if list_header(&chunk, &line) {
+                    let json = json_list_header(&chunk, &line);
+                    if json || list_header(&chunk, &line) {
                         // The items follow, one at a time.
                         let mut header = chunk.clone();
                         header.extend_from_slice(&line);
-                        self.list = Some(ListItems { started: true, header, start, ..ListItems::default() });
+                        self.list = Some(ListItems { started: true, json, header, start, ..ListItems::default() });
                         return Some(Ok((start, chunk)));
                     }
                     chunk.extend_from_slice(&line);
@@ -236,32 +250,99 @@ impl Documents {
         }
     }
 
+    /// Reads the next line of a streamed List: `Some(true)` at the end of its
+    /// document (a separator, the end of the source, a read error).
+    fn list_line(&mut self, line: &mut Vec<u8>) -> bool {
+        line.clear();
+        let read = match self.reader.as_mut() {
+            Some(r) => r.read_until(b'\n', line),
+            None => Ok(0),
+        };
+        match read {
+            Ok(0) => {
+                self.reader = None;
+                true
+            }
+            Ok(_) => {
+                self.line += 1;
+                is_separator(line)
+            }
+            Err(e) => {
+                self.reader = None;
+                let (line, message) = (self.line + 1, read_error(&e));
+                self.pending.push_back(self.error(line, message));
+                true
+            }
+        }
+    }
+
+    /// [`Self::next_item`] for kubectl's JSON layout: an item is the lines
+    /// from `        {` to `        }` (its comma dropped); `    ]` ends the
+    /// items, and the rest of the document (`"kind": "List"`, `metadata`)
+    /// holds nothing to judge. Any other layout before the first item is
+    /// read whole, as any other document.
+    fn next_json_item(&mut self) -> bool {
+        let mut line = Vec::new();
+        loop {
+            let end = self.list_line(&mut line);
+            let Some(list) = self.list.as_mut() else { return false };
+            if end {
+                if !list.item.is_empty() {
+                    let message = "the JSON List ends inside an item".to_string();
+                    let at = list.item_line;
+                    list.item.clear();
+                    self.pending.push_back(self.error(at, message));
+                    return true;
+                }
+                return false;
+            }
+            if list.tail {
+                continue;
+            }
+            let t = line.trim_ascii_end();
+            if list.item.is_empty() {
+                if t == b"        {" {
+                    list.item_line = self.line;
+                    list.item.extend_from_slice(&line);
+                    continue;
+                }
+                if list.index > 0 && t.starts_with(b"    ]") {
+                    list.tail = true;
+                    continue;
+                }
+                if list.index == 0 {
+                    self.read_list_whole(line);
+                    return false;
+                }
+                list.tail = true;
+                let message =
+                    "not kubectl's JSON List layout after this item: the rest of the List is not judged".to_string();
+                let at = self.line;
+                self.pending.push_back(self.error(at, message));
+                return true;
+            }
+            list.item.extend_from_slice(&line);
+            if t == b"        }" || t == b"        }," {
+                let mut text = std::mem::take(&mut list.item);
+                if let Some(close) = text.iter().rposition(|b| *b == b'}') {
+                    text.truncate(close + 1);
+                }
+                let at = list.item_line;
+                self.emit_item(text, at);
+                return true;
+            }
+        }
+    }
+
     /// Reads the streamed List's next item into `pending`; `false` at the end
     /// of the List's document (a separator or the end of the source).
     fn next_item(&mut self) -> bool {
+        if self.list.as_ref().is_some_and(|l| l.json) {
+            return self.next_json_item();
+        }
         let mut line = Vec::new();
         loop {
-            line.clear();
-            let read = match self.reader.as_mut() {
-                Some(r) => r.read_until(b'\n', &mut line),
-                None => Ok(0),
-            };
-            let end = match read {
-                Ok(0) => {
-                    self.reader = None;
-                    true
-                }
-                Ok(_) => {
-                    self.line += 1;
-                    is_separator(&line)
-                }
-                Err(e) => {
-                    self.reader = None;
-                    let (line, message) = (self.line + 1, read_error(&e));
-                    self.pending.push_back(self.error(line, message));
-                    true
-                }
-            };
+            let end = self.list_line(&mut line);
             let Some(list) = self.list.as_mut() else { return false };
             if end {
                 self.finish_item();
@@ -662,6 +743,16 @@ mod tests {
                     && c.value["kind"] == "C" && c.document == 2),
             "{indented:#?}"
         );
+        // kubectl -o json: streamed too, item by item, with their lines.
+        let json = docs("{\n    \"apiVersion\": \"v1\",\n    \"items\": [\n        {\n            \"kind\": \"A\",\n            \"metadata\": {\"name\": \"a\"}\n        },\n        {\n            \"kind\": \"B\"\n        }\n    ],\n    \"kind\": \"List\",\n    \"metadata\": {\n        \"resourceVersion\": \"\"\n    }\n}\n");
+        assert!(
+            matches!(json.as_slice(), [Entry::Object(a), Entry::Object(b)]
+                if a.value["metadata"]["name"] == "a" && a.item == Some(0) && a.line == 4 && b.value["kind"] == "B" && b.item == Some(1) && b.line == 8),
+            "{json:#?}"
+        );
+        // Compact JSON (one line) is read whole: the same objects.
+        let compact = docs("{\"apiVersion\":\"v1\",\"items\":[{\"kind\":\"A\"},{\"kind\":\"B\"}],\"kind\":\"List\"}\n");
+        assert_eq!(compact.len(), 2, "{compact:?}");
         let streamed = docs("apiVersion: v1\nitems:\n- kind: A\n- kind: B\nkind: List\n");
         assert!(
             matches!(streamed.as_slice(), [Entry::Object(a), Entry::Object(b)] if a.value["kind"] == "A" && b.item == Some(1))

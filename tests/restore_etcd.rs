@@ -1475,8 +1475,9 @@ fn a_member_back_after_the_others_waited_hands_off(c: &mut Cluster) {
 fn a_volume_of_another_member_is_never_started(c: &mut Cluster) {
     c.procs = (0..c.members.len()).map(|_| None).collect();
     let stamp = |i: usize| std::fs::read_to_string(c.data(i).join("member/.etcd-init-volume")).unwrap_or_default();
+    let owner = hcp_etcd_admission::mutate::volume_owner(&hcp(&c.ns, ""), &c.ns);
     for i in 0..c.members.len() {
-        let want = format!("member etcd-{i} at etcd-{i}.{}.{}.svc\n", c.service, c.ns);
+        let want = format!("member etcd-{i} of {owner}\n");
         assert_eq!(stamp(i), want, "etcd-{i}'s volume is not stamped as its own");
     }
     let (a, b) = (c.members[0].pv.clone(), c.members[1].pv.clone());
@@ -1494,14 +1495,27 @@ fn a_volume_of_another_member_is_never_started(c: &mut Cluster) {
         assert_ne!(code, 0, "etcd-{i} would start on etcd-{other}'s volume:\n{log}");
         let msg = c.termination(i);
         assert!(
-            msg.starts_with("FAILED: ")
-                && msg.contains(&format!("holds the etcd member etcd-{other} at etcd-{other}.")),
+            msg.starts_with("FAILED: ") && msg.contains(&format!("holds the etcd member etcd-{other} of {owner}")),
             "{msg}"
         );
-        assert!(msg.contains(&format!("not this member etcd-{i} at ")), "{msg}");
+        assert!(msg.contains(&format!("not this member etcd-{i} of {owner}")), "{msg}");
     }
     assert!(before == (db(0), db(1)), "a refused volume was touched");
     swap(&a, &b);
+    // The same member's volume of an earlier HostedControlPlane of the same
+    // name (a retained PersistentVolume bound again): another owner, refused.
+    let stamp_file = c.data(0).join("member/.etcd-init-volume");
+    let earlier = format!("member etcd-0 of {} (HostedControlPlane UID 11111111-2222-4333-8444-555555555555)\n", c.ns);
+    std::fs::write(&stamp_file, &earlier).expect("stamp");
+    let (code, log) = c.init(0);
+    assert_ne!(code, 0, "etcd-0 would start on an earlier incarnation's volume:\n{log}");
+    assert!(
+        c.termination(0).contains("HostedControlPlane UID 11111111-2222-4333-8444-555555555555"),
+        "{}",
+        c.termination(0)
+    );
+    assert_eq!(std::fs::read_to_string(&stamp_file).expect("stamp"), earlier, "the foreign stamp was touched");
+    std::fs::write(&stamp_file, format!("member etcd-0 of {owner}\n")).expect("stamp");
     for i in 0..2 {
         let (code, log) = c.init(i);
         assert_eq!(code, 0, "{log}");
@@ -1549,9 +1563,16 @@ fn the_survivors_snapshot_restores_every_member(c: &mut Cluster, rescued: &Path,
         let out = running.0[i].take().expect("etcd-init").wait_with_output().expect("etcd-init");
         let log = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_ne!(out.status.code(), Some(0), "etcd-{i} restored a copied member/snap/db:\n{log}");
-        assert!(c.termination(i).starts_with("FAILED: "), "{}", c.termination(i));
+        assert!(
+            c.termination(i).starts_with("FAILED: ") && c.termination(i).contains("snapshot restore failed"),
+            "{}",
+            c.termination(i)
+        );
+        assert!(log.contains("snapshot missing hash"), "not refused for its missing hash:\n{log}");
         assert!(!c.data(i).join("member").exists(), "etcd-{i}: a refused snapshot left member/");
     }
+    let asked = c.store.requests().iter().filter(|r| r.contains("/snapshots/copied.db")).count();
+    assert!(asked >= n, "{asked} downloads of the copied database for {n} members");
     // The saved snapshot, for another incarnation: the first restore, as any.
     let bytes = std::fs::read(rescued).expect("rescued snapshot");
     c.snapshot_sha = {
@@ -2757,8 +2778,8 @@ async fn the_beacon_serves_the_etcd_containers_tls_profile() {
 /// was SKIPPED and started etcd with no barrier, next to members restoring
 /// the new generation, which then waited for ever on a live member. Now it
 /// fails, names both generations and the way out, and touches nothing;
-/// its retry says the same; once its volume is replaced it is a fresh
-/// member of this restore.
+/// its retry says the same. A member etcd ran on since (its database newer
+/// than the record) is no unreleased one: it skips.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_an_earlier_restore_never_released_is_not_started() {
     if !common::env::ready(
@@ -2777,6 +2798,10 @@ async fn a_member_an_earlier_restore_never_released_is_not_started() {
     let state = PathBuf::from(format!("{}-state", stage.display()));
     let earlier = "00112233aabbccdd";
     assert_ne!(earlier, generation);
+    // As etcd-init leaves it: the database restored, then the record, then the move.
+    let data = host_path(&sts, &m, "ETCD_DATA_DIR", &ns);
+    std::fs::create_dir_all(data.join("member/snap")).expect("member");
+    std::fs::write(data.join("member/snap/db"), b"the earlier restore's db").expect("db");
     std::fs::create_dir_all(&state).expect("state");
     std::fs::write(state.join("generation"), format!("{earlier}\n")).expect("generation");
     std::fs::write(
@@ -2784,9 +2809,6 @@ async fn a_member_an_earlier_restore_never_released_is_not_started() {
         format!("RESTORED: member etcd-2, revision 7 -> 7, sha256 00, cluster id 1234abcd, token etcd-restore-{earlier}-00-b0\n"),
     )
     .expect("restored");
-    let data = host_path(&sts, &m, "ETCD_DATA_DIR", &ns);
-    std::fs::create_dir_all(data.join("member/snap")).expect("member");
-    std::fs::write(data.join("member/snap/db"), b"the earlier restore's db").expect("db");
     let run = Run { shell: "/bin/dash", hosts: Some(&hosts), tmpfs: None };
     for attempt in 0..2 {
         let (code, log) = run_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
@@ -2803,5 +2825,14 @@ async fn a_member_an_earlier_restore_never_released_is_not_started() {
         assert!(state.join("restored").exists(), "attempt {attempt}: the earlier restore's record was dropped");
         assert!(rig.store.requests().is_empty(), "downloaded for a refused member");
     }
+    // etcd ran on it after all (the webhook bypassed, the URL removed): its
+    // database is newer than the record. Not "never released": it skips.
+    let later =
+        Command::new("touch").args(["-d", "+2 seconds"]).arg(data.join("member/snap/db")).status().expect("touch");
+    assert!(later.success());
+    let (code, log) = run_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
+    assert_eq!(code, 0, "a member etcd ran on was taken for an unreleased one:\n{log}");
+    let msg = std::fs::read_to_string(termination_log(&m)).expect("termination message");
+    assert!(msg.starts_with("SKIPPED: "), "{msg}");
     let _ = std::fs::remove_dir_all(&rig.root);
 }

@@ -62,6 +62,7 @@ const OWN_ENV: &[&str] = &[
     "ETCD_INIT_WAIT_SECONDS",
     "RESTORE_REVISION_BUMP",
     "RESTORE_REVISION_FLOOR",
+    "ETCD_INIT_VOLUME_OWNER",
 ];
 
 /// The largest etcd cluster a restore is built for.
@@ -89,7 +90,7 @@ pub fn build_init_container(
     sts: &Value,
     generation: &str,
     url: &str,
-    floor: u64,
+    (floor, owner): (u64, &str),
     settings: &Settings,
 ) -> Result<Value, Vec<FieldError>> {
     let Some((index, etcd)) = etcd_container(sts) else {
@@ -108,6 +109,7 @@ pub fn build_init_container(
         url,
         generation,
         floor,
+        owner,
         stage: format!("{}/{STAGE_DIR_NAME}", template.mount_path(layout.data)),
         wal_stage: layout
             .wal
@@ -141,6 +143,8 @@ struct Restore<'a> {
     generation: &'a str,
     /// The revision the restore lands at, at least (`RESTORE_REVISION_FLOOR`).
     floor: u64,
+    /// Whose volumes these are (`ETCD_INIT_VOLUME_OWNER`, see `volume_owner`).
+    owner: &'a str,
     stage: String,
     wal_stage: Option<String>,
 }
@@ -392,6 +396,7 @@ fn init_env(
     }));
     env.push(json!({"name": "RESTORE_REVISION_BUMP", "value": settings.restore_revision_bump.to_string()}));
     env.push(json!({"name": "RESTORE_REVISION_FLOOR", "value": restore.floor.to_string()}));
+    env.push(json!({"name": "ETCD_INIT_VOLUME_OWNER", "value": escape_env(restore.owner)}));
     env.push(json!({"name": "ETCD_INIT_WAIT_SECONDS", "value": settings.restore_wait_seconds.to_string()}));
     Ok(env)
 }

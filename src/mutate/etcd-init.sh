@@ -26,6 +26,8 @@
 #                                 sets the HostedControlPlane's creation time x 10^7, so a
 #                                 later restore of the same snapshot lands above this one);
 #                                 a single member also takes its own clock's (now x 10^7)
+#   ETCD_INIT_VOLUME_OWNER        whose volumes these are (namespace, HostedControlPlane UID):
+#                                 stamped into every member placed, checked before SKIPPED
 #   RESTORE_ALLOW_WITHOUT_REVISION_BUMP
 #                                 "true": restore even when the tool cannot bump revisions
 #   ETCD_INIT_WAIT_SECONDS        how long one run waits for the other members (default 600)
@@ -122,21 +124,18 @@ has_data() {
 }
 # Whose member a volume holds: a stamp etcd-init writes into member/ with
 # every member it places (restored or joined), and onto a member it finds
-# unstamped. A member found with another member's stamp is never started:
-# a CSI attach race or a reused PersistentVolume can mount another member's
-# or another hosted cluster's volume here (as Gardener found; it stamps each
+# unstamped. A member found with another stamp is never started: a CSI
+# attach race or a reused PersistentVolume can mount another member's or
+# another hosted cluster's volume here (as Gardener found; it stamps each
 # volume for that reason), and etcd would run another cluster's data under
-# this member's name. The identity is the member name and the host of its
-# advertised peer URL (which names the Service and the namespace), so a
-# scheme or port change is not a different member.
+# this member's name. The identity is the member name and the owner the
+# webhook names (ETCD_INIT_VOLUME_OWNER: the namespace and the
+# HostedControlPlane's UID, so a volume a recreated HostedControlPlane of the
+# same name left behind is another owner's); nothing etcd itself ignores
+# after its first start (peer URLs) is part of it.
 : "${ETCD_NAME:?ETCD_NAME must be set (the member name of the etcd container)}"
 STAMP_NAME=.etcd-init-volume
-ID_HOST=${ETCD_INITIAL_ADVERTISE_PEER_URLS:-http://localhost:2380}
-ID_HOST=${ID_HOST%%,*}
-ID_HOST=${ID_HOST#*://}
-ID_HOST=${ID_HOST%%/*}
-case $ID_HOST in *\]) ;; *:*) ID_HOST=${ID_HOST%:*} ;; esac
-VOLUME_ID="member $ETCD_NAME at $ID_HOST"
+VOLUME_ID="member $ETCD_NAME of ${ETCD_INIT_VOLUME_OWNER:-this cluster}"
 # stamp <member dir>: writes this member's identity into it.
 stamp() {
 	printf '%s\n' "$VOLUME_ID" >"$1/$STAMP_NAME.tmp" && mv -f -- "$1/$STAMP_NAME.tmp" "$1/$STAMP_NAME"
@@ -149,10 +148,17 @@ stamp() {
 # state kept so every retry says so.
 UNRELEASED=
 if [ "$(cat "$STATE/generation" 2>/dev/null || true)" != "$GEN" ]; then
-	if [ -f "$STATE/restored" ] && [ -f "$DATA_DIR/member/snap/db" ]; then
-		UNRELEASED=$(head -n 1 "$STATE/generation" 2>/dev/null || true)
-		UNRELEASED=${UNRELEASED:-unknown}
+	# Unreleased: a generation is recorded, and the database is not newer
+	# than the record written just before it moved in (etcd writes to it as
+	# soon as it runs: a member etcd ran on, after a bypass, is not this).
+	UNRELEASED=$(head -n 1 "$STATE/generation" 2>/dev/null || true)
+	# (-nt: dash, bash and busybox sh have it; the image need not have find.)
+	# shellcheck disable=SC3013
+	if [ -n "$UNRELEASED" ] && [ -f "$STATE/restored" ] && [ -f "$DATA_DIR/member/snap/db" ] &&
+		! [ "$DATA_DIR/member/snap/db" -nt "$STATE/restored" ]; then
+		:
 	else
+		UNRELEASED=
 		rm -rf -- "$STATE"
 	fi
 fi
@@ -160,12 +166,14 @@ fi
 [ -f "$STATE/joining" ] || rm -rf -- "$JOIN_DIR" "$JOIN_WAL"
 RESUME=
 if [ -f "$DATA_DIR/member/snap/db" ]; then
-	if [ -n "$UNRELEASED" ]; then
-		fail "$DATA_DIR holds a member that an earlier restore (generation $UNRELEASED) placed and never released (it was waiting for the other members); this is restore generation $GEN. Starting it would run etcd without this restore's barrier, next to members restoring another generation; nothing is touched. It holds only that restore's snapshot: delete this member's PVC and pod, and it restores for this generation; only if its data must run as it is, remove $STATE (docs/restore.md)"
-	fi
+	# Whose volume first (its runbook never deletes a volume), then whether
+	# an earlier restore left it unreleased.
 	STAMPED=$(head -n 1 "$DATA_DIR/member/$STAMP_NAME" 2>/dev/null || true)
 	if [ -n "$STAMPED" ] && [ "$STAMPED" != "$VOLUME_ID" ]; then
 		fail "$DATA_DIR holds the etcd $STAMPED, not this $VOLUME_ID (its stamp, $DATA_DIR/member/$STAMP_NAME): another member's or another hosted cluster's volume is mounted here (a volume attach race, a reused PersistentVolume); etcd is not started on it and nothing is touched. Check which PersistentVolume this pod's claim is bound to; only if the data is this member's, remove the stamp (docs/restore.md)"
+	fi
+	if [ -n "$UNRELEASED" ]; then
+		fail "$DATA_DIR holds a member that an earlier restore (generation $UNRELEASED) placed and never released (it was waiting for the other members, and its database is unchanged since); this is restore generation $GEN. Starting it would run etcd without this restore's barrier, next to members restoring another generation; nothing is touched. It holds only that restore's snapshot: delete this member's PVC and pod, and it restores for this generation; only if its data must run as it is, remove $STATE (docs/restore.md)"
 	fi
 	[ -n "$STAMPED" ] || stamp "$DATA_DIR/member" 2>/dev/null || log "could not stamp $DATA_DIR/member with this member's identity"
 	[ -z "$WAL_DIR" ] || rm -f -- "$WAL_DIR/$WAL_MARK"
@@ -289,7 +297,9 @@ PEER_KEY=${ETCD_PEER_KEY_FILE:-${ETCD_KEY_FILE:-}}
 ask() {
 	A_MODE=$1
 	if [ "$A_MODE" = peer ]; then
-		A_CA=$PEER_CA A_CERT=$PEER_CERT A_KEY=$PEER_KEY
+		# etcd's own outgoing peer certificate when it has one (a peer
+		# server certificate may lack the client usage).
+		A_CA=$PEER_CA A_CERT=${ETCD_PEER_CLIENT_CERT_FILE:-$PEER_CERT} A_KEY=${ETCD_PEER_CLIENT_KEY_FILE:-$PEER_KEY}
 	else
 		A_CA=${ETCD_TRUSTED_CA_FILE:-} A_CERT=${ETCD_CERT_FILE:-} A_KEY=${ETCD_KEY_FILE:-}
 	fi
@@ -378,19 +388,13 @@ beacon_stop() {
 	fi
 	rm -rf -- "$STAGE/beacon"
 }
-# tls_profile: the etcd container's TLS profile as etcd flags, one word a
-# line (the beacon and the join's local etcd serve the peer port as the
-# member would: the same cipher suites, TLS versions and peer client
-# certificate checks).
-tls_profile() {
-	[ -z "${ETCD_CIPHER_SUITES:-}" ] || printf '%s\n' --cipher-suites "$ETCD_CIPHER_SUITES"
-	[ -z "${ETCD_TLS_MIN_VERSION:-}" ] || printf '%s\n' --tls-min-version "$ETCD_TLS_MIN_VERSION"
-	[ -z "${ETCD_TLS_MAX_VERSION:-}" ] || printf '%s\n' --tls-max-version "$ETCD_TLS_MAX_VERSION"
-	[ -z "${ETCD_PEER_CERT_ALLOWED_CN:-}" ] || printf '%s\n' --peer-cert-allowed-cn "$ETCD_PEER_CERT_ALLOWED_CN"
-	[ -z "${ETCD_PEER_CERT_ALLOWED_HOSTNAME:-}" ] || printf '%s\n' --peer-cert-allowed-hostname "$ETCD_PEER_CERT_ALLOWED_HOSTNAME"
-	# Go's strconv.ParseBool, as etcd reads the variable.
-	case ${ETCD_PEER_CLIENT_CERT_AUTH:-} in 1 | t | T | true | TRUE | True) printf '%s\n' --peer-client-cert-auth ;; esac
-}
+# The etcd container's TLS profile reaches the beacon and the join's local
+# etcd as the same environment variables (never as flags): an etcd that does
+# not know one (3.4 and early 3.5 have no ETCD_TLS_MIN_VERSION) ignores it
+# with a warning exactly as the etcd container does, instead of refusing a
+# flag; and a value is passed as one word, whatever it holds. Written out at
+# each `env -i` below (POSIX sh has no arrays): ${X:+"X=$X"} is one word when
+# X is set and none when it is not.
 beacon_start() {
 	B_STATE=$1
 	beacon_stop
@@ -408,13 +412,19 @@ beacon_start() {
 	[ -z "$PEER_CERT" ] || set -- "$@" --peer-cert-file "$PEER_CERT"
 	[ -z "$PEER_KEY" ] || set -- "$@" --peer-key-file "$PEER_KEY"
 	[ -z "$PEER_CA" ] || set -- "$@" --peer-trusted-ca-file "$PEER_CA"
-	while IFS= read -r w; do
-		[ -z "$w" ] || set -- "$@" "$w"
-	done <<EOF
-$(tls_profile)
-EOF
-	# No ETCD_* from this container's env reaches it (they name the real data dir).
-	(cd "$STAGE/beacon" && exec env -i PATH="$PATH" "$ETCD_BIN" "$@") >"$STAGE/beacon.log" 2>&1 &
+	# No ETCD_* from this container's env reaches it (they name the real
+	# data dir) but its TLS profile (above).
+	(cd "$STAGE/beacon" && exec env -i PATH="$PATH" \
+		${ETCD_CIPHER_SUITES:+"ETCD_CIPHER_SUITES=$ETCD_CIPHER_SUITES"} \
+		${ETCD_TLS_MIN_VERSION:+"ETCD_TLS_MIN_VERSION=$ETCD_TLS_MIN_VERSION"} \
+		${ETCD_TLS_MAX_VERSION:+"ETCD_TLS_MAX_VERSION=$ETCD_TLS_MAX_VERSION"} \
+		${ETCD_PEER_CLIENT_CERT_AUTH:+"ETCD_PEER_CLIENT_CERT_AUTH=$ETCD_PEER_CLIENT_CERT_AUTH"} \
+		${ETCD_PEER_CERT_ALLOWED_CN:+"ETCD_PEER_CERT_ALLOWED_CN=$ETCD_PEER_CERT_ALLOWED_CN"} \
+		${ETCD_PEER_CERT_ALLOWED_HOSTNAME:+"ETCD_PEER_CERT_ALLOWED_HOSTNAME=$ETCD_PEER_CERT_ALLOWED_HOSTNAME"} \
+		${ETCD_PEER_CRL_FILE:+"ETCD_PEER_CRL_FILE=$ETCD_PEER_CRL_FILE"} \
+		${ETCD_PEER_CLIENT_CERT_FILE:+"ETCD_PEER_CLIENT_CERT_FILE=$ETCD_PEER_CLIENT_CERT_FILE"} \
+		${ETCD_PEER_CLIENT_KEY_FILE:+"ETCD_PEER_CLIENT_KEY_FILE=$ETCD_PEER_CLIENT_KEY_FILE"} \
+		"$ETCD_BIN" "$@") >"$STAGE/beacon.log" 2>&1 &
 	BEACON=$!
 	T=0
 	while :; do
@@ -475,7 +485,7 @@ place() {
 		# only warns about its mode.
 		chmod 700 "$WAL_DIR" 2>/dev/null || log "could not chmod 700 $WAL_DIR (etcd only warns about its mode)"
 	fi
-	stamp "$1/member"
+	stamp "$1/member" || fail "could not write this member's stamp into $1/member (not enough space, or not writable)"
 	sync
 	if [ -d "$DATA_DIR" ]; then
 		mv -- "$1/member" "$DATA_DIR/member"
@@ -621,14 +631,20 @@ join() {
 	[ -z "$WAL_DIR" ] || set -- "$@" --wal-dir "$JOIN_WAL"
 	[ -z "$PEER_CERT" ] || set -- "$@" --peer-cert-file "$PEER_CERT"
 	[ -z "$PEER_KEY" ] || set -- "$@" --peer-key-file "$PEER_KEY"
+	# Client certificates required (as the flag; the same setting as env
+	# too would make etcd exit on the conflict).
 	[ -z "$PEER_CA" ] || set -- "$@" --peer-trusted-ca-file "$PEER_CA" --peer-client-cert-auth
-	while IFS= read -r w; do
-		[ -z "$w" ] || set -- "$@" "$w"
-	done <<EOF
-$(tls_profile)
-EOF
 	log "joining cluster $J_CID as $NAME ($PEER_URL): a local etcd syncs first"
-	(cd "$JOIN_DIR" && exec env -i PATH="$PATH" etcd "$@") >"$STAGE/join.log" 2>&1 &
+	(cd "$JOIN_DIR" && exec env -i PATH="$PATH" \
+		${ETCD_CIPHER_SUITES:+"ETCD_CIPHER_SUITES=$ETCD_CIPHER_SUITES"} \
+		${ETCD_TLS_MIN_VERSION:+"ETCD_TLS_MIN_VERSION=$ETCD_TLS_MIN_VERSION"} \
+		${ETCD_TLS_MAX_VERSION:+"ETCD_TLS_MAX_VERSION=$ETCD_TLS_MAX_VERSION"} \
+		${ETCD_PEER_CERT_ALLOWED_CN:+"ETCD_PEER_CERT_ALLOWED_CN=$ETCD_PEER_CERT_ALLOWED_CN"} \
+		${ETCD_PEER_CERT_ALLOWED_HOSTNAME:+"ETCD_PEER_CERT_ALLOWED_HOSTNAME=$ETCD_PEER_CERT_ALLOWED_HOSTNAME"} \
+		${ETCD_PEER_CRL_FILE:+"ETCD_PEER_CRL_FILE=$ETCD_PEER_CRL_FILE"} \
+		${ETCD_PEER_CLIENT_CERT_FILE:+"ETCD_PEER_CLIENT_CERT_FILE=$ETCD_PEER_CLIENT_CERT_FILE"} \
+		${ETCD_PEER_CLIENT_KEY_FILE:+"ETCD_PEER_CLIENT_KEY_FILE=$ETCD_PEER_CLIENT_KEY_FILE"} \
+		etcd "$@") >"$STAGE/join.log" 2>&1 &
 	CHILD=$!
 	# The sync moves the whole database: bounded like the download.
 	J_DEADLINE=$(($(date +%s) + MAX_TIME))
@@ -988,6 +1004,10 @@ if [ -n "$OTHERS" ]; then
 	beacon_stop
 fi
 LINE=$(cat "$STATE/restored" 2>/dev/null || printf 'RESTORED: member %s' "$NAME")
+# Released: the record goes first (a crash in the middle of the removal
+# leaves no "restored" behind a missing generation).
+rm -f -- "$STATE/restored"
+sync
 rm -rf -- "$STATE" "$STAGE"
 sync
 result "$LINE"

@@ -32,22 +32,37 @@ pub enum Key {
     PeerClientCertAuth,
     PeerCertAllowedCn,
     PeerCertAllowedHostname,
+    PeerClientCertFile,
+    PeerClientKeyFile,
+    PeerCrlFile,
 }
 
 /// The etcd container's TLS profile: etcd-init's beacon and its join's
 /// local etcd serve the peer port with it (issue #28: a beacon without it
 /// answered where the member would refuse, e.g. TLS 1.2 next to a TLS 1.3
-/// minimum, or a peer without a client certificate). Read where visible;
+/// minimum, or a peer without a client certificate), and the outgoing peer
+/// certificate and CRL it presents and checks. Read where visible;
 /// not required, and a shell script that sets them is not refused for it
 /// (the identity keys are what a restore cannot do without).
 pub const PROFILE: &[Key] = KEYS.split_at(14).1;
 
 /// The TLS files etcd reads (client and peer): their volumes are mounted
 /// read-only into etcd-init for its probes.
-pub const TLS_FILES: [Key; 6] =
-    [Key::CertFile, Key::KeyFile, Key::TrustedCaFile, Key::PeerCertFile, Key::PeerKeyFile, Key::PeerTrustedCaFile];
+pub const TLS_FILES: [Key; 9] = [
+    Key::CertFile,
+    Key::KeyFile,
+    Key::TrustedCaFile,
+    Key::PeerCertFile,
+    Key::PeerKeyFile,
+    Key::PeerTrustedCaFile,
+    // etcd's own outgoing peer certificate (3.5+: a peer server certificate
+    // may lack the client usage) and the peer CRL.
+    Key::PeerClientCertFile,
+    Key::PeerClientKeyFile,
+    Key::PeerCrlFile,
+];
 
-pub const KEYS: [Key; 20] = [
+pub const KEYS: [Key; 23] = [
     Key::Name,
     Key::DataDir,
     Key::WalDir,
@@ -68,6 +83,9 @@ pub const KEYS: [Key; 20] = [
     Key::PeerClientCertAuth,
     Key::PeerCertAllowedCn,
     Key::PeerCertAllowedHostname,
+    Key::PeerClientCertFile,
+    Key::PeerClientKeyFile,
+    Key::PeerCrlFile,
 ];
 
 impl Key {
@@ -93,6 +111,9 @@ impl Key {
             Key::PeerClientCertAuth => "ETCD_PEER_CLIENT_CERT_AUTH",
             Key::PeerCertAllowedCn => "ETCD_PEER_CERT_ALLOWED_CN",
             Key::PeerCertAllowedHostname => "ETCD_PEER_CERT_ALLOWED_HOSTNAME",
+            Key::PeerClientCertFile => "ETCD_PEER_CLIENT_CERT_FILE",
+            Key::PeerClientKeyFile => "ETCD_PEER_CLIENT_KEY_FILE",
+            Key::PeerCrlFile => "ETCD_PEER_CRL_FILE",
         }
     }
 
@@ -118,6 +139,9 @@ impl Key {
             Key::PeerClientCertAuth => "peer-client-cert-auth",
             Key::PeerCertAllowedCn => "peer-cert-allowed-cn",
             Key::PeerCertAllowedHostname => "peer-cert-allowed-hostname",
+            Key::PeerClientCertFile => "peer-client-cert-file",
+            Key::PeerClientKeyFile => "peer-client-key-file",
+            Key::PeerCrlFile => "peer-crl-file",
         }
     }
 

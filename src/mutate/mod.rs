@@ -311,6 +311,16 @@ pub fn revision_floor(hcp: &Value) -> u64 {
         .map_or(0, |t| t.saturating_mul(REVISION_FLOOR_PER_SECOND))
 }
 
+/// Whose volumes a restore's members are (`ETCD_INIT_VOLUME_OWNER`): the
+/// namespace and the HostedControlPlane's UID. etcd-init stamps every member
+/// it places with it and refuses a volume stamped for another owner: another
+/// hosted cluster's volume, or one a recreated HostedControlPlane of the same
+/// name left behind (a retained PersistentVolume bound again).
+pub fn volume_owner(hcp: &Value, namespace: &str) -> String {
+    let uid = hcp.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+    format!("{namespace} (HostedControlPlane UID {uid})")
+}
+
 /// See [`revision_floor`].
 pub const REVISION_FLOOR_PER_SECOND: u64 = 10_000_000;
 
@@ -374,7 +384,8 @@ fn restore_decision(write: &EtcdWrite<'_>, hcp: &Value) -> Mutation {
     };
     let generation = restore_generation(hcp, namespace, url);
     let settings = &pinned(old, &generation, settings);
-    let container = match build_init_container(sts, &generation, url, revision_floor(hcp), settings) {
+    let owner = volume_owner(hcp, namespace);
+    let container = match build_init_container(sts, &generation, url, (revision_floor(hcp), &owner), settings) {
         Ok(c) => c,
         Err(errors) => return Mutation::denied(Blocker::Template, Refusal::Template(errors)),
     };

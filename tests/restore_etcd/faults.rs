@@ -23,10 +23,13 @@
 //! watch replays is intact), and acknowledged revisions only grow, above the
 //! revision bump.
 //!
-//! A volume is lost only while no member holds data (the restore not done)
-//! or every member runs in one healthy cluster: a second loss before the
-//! first rejoined is a quorum loss, which a runbook recovers, not etcd-init
-//! (tests of their own). The schedule's seed is printed; `HCP_FAULT_SEED`
+//! A volume is lost only while etcd never ran on another volume (the restore
+//! under way, restored members waiting included) or every member runs in
+//! one healthy cluster: a second loss before the first rejoined is a quorum
+//! loss, which a runbook recovers, not etcd-init (tests of their own). A
+//! crash is of the pod (init containers again) or of the etcd container
+//! alone (the kubelet restarts just that, with the pod's state), and etcd
+//! exiting by itself is restarted the same way. The schedule's seed is printed; `HCP_FAULT_SEED`
 //! replays one, `HCP_FAULT_SCHEDULES` and `HCP_FAULT_STEPS` make the run
 //! longer (`scripts/restore-faults.sh`).
 
@@ -35,8 +38,10 @@ use super::*;
 
 /// One pod of the StatefulSet, as the kubelet sees it.
 enum Pod {
-    /// Not running; the kubelet starts its init containers at `at`.
-    Down { at: Instant },
+    /// Not running; the kubelet starts it at `at`: its init containers
+    /// (`init`: a new pod, a node back), or only its etcd container (the
+    /// container exited; the pod and its emptyDir state stay).
+    Down { at: Instant, init: bool },
     /// etcd-init runs.
     Init(Child),
     /// etcd runs.
@@ -46,8 +51,11 @@ enum Pod {
 /// A fault the schedule injects.
 #[derive(Debug, Clone, Copy)]
 enum Fault {
-    /// The pod's container is killed (etcd-init or etcd, with its children).
+    /// The pod dies (etcd-init or etcd, with its children) and comes back as
+    /// a new pod: init containers first.
     Crash(usize),
+    /// Only the etcd container is killed: the kubelet restarts it alone.
+    ContainerCrash(usize),
     /// The pod dies and comes back on an empty volume.
     LoseVolume(usize),
     /// The node goes down with the pod and stays down until `NodeUp`.
@@ -82,6 +90,10 @@ struct Chaos {
     cluster: Option<u64>,
     trace: Vec<String>,
     last_log: Vec<String>,
+    /// The state reset-member wrote for each pod (its emptyDir).
+    state: Vec<String>,
+    /// Whether etcd ever ran on each volume (cleared with the volume).
+    ever_ran: Vec<bool>,
     started: Instant,
 }
 
@@ -109,7 +121,8 @@ impl Chaos {
         let now = Instant::now();
         // A random start order: the StatefulSet controller creates the pods
         // in parallel, the nodes start them when they can.
-        let pods = (0..n).map(|_| Pod::Down { at: now + Duration::from_millis(rng.below(3000) as u64) }).collect();
+        let pods =
+            (0..n).map(|_| Pod::Down { at: now + Duration::from_millis(rng.below(3000) as u64), init: true }).collect();
         let own_hosts = (0..n)
             .map(|i| {
                 let p = c.root.join(format!("hosts-own-{i}"));
@@ -132,6 +145,8 @@ impl Chaos {
             cluster: None,
             trace: Vec::new(),
             last_log: vec![String::new(); n],
+            state: vec![String::new(); n],
+            ever_ran: vec![false; n],
             started: now,
         }
     }
@@ -159,8 +174,11 @@ impl Chaos {
         Instant::now() + Duration::from_millis(500 + self.rng.below(1500) as u64)
     }
 
-    fn crash(&mut self, i: usize) {
-        match std::mem::replace(&mut self.pods[i], Pod::Down { at: Instant::now() }) {
+    /// The pod dies; `init`: it comes back as a new pod (init containers
+    /// first), else only its etcd container restarts (when etcd ran).
+    fn crash(&mut self, i: usize, init: bool) {
+        let was_etcd = matches!(self.pods[i], Pod::Running(_));
+        match std::mem::replace(&mut self.pods[i], Pod::Down { at: Instant::now(), init: true }) {
             Pod::Init(mut child) => {
                 kill_group(child.id());
                 let _ = child.wait();
@@ -169,11 +187,7 @@ impl Chaos {
             Pod::Down { .. } => {}
         }
         let at = self.backoff();
-        self.pods[i] = Pod::Down { at };
-    }
-
-    fn has_data(&self, i: usize) -> bool {
-        self.c.data(i).join("member/snap/db").exists()
+        self.pods[i] = Pod::Down { at, init: init || !was_etcd };
     }
 
     /// Client endpoints of the members whose etcd answers a health check
@@ -193,11 +207,14 @@ impl Chaos {
             .collect()
     }
 
-    /// A volume is lost only while no member holds data or every member runs
-    /// in one healthy cluster (module documentation).
-    fn may_lose_volume(&self) -> bool {
+    /// Volume `i` is lost only while etcd never ran on any other volume (the
+    /// restore is under way: the others hold at most this restore's
+    /// snapshot, restored and waiting) or every member runs in one healthy
+    /// cluster (module documentation).
+    fn may_lose_volume(&self, i: usize) -> bool {
         let n = self.pods.len();
-        (0..n).all(|i| !self.has_data(i)) || (self.ready().len() == n && self.started_members() == n)
+        (0..n).filter(|&j| j != i).all(|j| !self.ever_ran[j])
+            || (self.ready().len() == n && self.started_members() == n)
     }
 
     fn started_members(&self) -> usize {
@@ -208,13 +225,15 @@ impl Chaos {
 
     fn inject(&mut self, f: Fault) {
         match f {
-            Fault::Crash(i) => self.crash(i),
+            Fault::Crash(i) => self.crash(i, true),
+            Fault::ContainerCrash(i) => self.crash(i, false),
             Fault::LoseVolume(i) => {
-                self.crash(i);
+                self.crash(i, true);
                 self.c.wipe(i);
+                self.ever_ran[i] = false;
             }
             Fault::NodeDown(i) => {
-                self.crash(i);
+                self.crash(i, true);
                 self.held[i] = true;
             }
             Fault::NodeUp(i) => self.held[i] = false,
@@ -230,9 +249,11 @@ impl Chaos {
     fn choose(&mut self) -> Fault {
         let n = self.pods.len();
         let i = self.rng.below(n);
-        match self.rng.below(9) {
-            0 | 1 => Fault::Crash(i),
-            2 | 3 if self.may_lose_volume() => Fault::LoseVolume(i),
+        match self.rng.below(10) {
+            0 => Fault::Crash(i),
+            1 => Fault::ContainerCrash(i),
+            2 | 3 if self.may_lose_volume(i) => Fault::LoseVolume(i),
+            9 => Fault::Crash(i),
             4 => match self.held.iter().position(|h| *h) {
                 Some(j) => Fault::NodeUp(j),
                 None => Fault::NodeDown(i),
@@ -249,17 +270,33 @@ impl Chaos {
         for i in 0..self.pods.len() {
             let exited = match &mut self.pods[i] {
                 Pod::Init(child) => child.try_wait().ok().flatten().is_some(),
-                Pod::Down { at } => {
+                Pod::Down { at, init } => {
                     if !self.held[i] && Instant::now() >= *at {
-                        let hosts =
-                            if self.dns_broken[i] { self.own_hosts[i].clone() } else { self.c.hosts_file.clone() };
-                        self.pods[i] = Pod::Init(self.c.spawn(i, &hosts));
-                        let dns = if self.dns_broken[i] { " (its DNS knows only itself)" } else { "" };
-                        self.note(format!("etcd-{i}: etcd-init starts{dns}"));
+                        if *init {
+                            let hosts =
+                                if self.dns_broken[i] { self.own_hosts[i].clone() } else { self.c.hosts_file.clone() };
+                            self.pods[i] = Pod::Init(self.c.spawn(i, &hosts));
+                            let dns = if self.dns_broken[i] { " (its DNS knows only itself)" } else { "" };
+                            self.note(format!("etcd-{i}: etcd-init starts{dns}"));
+                        } else {
+                            let state = self.state[i].clone();
+                            self.pods[i] = Pod::Running(self.c.start(i, Some(&state)));
+                            self.ever_ran[i] = true;
+                            self.note(format!("etcd-{i}: its etcd container restarts ({state})"));
+                        }
                     }
                     false
                 }
-                Pod::Running(_) => false,
+                Pod::Running(p) => {
+                    // etcd exited by itself: the kubelet restarts that
+                    // container alone, after a back-off.
+                    if let Ok(Some(status)) = p.0.try_wait() {
+                        let at = Instant::now() + Duration::from_millis(1000);
+                        self.pods[i] = Pod::Down { at, init: false };
+                        self.note(format!("etcd-{i}: etcd exited by itself ({status})"));
+                    }
+                    false
+                }
             };
             if exited {
                 self.reap(i);
@@ -268,7 +305,10 @@ impl Chaos {
     }
 
     fn reap(&mut self, i: usize) {
-        let Pod::Init(child) = std::mem::replace(&mut self.pods[i], Pod::Down { at: Instant::now() }) else { return };
+        let Pod::Init(child) = std::mem::replace(&mut self.pods[i], Pod::Down { at: Instant::now(), init: true })
+        else {
+            return;
+        };
         let out = child.wait_with_output().expect("etcd-init");
         self.last_log[i] = String::from_utf8_lossy(&out.stderr).into_owned();
         let code = out.status.code().unwrap_or(-1);
@@ -278,7 +318,7 @@ impl Chaos {
         assert!(!self.last_log[i].contains("0badc0ffee"), "the presign signature was logged:\n{}", self.last_log[i]);
         if code != 0 {
             let at = self.backoff();
-            self.pods[i] = Pod::Down { at };
+            self.pods[i] = Pod::Down { at, init: true };
             return;
         }
         let ready = self.ready();
@@ -293,10 +333,12 @@ impl Chaos {
         self.note(format!("etcd-{i}: reset-member exit {code}: {said}; etcd starts ({state})"));
         if code != 0 {
             let at = self.backoff();
-            self.pods[i] = Pod::Down { at };
+            self.pods[i] = Pod::Down { at, init: true };
             return;
         }
         self.pods[i] = Pod::Running(self.c.start(i, Some(&state)));
+        self.state[i] = state;
+        self.ever_ran[i] = true;
     }
 
     /// Never two cluster IDs among the members that answer.
@@ -404,6 +446,8 @@ impl Chaos {
             );
             self.run_for(Duration::from_secs(1));
         }
+        let ids: Vec<u64> = self.c.endpoints.iter().map(|ep| cluster_id(&self.c.e, ep)).collect();
+        assert!(ids.windows(2).all(|w| w[0] == w[1]), "settled with cluster IDs {ids:x?}\n{}", self.report());
         self.note("settled: every member started in one cluster".into());
     }
 
@@ -415,8 +459,9 @@ impl Chaos {
     fn second_restore(&mut self) {
         self.note("a second restore: a new HostedControlPlane, every volume replaced".into());
         for i in 0..self.pods.len() {
-            self.crash(i);
+            self.crash(i, true);
             self.c.wipe(i);
+            self.ever_ran[i] = false;
         }
         let created = Command::new("date").args(["-u", "+%Y-%m-%dT%H:%M:%SZ"]).output().expect("date");
         let mut hcp = hcp_with_uid(&self.c.ns, &presigned(&self.c.store), "9a4e6b1c-2d3f-4a5b-8c7d-0e1f2a3b4c5d");
@@ -437,18 +482,21 @@ impl Chaos {
                 assert!(got.contains(&format!("value-{k}")), "{ep} lacks the snapshot's key{k}\n{}", self.report());
             }
         }
-        let all = self.c.endpoints.join(",");
-        for a in &self.acked[self.incarnation..] {
-            let rev = a.revision.to_string();
-            let out = ctl(e, &all, &["get", &a.key, "--rev", &rev, "--print-value-only"]);
-            let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            assert_eq!(
-                got,
-                a.value,
-                "{} at revision {rev}: the acknowledged write is not in the history\n{}",
-                a.key,
-                self.report()
-            );
+        // Every member's own history (serializable reads), each write at the
+        // revision it was acknowledged with.
+        for ep in &self.c.endpoints {
+            for a in &self.acked[self.incarnation..] {
+                let rev = a.revision.to_string();
+                let out = ctl(e, ep, &["get", &a.key, "--rev", &rev, "--print-value-only", "--consistency=s"]);
+                let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                assert_eq!(
+                    got,
+                    a.value,
+                    "{ep}: {} at revision {rev}: the acknowledged write is not in its history\n{}",
+                    a.key,
+                    self.report()
+                );
+            }
         }
         if bumps(e) {
             if let Some(first) = self.acked.get(self.incarnation) {

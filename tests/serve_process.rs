@@ -342,3 +342,41 @@ async fn watching_a_cluster_names_the_cluster_and_the_context() {
     assert!(line.contains(&api.addr.to_string()) && line.ends_with("(context fake)"), "{line}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue #30: the development mode stops on one SIGTERM without a drain (no
+/// endpoints route to it: the 10 s drain of a Deployment only made Ctrl-C
+/// slow), and `--log-format text` writes no colour escape into a file or a
+/// pipe. (The bound below only tells "no drain" from the 10 s one.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_development_mode_stops_at_once_and_text_logs_have_no_colour_in_a_pipe() {
+    let dir = std::env::temp_dir().join(format!("hcp-serve-dev-stop-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let log = dir.join("serve.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "text", "--watch-hostedcontrolplanes", "never"])
+        .arg("--dev-cert-dir")
+        .arg(dir.join("dev"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("spawn serve");
+    listening(&log).await;
+    let signalled = std::time::Instant::now();
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let mut status = None;
+    while signalled.elapsed() < Duration::from_secs(8) {
+        if let Some(s) = child.try_wait().expect("wait") {
+            status = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = child.kill();
+    let status = status.unwrap_or_else(|| panic!("still draining 8 s after SIGTERM (the 10 s Deployment drain)"));
+    assert!(status.success(), "{status:?}");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(text.contains("INFO"), "no text log lines: {text}");
+    assert!(!text.contains('\u{1b}'), "colour escapes in a file: {text:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -135,9 +135,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 30_000)]
     pub idle_timeout_ms: u64,
     /// After SIGTERM: seconds /readyz answers 503 while the server still
-    /// accepts and serves, so endpoints drop the pod before it stops accepting.
-    #[arg(long, default_value_t = 10.0)]
-    pub drain_seconds: f64,
+    /// accepts and serves, so endpoints drop the pod before it stops accepting
+    /// (default 10; 0 in the development mode, where no endpoints route to it).
+    #[arg(long)]
+    pub drain_seconds: Option<f64>,
     /// Then: seconds in-flight requests get after accepting stops.
     #[arg(long, default_value_t = 20)]
     pub shutdown_grace_seconds: u64,
@@ -184,7 +185,12 @@ fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    // Colour only for a terminal: never escape codes in a pipe or a file.
+    use std::io::IsTerminal as _;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_ansi(std::io::stderr().is_terminal());
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Text => builder.try_init(),
@@ -246,7 +252,8 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
             write_timeout: Duration::from_millis(args.write_timeout_ms.max(1)),
             ..LimitOptions::default()
         },
-        drain_delay: Duration::try_from_secs_f64(args.drain_seconds).context("--drain-seconds")?,
+        drain_delay: Duration::try_from_secs_f64(args.drain_seconds.unwrap_or(if dev.is_some() { 0.0 } else { 10.0 }))
+            .context("--drain-seconds")?,
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
         expect_sans: args.expect_san.clone(),
         allowed_client_names: args.allowed_client_names.clone(),
@@ -283,7 +290,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
             LookupSource::Static(context)
         } else {
             if dev_mode && watch == Watch::Auto && cluster_configured {
-                tracing::info!("development mode: not watching the kubeconfig's cluster (pass --watch-hostedcontrolplanes always to)");
+                tracing::info!("development mode: not watching the kubeconfig's cluster (pass --watch-hostedcontrolplanes always to watch it)");
             }
             tracing::warn!("no cluster and no --context: /mutate/etcd-statefulsets denies etcd StatefulSets (no HostedControlPlane to decide the restore from)");
             LookupSource::None

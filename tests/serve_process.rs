@@ -374,8 +374,8 @@ async fn the_development_mode_stops_at_once_and_text_logs_have_no_colour_in_a_pi
     }
     if status.is_none() {
         let _ = child.kill();
-        let _ = child.wait();
     }
+    let _ = child.wait();
     let status = status.unwrap_or_else(|| panic!("still draining 8 s after SIGTERM (the 10 s Deployment drain)"));
     assert!(status.success(), "{status:?}");
     let text = std::fs::read_to_string(&log).expect("log");

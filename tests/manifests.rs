@@ -1226,3 +1226,60 @@ fn an_overlay_overrides_the_image_and_the_operator_namespace() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue #30: the Kubernetes flavour ships a NetworkPolicy that works there
+/// as it is (no OpenShift policy-group selector, which matches nothing
+/// elsewhere and blocks the apiserver): the two ports from any source,
+/// nothing else; the OpenShift flavour keeps its selectors.
+#[test]
+fn each_flavour_ships_a_network_policy_for_its_platform() {
+    if !common::env::ready("each_flavour_ships_a_network_policy_for_its_platform", &render_tools()[..1]) {
+        return;
+    }
+    let policy = |dir: &str| {
+        render(&common::root().join(dir))
+            .into_iter()
+            .find(|o| o["kind"] == "NetworkPolicy")
+            .unwrap_or_else(|| panic!("{dir}: no NetworkPolicy"))
+    };
+    let k8s = policy("webhooks/install/kubernetes/workload");
+    let text = k8s.to_string();
+    assert!(!text.contains("openshift.io"), "an OpenShift selector on Kubernetes: {text}");
+    let ingress = k8s["spec"]["ingress"].as_array().expect("ingress");
+    for port in [8443, 8080] {
+        assert!(
+            ingress.iter().any(|r| r.get("from").is_none()
+                && r["ports"].as_array().is_some_and(|p| p.iter().any(|p| p["port"] == port))),
+            "port {port} not admitted: {text}"
+        );
+    }
+    assert_eq!(k8s["spec"]["policyTypes"], serde_json::json!(["Ingress"]));
+    let ocp = policy("webhooks/install/openshift/workload").to_string();
+    assert!(ocp.contains("policy-group.network.openshift.io/host-network"), "{ocp}");
+}
+
+/// Issue #30: every object the GitOps kustomizations render carries an
+/// Argo CD sync wave, the components' too: the Namespace first (-1), the
+/// workload (0), the registrations last (5), once the Deployment is healthy.
+#[test]
+fn every_gitops_object_has_its_sync_wave() {
+    if !common::env::ready("every_gitops_object_has_its_sync_wave", &render_tools()[..1]) {
+        return;
+    }
+    for dir in ["webhooks/install/openshift/gitops", "webhooks/install/kubernetes/gitops"] {
+        for o in render(&common::root().join(dir)) {
+            let kind = o["kind"].as_str().unwrap_or_default();
+            let want = match kind {
+                "Namespace" => "-1",
+                "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration" => "5",
+                _ => "0",
+            };
+            assert_eq!(
+                o["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"].as_str(),
+                Some(want),
+                "{dir}: {kind} {}",
+                o["metadata"]["name"]
+            );
+        }
+    }
+}

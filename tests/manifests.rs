@@ -679,6 +679,16 @@ fn kubewarden_metadata_and_policies_agree() {
     assert_eq!(pkg["version"], version);
     assert!(pkg["containersImages"][0]["image"].as_str().expect("image").ends_with(&format!(":v{version}")));
     let questions = &docs(&root.join("questions-ui.yml"))[0];
+    // Artifact Hub shows the annotation's content: the questions, not a file name.
+    let embedded: Value =
+        serde_yaml_ng::from_str(pkg["annotations"]["kubewarden/questions-ui"].as_str().expect("questions-ui"))
+            .expect("the questions-ui annotation is YAML");
+    assert_eq!(&embedded, questions, "artifacthub-pkg.yml's questions-ui differs from questions-ui.yml");
+    let install = pkg["install"].as_str().expect("install");
+    assert!(
+        install.contains("kubectl apply -k webhooks/kubewarden/"),
+        "webhooks/kubewarden is a kustomization: {install}"
+    );
     let defaults = serde_json::to_value(Settings::default()).expect("settings");
     let mut asked = Vec::new();
     for q in questions["questions"].as_array().expect("questions") {

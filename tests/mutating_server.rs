@@ -101,6 +101,9 @@ async fn mutation_uses_the_reflector_and_readyz_waits_for_its_sync() {
     let first = https.request(addr, "GET", "/readyz", vec![]).await.expect("readyz");
     assert_eq!(first.status, 503, "{}", first.text());
     assert!(first.text().contains("HostedControlPlane cache"));
+    // Restores pending: not known before the sync (-1).
+    let unsynced = https.request(addr, "GET", "/metrics", vec![]).await.expect("metrics").text();
+    assert!(unsynced.lines().any(|l| l == "hcp_etcd_admission_restores_pending -1"), "{unsynced}");
     // Before the sync a decision reads the namespace live instead of guessing.
     let early =
         https.post_json(addr, "/mutate/etcd-statefulsets", &statefulset_review("statefulsets")).await.expect("post");
@@ -203,6 +206,8 @@ async fn mutation_uses_the_reflector_and_readyz_waits_for_its_sync() {
             .unwrap_or_else(|| panic!("no series {labels}:\n{metrics}"))
     };
     assert_eq!(count(r#"outcome="injected",reason="none""#), 3);
+    // The cached HostedControlPlane has a restore URL and no EtcdSnapshotRestored: one restore pending.
+    assert!(metrics.lines().any(|l| l == "hcp_etcd_admission_restores_pending 1"), "{metrics}");
     assert_eq!(count(r#"outcome="denied",reason="no_hostedcontrolplane""#), 1);
     assert_eq!(count(r#"outcome="denied",reason="lookup_failed""#), 1);
     assert_eq!(count(r#"outcome="denied",reason="cache_not_synced""#), 0);

@@ -37,6 +37,18 @@ use crate::{
 /// timeout is 10 s by default).
 pub const LIVE_READ_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// HostedControlPlanes whose managed etcd has a `restoreSnapshotURL` and
+/// whose `EtcdSnapshotRestored` is not True (linear in the objects).
+pub fn restores_pending<'a>(objects: impl Iterator<Item = &'a DynamicObject>) -> usize {
+    // `data` holds everything but apiVersion, kind and metadata: spec and status as stored.
+    objects
+        .map(|o| &o.data)
+        .filter(|v| {
+            crate::api::readers::restore_snapshot_url(v).is_some() && !crate::api::readers::snapshot_restored(v)
+        })
+        .count()
+}
+
 /// The HostedControlPlane cache.
 pub struct HcpCache {
     store: reflector::Store<DynamicObject>,
@@ -61,6 +73,13 @@ impl HcpCache {
 
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
+    }
+
+    /// How many cached HostedControlPlanes have a restore pending (`None`
+    /// before the cache synced): what "not while a restore is pending" asks
+    /// of an upgrade, across a fleet.
+    pub fn restores_pending(&self) -> Option<usize> {
+        self.synced().then(|| restores_pending(self.store.state().iter().map(AsRef::as_ref)))
     }
 
     fn cached(&self, namespace: &str) -> Vec<Value> {
@@ -190,4 +209,33 @@ pub(crate) fn in_namespace<O: std::borrow::Borrow<DynamicObject>>(
         .filter(|o| o.borrow().metadata.namespace.as_deref() == Some(namespace))
         .filter_map(|o| serde_json::to_value(o.borrow()).ok())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restores_pending_counts_a_url_without_the_condition() {
+        let hcp = |url: Option<&str>, restored: Option<&str>, managed: &str| -> DynamicObject {
+            let mut v = serde_json::json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedControlPlane",
+                "metadata": {"name": "h", "namespace": "n"},
+                "spec": {"etcd": {"managementType": managed, "managed": {"storage": {"type": "PersistentVolume"}}}}});
+            if let Some(u) = url {
+                v["spec"]["etcd"]["managed"]["storage"]["restoreSnapshotURL"] = serde_json::json!([u]);
+            }
+            if let Some(status) = restored {
+                v["status"] = serde_json::json!({"conditions": [{"type": "EtcdSnapshotRestored", "status": status}]});
+            }
+            serde_json::from_value(v).expect("object")
+        };
+        let objects = [
+            hcp(Some("https://b/s.db"), None, "Managed"),
+            hcp(Some("https://b/s.db"), Some("False"), "Managed"),
+            hcp(Some("https://b/s.db"), Some("True"), "Managed"),
+            hcp(None, None, "Managed"),
+            hcp(Some("https://b/s.db"), None, "Unmanaged"),
+        ];
+        assert_eq!(restores_pending(objects.iter()), 2);
+    }
 }

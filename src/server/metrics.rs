@@ -219,6 +219,7 @@ pub struct Metrics {
     connections: Gauge<i64, AtomicI64>,
     draining: Gauge<i64, AtomicI64>,
     answers_pending: Gauge<i64, AtomicI64>,
+    restores_pending: Gauge<i64, AtomicI64>,
     etcd_init: Family<EtcdInitLabels, Counter>,
     credentials: Family<SecretLabels, Gauge<i64, AtomicI64>>,
     credential_series: std::sync::Mutex<std::collections::BTreeSet<SecretLabels>>,
@@ -263,6 +264,12 @@ impl Metrics {
             "answer_bytes_pending",
             "Bytes of decided answers charged to the answer budget and not yet written (KiB granularity)",
             answers_pending.clone(),
+        );
+        let restores_pending = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "restores_pending",
+            "HostedControlPlanes in the server's cache with a restoreSnapshotURL and EtcdSnapshotRestored not True; -1 when not known (no cluster watch, or the cache not synced)",
+            restores_pending.clone(),
         );
         registry.register(
             "admission_requests",
@@ -359,6 +366,7 @@ impl Metrics {
             cert_expiry,
             connections,
             answers_pending,
+            restores_pending,
             draining,
             etcd_init,
             credentials,
@@ -410,6 +418,11 @@ impl Metrics {
     /// Sets the answer-budget gauge (read from the limits when /metrics is served).
     pub fn answers_pending(&self, bytes: usize) {
         self.answers_pending.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Sets the restores-pending gauge (`None`: not known, -1).
+    pub fn restores_pending(&self, pending: Option<usize>) {
+        self.restores_pending.set(pending.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX)));
     }
 
     pub fn connection_opened(&self) {

@@ -204,6 +204,7 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     app.metrics.answers_pending(app.limits.answers_pending_kib() * 1024);
+    app.metrics.restores_pending(app.hcp_cache.as_ref().and_then(|c| c.restores_pending()));
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.render())
         .into_response()
 }

@@ -735,6 +735,8 @@ fn one_version_everywhere() {
     assert_eq!(k["images"][0]["newTag"], version);
     let text = |f: &str| std::fs::read_to_string(common::root().join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
     assert!(text("CHANGELOG.md").contains(&format!("## [{version}]")), "CHANGELOG has no entry for {version}");
+    let minor = version.rsplit_once('.').map_or(version, |(m, _)| m);
+    assert!(text("SECURITY.md").contains(&format!("| {minor}.x")), "SECURITY.md does not list {minor}.x as supported");
     assert!(text("LICENSE").contains("Apache License") && text("LICENSE").contains("Version 2.0, January 2004"));
     for f in [
         "webhooks/kubewarden/validate.yaml",

@@ -376,3 +376,50 @@ async fn availability_alerts_fire_on_the_real_apiservers_series() {
     });
     promtool_test(&promtool, &dir, tests);
 }
+
+/// Issue #30: the Grafana dashboard (`components/monitoring/dashboard.json`)
+/// queries only series that exist: every `hcp_etcd_admission_*` name is a
+/// family the server registers (`src/server/metrics.rs`; with its counter or
+/// histogram suffix), and every kube-state-metrics or apiserver name is one
+/// the PrometheusRule's alerts use (which the promtool tests above evaluate,
+/// the apiserver's on a real kube-apiserver's series).
+#[test]
+fn the_dashboard_queries_only_series_that_exist() {
+    let source = std::fs::read_to_string(common::root().join("src/server/metrics.rs")).expect("metrics.rs");
+    let registered = regex::Regex::new(r#"register\(\s*"([a-z_]+)""#).expect("regex");
+    let families: Vec<String> =
+        registered.captures_iter(&source).map(|c| format!("hcp_etcd_admission_{}", &c[1])).collect();
+    assert!(families.len() >= 10, "{families:?}");
+    let rules = std::fs::read_to_string(common::root().join("webhooks/components/monitoring/prometheusrule.yaml"))
+        .expect("rules");
+    let dash: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::root().join("webhooks/components/monitoring/dashboard.json"))
+            .expect("dashboard"),
+    )
+    .expect("dashboard JSON");
+    let name = regex::Regex::new(r"\b(hcp_etcd_admission_[a-z_]+|kube_[a-z_]+|apiserver_[a-z_]+)").expect("regex");
+    let mut checked = 0;
+    for panel in dash["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            for m in name.find_iter(expr) {
+                let metric = m.as_str();
+                if metric.starts_with("hcp_etcd_admission_") {
+                    let base = ["_total", "_bucket", "_sum", "_count"]
+                        .iter()
+                        .find_map(|s| metric.strip_suffix(s))
+                        .unwrap_or(metric);
+                    assert!(
+                        families.iter().any(|f| f == base || f == metric),
+                        "{}: {metric} is not registered",
+                        panel["title"]
+                    );
+                } else {
+                    assert!(rules.contains(metric), "{}: {metric} is not a series the alerts use", panel["title"]);
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 12, "{checked} series checked");
+}

@@ -363,6 +363,18 @@ fn results_stream_while_the_input_is_still_being_read() {
     assert_eq!(child.wait().expect("wait").code(), Some(1));
 }
 
+/// Runs the binary, reads the first 64 bytes of its output and closes the
+/// pipe, as `head` does once it has its line.
+fn read_then_close(args: &[&str]) -> Output {
+    let mut child =
+        bin().args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut first = [0u8; 64];
+    stdout.read_exact(&mut first).expect("some output");
+    drop(stdout);
+    child.wait_with_output().expect("wait")
+}
+
 /// `check … | head -1` and `review … | head -1`: a closed stdout ends the
 /// command quietly (exit 0), never with a panic (exit 101).
 #[test]
@@ -370,18 +382,7 @@ fn a_closed_stdout_ends_quietly() {
     let t = Tmp::new("pipe");
     let big = t.file("big.yaml", &many_backups(3000));
     for format in ["text", "json", "yaml", "sarif", "junit"] {
-        let mut child = bin()
-            .args(["check", "-o", format, s(&big)])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let mut stdout = child.stdout.take().expect("stdout");
-        let mut first = [0u8; 64];
-        stdout.read_exact(&mut first).expect("some output");
-        drop(stdout); // what `head` does once it has its line
-        let o = child.wait_with_output().expect("wait");
+        let o = read_then_close(&["check", "-o", format, s(&big)]);
         assert_eq!(o.status.code(), Some(0), "{format}: {}", err(&o));
         assert!(!err(&o).contains("panicked") && err(&o).is_empty(), "{format}: {}", err(&o));
     }
@@ -668,18 +669,7 @@ fn a_closed_stdout_keeps_the_exit_code_of_what_was_judged() {
     let many: String = (0..3000).map(|i| one.replace("name: bad", &format!("name: bad-{i}")) + "---\n").collect();
     let big = t.file("denied.yaml", &many);
     for format in ["text", "json", "sarif"] {
-        let mut child = bin()
-            .args(["check", "-o", format, s(&big)])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let mut stdout = child.stdout.take().expect("stdout");
-        let mut first = [0u8; 64];
-        stdout.read_exact(&mut first).expect("some output");
-        drop(stdout);
-        let o = child.wait_with_output().expect("wait");
+        let o = read_then_close(&["check", "-o", format, s(&big)]);
         assert_eq!(o.status.code(), Some(1), "{format}: a denial before the pipe closed: {}", err(&o));
         assert!(!err(&o).contains("panicked"), "{format}: {}", err(&o));
     }

@@ -1789,20 +1789,25 @@ fn restore_needs(e: &Etcd) -> Vec<common::env::Need> {
     }
 }
 
+/// The etcd of version `label` for test `name`, when its tools are there
+/// (`None` after saying why; a failure under `HCP_REQUIRE_ALL_SUITES=1`).
+fn etcd_for(name: &str, label: &'static str) -> Option<Etcd> {
+    let needs = restore_needs(&Etcd { label, etcd: PathBuf::new(), etcdctl: PathBuf::new(), etcdutl: None });
+    if !common::env::ready(name, &needs) {
+        return None;
+    }
+    Some(match label {
+        "3.4" => etcd34(),
+        "3.5.1" => etcd35(),
+        other => etcd_go(other),
+    })
+}
+
 macro_rules! restore_tests {
     ($($name:ident: $etcd:expr, $replicas:expr, $subnet:expr, $template:expr, $scenarios:expr;)*) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
-            let label = $etcd;
-            let needs = restore_needs(&Etcd { label, etcd: PathBuf::new(), etcdctl: PathBuf::new(), etcdutl: None });
-            if !common::env::ready(stringify!($name), &needs) {
-                return;
-            }
-            let e = match label {
-                "3.4" => etcd34(),
-                "3.5.1" => etcd35(),
-                other => etcd_go(other),
-            };
+            let Some(e) = etcd_for(stringify!($name), $etcd) else { return };
             restore_cluster(e, $replicas, $subnet, $template, $scenarios).await;
         }
     )*};
@@ -1828,12 +1833,8 @@ macro_rules! fault_schedules {
         /// `scripts/restore-faults.sh`.
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
-            let label = $etcd;
-            let needs = restore_needs(&Etcd { label, etcd: PathBuf::new(), etcdctl: PathBuf::new(), etcdutl: None });
-            if !common::env::ready(stringify!($name), &needs) {
-                return;
-            }
-            faults::run(etcd_go(label), $subnet).await;
+            let Some(e) = etcd_for(stringify!($name), $etcd) else { return };
+            faults::run(e, $subnet).await;
         }
     )*};
 }
@@ -2838,15 +2839,7 @@ macro_rules! per_version {
     ($($name:ident: $test:ident, $etcd:expr, $subnet:expr;)*) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
-            let label = $etcd;
-            let needs = restore_needs(&Etcd { label, etcd: PathBuf::new(), etcdctl: PathBuf::new(), etcdutl: None });
-            if !common::env::ready(stringify!($name), &needs) {
-                return;
-            }
-            let e = match label {
-                "3.5.1" => etcd35(),
-                other => etcd_go(other),
-            };
+            let Some(e) = etcd_for(stringify!($name), $etcd) else { return };
             $test(e, $subnet).await;
         }
     )*};

@@ -181,8 +181,20 @@ pub fn serve_args(
     extra: &[String],
 ) -> Vec<String> {
     let args = deployment.pointer("/spec/template/spec/containers/0/args").and_then(Value::as_array).expect("args");
+    // `$(VAR)` of the container's literal env, as the kubelet expands args
+    // (`--operator-namespace=$(OPERATOR_NAMESPACE)`).
+    let env: Vec<(String, String)> = deployment
+        .pointer("/spec/template/spec/containers/0/env")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some((e["name"].as_str()?.to_string(), e["value"].as_str()?.to_string())))
+        .collect();
+    let expand = |a: &str| env.iter().fold(a.to_string(), |acc, (k, v)| acc.replace(&format!("$({k})"), v));
     let mut out: Vec<String> = Vec::new();
     for a in args.iter().filter_map(Value::as_str) {
+        let a = expand(a);
+        let a = a.as_str();
         let (flag, _) = a.split_once('=').unwrap_or((a, ""));
         let rewritten = match flag {
             "--listen" => format!("--listen=127.0.0.1:{port}"),

@@ -735,4 +735,8 @@ fn the_fleet_report_marks_ratcheted_findings_and_filters_failures() {
     assert_eq!(run(&["check", "--warn-exit-code", "3", s(&g)]).status.code(), Some(0));
     // A denial wins over warnings.
     assert_eq!(run(&["check", "--warn-exit-code", "3", "examples/invalid.yaml", s(&f)]).status.code(), Some(1));
+    // --failures-only shows what sets the exit code: the warned object, with --warn-exit-code.
+    let shown = run(&["check", "--failures-only", "--warn-exit-code", "3", s(&f)]);
+    assert_eq!(shown.status.code(), Some(3));
+    assert!(out(&shown).contains("sovereign.json#1:"), "the object behind exit 3 is not shown: {}", out(&shown));
 }

@@ -570,6 +570,34 @@ fn certs_inject_fills_every_ca_bundle() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `certs --inject` edits lines; a file it cannot edit exactly (a webhook
+/// whose clientConfig is indented otherwise, flow style) is refused before
+/// anything is written, never left as broken YAML with exit 0.
+#[test]
+fn certs_inject_refuses_a_file_it_cannot_edit_exactly() {
+    let dir = std::env::temp_dir().join(format!("hcp-inject-odd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("reg")).expect("dir");
+    let odd = "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: x}\nwebhooks:\n  - clientConfig:\n      service: {name: s, namespace: n, path: /a}\n    name: a.x.io\n  - name: c.x.io\n    clientConfig:\n        service: {name: s, namespace: n, path: /c}\n";
+    std::fs::write(dir.join("reg/v.yaml"), odd).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_hcp-etcd-admission"))
+        .args(["certs", "--out"])
+        .arg(dir.join("certs"))
+        .arg("--inject")
+        .arg(dir.join("reg"))
+        .output()
+        .expect("certs");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("use --patch-out instead"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(dir.join("reg/v.yaml")).expect("read"), odd, "the file was touched");
+    assert!(!dir.join("certs").exists(), "certificates written before the target was checked");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certs_renews_with_an_existing_ca_and_keeps_the_bundle() {
     let dir = std::env::temp_dir().join(format!("hcp-reuse-ca-{}", std::process::id()));

@@ -143,12 +143,55 @@ fn with_ca_bundle(text: &str, bundle: &str) -> String {
         }
         out.push_str(line);
         out.push('\n');
-        if line.trim_end().ends_with("clientConfig:") {
-            let indent = line.len() - line.trim_start().len() + 2;
-            out.push_str(&format!("{:indent$}caBundle: {bundle}\n", ""));
+        // `clientConfig:` (a comment after it allowed), also as a list item's first key.
+        let code = line.split(" #").next().unwrap_or(line).trim_end();
+        if let Some(at) = code.strip_suffix("clientConfig:").map(str::len) {
+            if code.get(..at).is_some_and(|lead| lead.trim_start_matches([' ', '-']).is_empty()) {
+                let indent = at + 2;
+                out.push_str(&format!("{:indent$}caBundle: {bundle}\n", ""));
+            }
         }
     }
     out
+}
+
+/// Checks that [`with_ca_bundle`] did exactly its job on `text`: every
+/// webhook of every webhook configuration has `bundle`, and nothing else of
+/// any document changed. Otherwise the file is one this line editor cannot
+/// handle (flow style, unusual indentation): an error, nothing written.
+fn check_injected(path: &Path, text: &str, injected: &str, bundle: &str) -> anyhow::Result<()> {
+    let docs = |t: &str| -> anyhow::Result<Vec<serde_json::Value>> {
+        serde_yaml_ng::Deserializer::from_str(t)
+            .map(|d| <serde_json::Value as serde::Deserialize>::deserialize(d).map_err(anyhow::Error::from))
+            .collect()
+    };
+    let cannot = || {
+        anyhow::anyhow!(
+            "{}: the caBundle cannot be put into every webhook's clientConfig by editing lines (flow style or unusual indentation): nothing written; use --patch-out instead",
+            path.display()
+        )
+    };
+    let (before, after) = (docs(text)?, docs(injected).map_err(|_| cannot())?);
+    anyhow::ensure!(before.len() == after.len(), cannot());
+    for (b, mut a) in before.into_iter().zip(after) {
+        let kind = a.get("kind").and_then(serde_json::Value::as_str).unwrap_or_default();
+        if kind == "ValidatingWebhookConfiguration" || kind == "MutatingWebhookConfiguration" {
+            let mut b = b;
+            for (doc, want) in [(&mut a, Some(bundle)), (&mut b, None)] {
+                for w in doc.get_mut("webhooks").and_then(serde_json::Value::as_array_mut).into_iter().flatten() {
+                    let cc = w.get_mut("clientConfig").and_then(serde_json::Value::as_object_mut).ok_or_else(cannot)?;
+                    let got = cc.remove("caBundle");
+                    if let Some(want) = want {
+                        anyhow::ensure!(got.as_ref().and_then(serde_json::Value::as_str) == Some(want), cannot());
+                    }
+                }
+            }
+            anyhow::ensure!(a == b, cannot());
+        } else {
+            anyhow::ensure!(a == b, cannot());
+        }
+    }
+    Ok(())
 }
 
 /// The Component `--patch-out` writes: one strategic-merge patch per
@@ -203,6 +246,7 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<i32> {
                     "{} has no block-style clientConfig to put a caBundle in (nothing written)",
                     f.display()
                 );
+                check_injected(f, &text, &with_ca_bundle(&text, "Q0hFQ0s="), "Q0hFQ0s=")?;
                 let meta = std::fs::metadata(f).with_context(|| format!("reading {}", f.display()))?;
                 anyhow::ensure!(!meta.permissions().readonly(), "{} is read-only (nothing written)", f.display());
             }
@@ -241,7 +285,9 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<i32> {
     }
     for path in inject.unwrap_or_default() {
         let text = std::fs::read_to_string(&path)?;
-        certs::write_file(&path, &with_ca_bundle(&text, &bundle), false)?;
+        let injected = with_ca_bundle(&text, &bundle);
+        check_injected(&path, &text, &injected, &bundle)?;
+        certs::write_file(&path, &injected, false)?;
         eprintln!("injected caBundle into {}", path.display());
     }
     if let Some((dir, configs)) = patch {

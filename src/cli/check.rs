@@ -80,8 +80,9 @@ pub struct CheckArgs {
     /// warnings (default 0: warnings do not fail a run; CI that wants them fixed sets e.g. 3).
     #[arg(long, value_name = "CODE", default_value_t = 0)]
     pub warn_exit_code: u8,
-    /// Print only the objects that need attention: denied, unreadable, or (with --audit) with
-    /// ratcheted findings. The summary still counts every object.
+    /// Print only the objects that need attention: denied, unreadable, (with --audit) with
+    /// ratcheted findings, and whatever else sets the exit code (warnings with --warn-exit-code,
+    /// skipped objects with --strict). The summary still counts every object.
     #[arg(long)]
     pub failures_only: bool,
     /// Show each mutated object as it would be stored (the patch applied); presigned URLs redacted.
@@ -277,9 +278,11 @@ impl Lookup for CheckLookup<'_> {
 /// a restore URL's expiry is about the moment of a restore, which for a
 /// stored HostedCluster is over (or pending, and then the etcd-init alerts
 /// and `HcpEtcdInitRestorePending` say so), so every long-restored cluster
-/// would be listed for nothing.
-const NOT_RATCHETED: [&str; 4] = [
+/// would be listed for nothing; the credentials Secret's detected mode is
+/// information, not a finding.
+const NOT_RATCHETED: [&str; 5] = [
     hcp_etcd_admission::rules::preflight::UNAVAILABLE.id,
+    hcp_etcd_admission::rules::secret::MODE.id,
     hcp_etcd_admission::rules::URL_EXPIRED.id,
     hcp_etcd_admission::rules::URL_EXPIRING.id,
     hcp_etcd_admission::rules::INIT_URL_EXPIRY.id,
@@ -409,14 +412,23 @@ impl Judge<'_> {
             d.denial().and_then(|x| x.details.as_ref()).map(|x| x.causes.clone()).unwrap_or_default()
         };
         let kept = causes(update);
+        // What the UPDATE still says, as a cause or inside a warning, is not ratcheted.
+        let said = |c: &admission::Cause| {
+            kept.iter().any(|k| k.field == c.field && k.message == c.message)
+                || update.warnings.iter().any(|w| w.contains(&c.message))
+        };
         let mut out: Vec<CauseReport> = causes(create)
             .iter()
-            .filter(|c| !kept.iter().any(|k| k.field == c.field && k.message == c.message))
+            .filter(|c| !said(c))
             .map(|c| self.cause(c))
             .filter(|c| !c.rule.as_deref().is_some_and(|r| NOT_RATCHETED.contains(&r)))
             .collect();
         let no_causes = causes(create).is_empty();
+        let listed_rule = |m: &str| rule_of(m).is_some_and(|r| NOT_RATCHETED.contains(&r));
         if let (Some(denial), true) = (create.denial(), no_causes && update.allowed()) {
+            if listed_rule(&denial.message) {
+                return out;
+            }
             // A denial without causes (no field): the message itself.
             out.push(CauseReport {
                 reason: "Denied",
@@ -565,6 +577,8 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
         emit: emit::Emitter::new(std::io::stdout().lock(), args.output, &rules),
         summary: Summary { audit: args.audit, ..Summary::default() },
         failures_only: args.failures_only,
+        warnings_fail: args.warn_exit_code != 0,
+        strict: args.strict,
     };
     match judge_all(args, &judge, &mut out) {
         Ok(()) => {}
@@ -593,12 +607,19 @@ struct Out<'a, W: std::io::Write> {
     emit: emit::Emitter<'a, W>,
     summary: Summary,
     failures_only: bool,
+    warnings_fail: bool,
+    strict: bool,
 }
 
 impl<W: std::io::Write> Out<'_, W> {
     fn report(&mut self, r: &Report) -> std::io::Result<()> {
         count(r, &mut self.summary);
-        let attention = matches!(r.result, "denied" | "error") || !r.ratcheted.is_empty();
+        // Whatever sets the exit code is shown: warnings with --warn-exit-code,
+        // skipped objects with --strict.
+        let attention = matches!(r.result, "denied" | "error")
+            || !r.ratcheted.is_empty()
+            || (self.warnings_fail && !r.warnings.is_empty())
+            || (self.strict && r.result == "skipped");
         if self.failures_only && !attention {
             return Ok(());
         }

@@ -181,20 +181,18 @@ struct ListItems {
 /// Whether a document that starts with `header` and then has a line
 /// `items:` is a v1 `List` printed by kubectl (`apiVersion: v1` at the top
 /// level, before the items; `kind: List` comes after them).
-/// Whether a document that starts with `header` and then has a line
-/// `    "items": [` is a v1 `List` printed by `kubectl -o json` (`{` first,
-/// `"apiVersion": "v1",` at the top level before the items).
+/// Whether a document whose text so far is `header` and whose next line is
+/// `line` is a v1 `List` exactly as `kubectl -o json` prints it: `{`, then
+/// `"apiVersion": "v1",`, then `"items": [` (4 spaces). Anything else
+/// (another order, a nested or repeated `items`) is read whole. Constant
+/// time: the header is compared, never scanned.
 fn json_list_header(header: &[u8], line: &[u8]) -> bool {
-    let is_items = line.trim_ascii_end() == b"    \"items\": [";
-    let mut lines = header.split(|b| *b == b'\n').filter(|l| !l.trim_ascii().is_empty());
-    is_items
-        && lines.next().is_some_and(|l| l.trim_ascii() == b"{")
-        && header.split(|b| *b == b'\n').any(|l| l.trim_ascii_end() == b"    \"apiVersion\": \"v1\",")
+    const HEAD: &[u8] = b"{\n    \"apiVersion\": \"v1\",\n";
+    line.trim_ascii_end() == b"    \"items\": [" && header == HEAD
 }
 
-fn list_header(header: &[u8], line: &[u8]) -> bool {
-    let is_items = line.strip_suffix(b"\n").unwrap_or(line).trim_ascii_end() == b"items:";
-    is_items && header.split(|b| *b == b'\n').any(|l| l.trim_ascii_end() == b"apiVersion: v1")
+fn list_header(api_v1: bool, line: &[u8]) -> bool {
+    api_v1 && line.strip_suffix(b"\n").unwrap_or(line).trim_ascii_end() == b"items:"
 }
 
 impl Documents {
@@ -219,6 +217,7 @@ impl Documents {
         let mut chunk = Vec::new();
         let mut line = Vec::new();
         let start = self.line + 1;
+        let mut api_v1 = false;
         loop {
             line.clear();
             match reader.read_until(b'\n', &mut line) {
@@ -232,8 +231,11 @@ impl Documents {
                         // A separator ends the document before it (empty ones are skipped later).
                         return Some(Ok((start, chunk)));
                     }
+                    // Whether the document so far has `apiVersion: v1` at its top
+                    // level: kept as it is read (a rescan per line is quadratic).
+                    api_v1 |= line.trim_ascii_end() == b"apiVersion: v1";
                     let json = json_list_header(&chunk, &line);
-                    if json || list_header(&chunk, &line) {
+                    if json || list_header(api_v1, &line) {
                         // The items follow, one at a time.
                         let mut header = chunk.clone();
                         header.extend_from_slice(&line);
@@ -296,17 +298,31 @@ impl Documents {
                 }
                 return false;
             }
+            let t = line.trim_ascii_end();
             if list.tail {
+                // kubectl's tail: `"kind": "List"` and `metadata`, up to the
+                // `}` in column 0 that ends the List; what follows is read as
+                // any other input. A second `items` is never skipped silently.
+                if t == b"}" {
+                    self.list = None;
+                    return false;
+                }
+                if t.trim_ascii_start().starts_with(b"\"items\"") && !list.stray {
+                    list.stray = true;
+                    let message = "a second \"items\" after the List's items (not kubectl's layout): it is not judged; give one List per document".to_string();
+                    let at = self.line;
+                    self.pending.push_back(self.error(at, message));
+                    return true;
+                }
                 continue;
             }
-            let t = line.trim_ascii_end();
             if list.item.is_empty() {
                 if t == b"        {" {
                     list.item_line = self.line;
                     list.item.extend_from_slice(&line);
                     continue;
                 }
-                if list.index > 0 && t.starts_with(b"    ]") {
+                if list.index > 0 && (t == b"    ]" || t == b"    ],") {
                     list.tail = true;
                     continue;
                 }
@@ -749,6 +765,20 @@ mod tests {
             matches!(json.as_slice(), [Entry::Object(a), Entry::Object(b)]
                 if a.value["metadata"]["name"] == "a" && a.item == Some(0) && a.line == 4 && b.value["kind"] == "B" && b.item == Some(1) && b.line == 8),
             "{json:#?}"
+        );
+        // What follows the List's closing brace is judged too; a second items is an input error.
+        let then = docs("{\n    \"apiVersion\": \"v1\",\n    \"items\": [\n        {\n            \"kind\": \"A\"\n        }\n    ],\n    \"kind\": \"List\"\n}\n{\"kind\": \"B\"}\n");
+        assert!(
+            matches!(then.as_slice(), [Entry::Object(a), Entry::Object(b)] if a.value["kind"] == "A" && b.value["kind"] == "B"),
+            "{then:#?}"
+        );
+        let twice = docs("{\n    \"apiVersion\": \"v1\",\n    \"items\": [\n        {\n            \"kind\": \"A\"\n        }\n    ],\n    \"items\": [{\"kind\": \"B\"}],\n    \"kind\": \"List\"\n}\n");
+        assert!(matches!(twice.as_slice(), [Entry::Object(_), Entry::Error(_)]), "{twice:#?}");
+        // items nested before the real ones (not kubectl's layout): read whole, as the apiserver would.
+        let nested = docs("{\n    \"metadata\": {},\n    \"apiVersion\": \"v1\",\n    \"items\": [\n        {\n            \"kind\": \"A\"\n        }\n    ],\n    \"kind\": \"List\"\n}\n");
+        assert!(
+            matches!(nested.as_slice(), [Entry::Object(a)] if a.value["kind"] == "A" && a.item == Some(0)),
+            "{nested:#?}"
         );
         // Compact JSON (one line) is read whole: the same objects.
         let compact = docs("{\"apiVersion\":\"v1\",\"items\":[{\"kind\":\"A\"},{\"kind\":\"B\"}],\"kind\":\"List\"}\n");

@@ -2832,6 +2832,12 @@ async fn a_member_an_earlier_restore_never_released_is_not_started(e: Etcd, subn
     assert_eq!(code, 0, "a member etcd ran on was taken for an unreleased one:\n{log}");
     let msg = std::fs::read_to_string(termination_log(&m)).expect("termination message");
     assert!(msg.starts_with("SKIPPED: "), "{msg}");
+    // A stamp that cannot be read (here: empty) never passes for this member's.
+    std::fs::write(data.join("member/.etcd-init-volume"), b"").expect("stamp");
+    let (code, log) = run_init(&sts, &ns, &m, &rig.bin, &rig.store.ca_file, &run);
+    assert_ne!(code, 0, "started on a volume whose stamp cannot be read:\n{log}");
+    let msg = std::fs::read_to_string(termination_log(&m)).expect("termination message");
+    assert!(msg.contains("cannot be read or is empty"), "{msg}");
     let _ = std::fs::remove_dir_all(&rig.root);
 }
 

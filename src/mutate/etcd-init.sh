@@ -169,6 +169,10 @@ if [ -f "$DATA_DIR/member/snap/db" ]; then
 	# Whose volume first (its runbook never deletes a volume), then whether
 	# an earlier restore left it unreleased.
 	STAMPED=$(head -n 1 "$DATA_DIR/member/$STAMP_NAME" 2>/dev/null || true)
+	if [ -z "$STAMPED" ] && { [ -e "$DATA_DIR/member/$STAMP_NAME" ] || [ -L "$DATA_DIR/member/$STAMP_NAME" ]; }; then
+		# A stamp that cannot be read is not "no stamp": never taken as this member's.
+		fail "$DATA_DIR/member/$STAMP_NAME cannot be read or is empty: whose volume this is cannot be established; etcd is not started on it and nothing is touched (docs/restore.md)"
+	fi
 	if [ -n "$STAMPED" ] && [ "$STAMPED" != "$VOLUME_ID" ]; then
 		fail "$DATA_DIR holds the etcd $STAMPED, not this $VOLUME_ID (its stamp, $DATA_DIR/member/$STAMP_NAME): another member's or another hosted cluster's volume is mounted here (a volume attach race, a reused PersistentVolume); etcd is not started on it and nothing is touched. Check which PersistentVolume this pod's claim is bound to; only if the data is this member's, remove the stamp (docs/restore.md)"
 	fi

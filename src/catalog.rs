@@ -4,7 +4,33 @@
 
 use serde_json::Value;
 
-use crate::{api::upstream_rules, crd, rules::BEYOND_RULES};
+use crate::{
+    api::upstream_rules,
+    crd,
+    rules::{self, BEYOND_RULES},
+    settings::Settings,
+};
+
+impl Settings {
+    /// Checks the values, and every rule id of the enforcement block against
+    /// the catalog; returns every problem found.
+    pub fn validate(&self) -> Result<(), Vec<String>> {
+        let mut problems = self.value_problems();
+        problems.extend(self.enforcement.problems(rules::severity_of));
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// Parses settings from JSON, with readable errors for unknown keys and bad values.
+    pub fn from_json(v: &serde_json::Value) -> Result<Self, String> {
+        let s = Settings::parse_json(v)?;
+        s.validate().map_err(|p| format!("invalid settings: {}", p.join("; ")))?;
+        Ok(s)
+    }
+}
 
 /// One row of the catalog.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,5 +125,17 @@ mod tests {
         ids.sort_unstable();
         ids.dedup();
         assert_eq!(ids.len(), entries.len(), "rule ids are unique");
+    }
+
+    /// Every id the rule table prints is accepted by `enforcement.rules`,
+    /// with the severity the table shows.
+    #[test]
+    fn every_printed_id_is_a_setting() {
+        for e in entries().unwrap_or_else(|e| panic!("{e}")) {
+            let severity = rules::severity_of(&e.id).map(crate::finding::Severity::as_str);
+            assert_eq!(severity, Some(e.severity), "{}", e.id);
+            let json = serde_json::json!({"enforcement": {"rules": {e.id.clone(): "off"}}});
+            Settings::from_json(&json).unwrap_or_else(|err| panic!("{}: {err}", e.id));
+        }
     }
 }

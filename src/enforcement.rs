@@ -18,6 +18,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::{api::upstream_rules, finding::Severity};
+
 /// Every upstream schema or CEL error (the CRD's own rules).
 pub const UPSTREAM_SCHEMA: &str = "upstream-schema";
 /// The etcd StatefulSet's restore decision cannot be established (403).
@@ -32,14 +34,9 @@ pub const INTERNAL_ERROR: &str = "internal-error";
 /// The fail-closed ids: never relaxed by `mode` or an exemption.
 pub const FAIL_CLOSED: &[&str] = &[ETCD_INIT_UNDECIDABLE, ETCD_INIT_TEMPLATE, BAD_REQUEST, INTERNAL_ERROR];
 
-/// The ids a finding can carry besides the project rules'.
+/// The ids a finding can carry besides the project rules' and upstream's.
 pub const PSEUDO_RULES: &[&str] =
     &[UPSTREAM_SCHEMA, ETCD_INIT_UNDECIDABLE, ETCD_INIT_TEMPLATE, BAD_REQUEST, INTERNAL_ERROR];
-
-/// Every id a finding can carry: a closed set (metric labels, override keys).
-pub fn known_rule(id: &str) -> Option<&'static str> {
-    crate::rules::BEYOND_RULES.iter().map(|r| r.id).chain(PSEUDO_RULES.iter().copied()).find(|k| *k == id)
-}
 
 /// The default for every rule finding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,7 +111,8 @@ impl Enforced {
 /// One finding and what enforcement did with it (carried by the decision).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleResult {
-    /// From the closed set of [`known_rule`].
+    /// A rule id of the catalog (a project rule, an upstream rule, or one of
+    /// [`PSEUDO_RULES`]): a closed set, fit for a metric label.
     pub rule: &'static str,
     pub outcome: Enforced,
 }
@@ -140,11 +138,19 @@ impl Enforcement {
         who.groups.iter().find(|g| e.groups.contains(g)).map(|g| format!("group {g:?}"))
     }
 
-    /// What to do with a finding of `rule` for a request (`exempt`: the
-    /// requester is exempt). Fail-closed ids deny unless named under `rules`.
+    /// The action named for `rule`: its own entry, else for one of
+    /// upstream's rules the `upstream-schema` entry ("all upstream").
+    fn named(&self, rule: &str) -> Option<RuleAction> {
+        self.rules
+            .get(rule)
+            .copied()
+            .or_else(|| upstream_rules::is_upstream(rule).then(|| self.rules.get(UPSTREAM_SCHEMA).copied()).flatten())
+    }
+
+    /// What to do with a denying finding of `rule` for a request (`exempt`:
+    /// the requester is exempt). Fail-closed ids deny unless named under `rules`.
     pub fn outcome(&self, rule: &str, exempt: bool) -> Enforced {
-        let named = self.rules.get(rule).copied();
-        let named = named.map(|a| match a {
+        let named = self.named(rule).map(|a| match a {
             RuleAction::Deny => Enforced::Denied,
             RuleAction::Warn => Enforced::Warned,
             RuleAction::Audit => Enforced::Audited,
@@ -163,20 +169,38 @@ impl Enforcement {
         })
     }
 
+    /// What to do with a warning of `rule`: the same dial, capped at a
+    /// warning (a warning never becomes a denial; `deny` for a warn-level
+    /// rule is refused by [`Self::problems`]). `mode: deny` and `mode: warn`
+    /// keep it a warning, `mode: audit` and `audit` record it without one,
+    /// `off` drops it, an exempt requester has it recorded as exempt.
+    pub fn warning_outcome(&self, rule: &str, exempt: bool) -> Enforced {
+        match self.outcome(rule, exempt) {
+            Enforced::Denied => Enforced::Warned,
+            other => other,
+        }
+    }
+
     /// Whether this block changes nothing (every finding denies, nobody is exempt).
     pub fn is_default(&self) -> bool {
         self == &Self::default()
     }
 
-    /// Checks the block; every problem names its key.
-    pub fn problems(&self) -> Vec<String> {
+    /// Checks the block against the rule catalog (`severity_of` gives each
+    /// known id's severity, `None` for an unknown one); every problem names
+    /// its key and what is accepted.
+    pub fn problems(&self, severity_of: impl Fn(&str) -> Option<Severity>) -> Vec<String> {
         let mut out = Vec::new();
-        for id in self.rules.keys() {
-            if known_rule(id).is_none() {
-                out.push(format!(
-                    "enforcement.rules: unknown rule id {id:?} (see `hcp-etcd-admission rules`, or one of {})",
+        for (id, action) in &self.rules {
+            match severity_of(id) {
+                None => out.push(format!(
+                    "enforcement.rules: unknown rule id {id:?} (every id `hcp-etcd-admission rules` prints is accepted, and {})",
                     PSEUDO_RULES.join(", ")
-                ));
+                )),
+                Some(Severity::Warn) if *action == RuleAction::Deny => out.push(format!(
+                    "enforcement.rules.{id}: deny: {id} is a warn-level rule (it reports what may fail later, not what is invalid now), so it cannot deny; use warn, audit or off"
+                )),
+                Some(_) => {}
             }
         }
         for ns in &self.exemptions.namespaces {
@@ -256,11 +280,59 @@ mod tests {
         let mut e = with(Mode::Deny, &[("restore-url-expird", RuleAction::Off)]);
         e.exemptions.namespaces = vec!["Bad_NS".into()];
         e.exemptions.groups = vec![" ".into()];
-        let p = e.problems();
+        let p = e.problems(known);
         assert_eq!(p.len(), 3, "{p:?}");
         assert!(p[0].starts_with("enforcement.rules: unknown rule id \"restore-url-expird\""), "{p:?}");
         assert!(p[1].starts_with("enforcement.exemptions.namespaces"), "{p:?}");
         assert!(p[2].starts_with("enforcement.exemptions.groups"), "{p:?}");
-        assert!(with(Mode::Warn, &[(ETCD_INIT_TEMPLATE, RuleAction::Deny)]).problems().is_empty());
+        assert!(with(Mode::Warn, &[(ETCD_INIT_TEMPLATE, RuleAction::Deny)]).problems(known).is_empty());
+    }
+
+    /// A stand-in catalog: one warn-level rule, one deny-level rule, the pseudo ids.
+    fn known(id: &str) -> Option<Severity> {
+        match id {
+            "restore-url-expiring" => Some(Severity::Warn),
+            "restore-url-expired" => Some(Severity::Deny),
+            id if PSEUDO_RULES.contains(&id) || upstream_rules::is_upstream(id) => Some(Severity::Deny),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_warn_level_rule_cannot_deny_and_upstream_ids_are_accepted() {
+        let e = with(
+            Mode::Deny,
+            &[
+                ("restore-url-expiring", RuleAction::Deny),
+                ("upstream.hcpetcdbackup.spec.storage.s3-union", RuleAction::Off),
+            ],
+        );
+        let p = e.problems(known);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("enforcement.rules.restore-url-expiring: deny:")
+                && p[0].contains("use warn, audit or off")
+        );
+    }
+
+    #[test]
+    fn warnings_follow_the_dial_but_never_deny() {
+        let w = "restore-url-expiring";
+        assert_eq!(with(Mode::Deny, &[]).warning_outcome(w, false), Enforced::Warned);
+        assert_eq!(with(Mode::Warn, &[]).warning_outcome(w, false), Enforced::Warned);
+        assert_eq!(with(Mode::Audit, &[]).warning_outcome(w, false), Enforced::Audited);
+        assert_eq!(with(Mode::Deny, &[(w, RuleAction::Off)]).warning_outcome(w, false), Enforced::Off);
+        assert_eq!(with(Mode::Deny, &[(w, RuleAction::Audit)]).warning_outcome(w, false), Enforced::Audited);
+        assert_eq!(with(Mode::Deny, &[]).warning_outcome(w, true), Enforced::Exempt);
+    }
+
+    #[test]
+    fn upstream_schema_names_every_upstream_rule_and_an_id_beats_it() {
+        let s3 = "upstream.hcpetcdbackup.spec.storage.s3-union";
+        let azure = "upstream.hcpetcdbackup.spec.storage.azureblob-union";
+        let e = with(Mode::Deny, &[(UPSTREAM_SCHEMA, RuleAction::Audit), (s3, RuleAction::Off)]);
+        assert_eq!(e.outcome(s3, false), Enforced::Off);
+        assert_eq!(e.outcome(azure, false), Enforced::Audited);
+        assert_eq!(e.outcome("restore-url-expired", false), Enforced::Denied);
     }
 }

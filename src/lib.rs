@@ -23,6 +23,7 @@ pub mod build_info;
 pub mod catalog;
 pub mod crd;
 pub mod enforcement;
+pub mod finding;
 #[cfg(feature = "wasm")]
 pub mod kubewarden;
 pub mod lookup;

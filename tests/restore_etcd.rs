@@ -1648,6 +1648,13 @@ fn a_member_late_past_the_urls_expiry_joins(c: &mut Cluster) {
         let o = slot.take().expect("etcd-init").wait_with_output().expect("etcd-init");
         out.push((o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned()));
     }
+    // Every member's log when an on-time one did not restore (the late
+    // member's own log explains why it never answered).
+    if out.iter().take(last).any(|(code, _)| *code != 0) {
+        let logs: Vec<String> =
+            out.iter().enumerate().map(|(i, (code, log))| format!("etcd-{i} (exit {code}):\n{log}")).collect();
+        panic!("an on-time member did not restore next to the late one:\n{}", logs.join("\n"));
+    }
     assert!(c.store.requests().len() > downloads, "the late member never asked the store");
     let (code, log) = &out[last];
     assert_ne!(*code, 0, "the late member restored from an expired URL:\n{log}");

@@ -8,14 +8,17 @@
 
 use serde::Serialize;
 
-use crate::schema::{go_quote, FieldError};
+use crate::{
+    finding::Warning,
+    schema::{go_quote, FieldError},
+};
 
 /// The decision for one request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
     pub verdict: Verdict,
     /// Shown by kubectl; also on an allowed request.
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Warning>,
     /// The JSON patch (RFC 6902) to apply; mutations only, never with a denial.
     pub patch: Option<json_patch::Patch>,
     /// What the etcd-init mutation did, when it ran (for metrics).
@@ -147,17 +150,17 @@ pub(crate) fn invalid_message(kind: &str, group: &str, name: &str, texts: impl I
 
 impl Decision {
     /// Allowed, with warnings.
-    pub fn allow(warnings: Vec<String>) -> Self {
+    pub fn allow(warnings: Vec<Warning>) -> Self {
         Self::of(Verdict::Allowed, warnings)
     }
 
     /// Allowed with a JSON patch.
-    pub fn mutate(patch: json_patch::Patch, warnings: Vec<String>) -> Self {
+    pub fn mutate(patch: json_patch::Patch, warnings: Vec<Warning>) -> Self {
         Self { patch: Some(patch), ..Self::allow(warnings) }
     }
 
     /// A verdict and its warnings; nothing else recorded yet.
-    fn of(verdict: Verdict, warnings: Vec<String>) -> Self {
+    fn of(verdict: Verdict, warnings: Vec<Warning>) -> Self {
         Self {
             verdict,
             warnings,
@@ -184,7 +187,7 @@ impl Decision {
     /// A 422 Invalid denial listing every field error.
     /// At most [`super::answer_bounds::MAX_CAUSES`] errors are reported;
     /// one last cause says there were more.
-    pub fn invalid(kind: &str, group: &str, name: &str, errors: &[FieldError], warnings: Vec<String>) -> Self {
+    pub fn invalid(kind: &str, group: &str, name: &str, errors: &[FieldError], warnings: Vec<Warning>) -> Self {
         let max = super::answer_bounds::MAX_CAUSES;
         let capped: Vec<FieldError>;
         // One over the cap passes as it is: the schema's own list ends with its marker there.
@@ -209,7 +212,7 @@ impl Decision {
 
     /// A 403 denial in `errors.NewForbidden`'s shape:
     /// `<resource>.<group> "<name>" is forbidden: <reason>`.
-    pub fn forbidden(resource: &str, group: &str, name: &str, reason: &str, warnings: Vec<String>) -> Self {
+    pub fn forbidden(resource: &str, group: &str, name: &str, reason: &str, warnings: Vec<Warning>) -> Self {
         let qualified = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
         let denial = Denial {
             reason: DenialReason::Forbidden,

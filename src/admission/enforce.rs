@@ -2,15 +2,19 @@
 //! each finding of a denial gets the outcome [`Enforcement::outcome`] gives
 //! it. Denied findings stay in the denial (its message rebuilt from them),
 //! warned ones become warnings with the same text, audited and exempt ones
-//! become audit annotations, `off` ones disappear. Every finding, and every
-//! warning a project rule raised, is listed in [`Decision::rules`] for the
-//! metrics and the log line.
+//! become audit annotations, `off` ones disappear. A rule's warning follows
+//! the same dial, capped at a warning ([`Enforcement::warning_outcome`]);
+//! a note (a warning without a rule) always stays. Every finding, warnings
+//! included, is listed in [`Decision::rules`] for the metrics and the log line.
 
 use super::{
     decision::{invalid_message, Decision, DenialReason, Details, Verdict},
     AdmissionRequest,
 };
-use crate::enforcement::{self, Enforced, Enforcement, Requester, RuleResult};
+use crate::{
+    enforcement::{self, Enforced, Enforcement, Requester, RuleResult},
+    finding::Warning,
+};
 
 /// Audit annotation keys (the apiserver records `<webhook name>/<key>`).
 pub const AUDIT_KEY: &str = "audit";
@@ -23,13 +27,6 @@ struct Finding {
     rule: &'static str,
     text: String,
     cause: Option<super::Cause>,
-}
-
-/// The rule id at the end of a warning (`... (rule <id>)`), if it is a known one.
-fn warning_rule(w: &str) -> Option<&'static str> {
-    let inner = w.strip_suffix(')')?;
-    let start = inner.rfind("(rule ")?;
-    enforcement::known_rule(inner.get(start + "(rule ".len()..)?)
 }
 
 fn findings(decision: &Decision, mutating: bool) -> Vec<Finding> {
@@ -64,52 +61,76 @@ fn bounded(mut s: String) -> String {
     s
 }
 
+/// Where enforcement sends findings that no longer deny.
+#[derive(Default)]
+struct Relaxed {
+    audited: Vec<String>,
+    exempted: Vec<String>,
+}
+
 /// The decision with `enforcement` applied (`mutating`: the etcd StatefulSet path).
 pub fn apply(mut decision: Decision, req: &AdmissionRequest, enforcement: &Enforcement, mutating: bool) -> Decision {
-    let mut results: Vec<RuleResult> = decision
-        .warnings
-        .iter()
-        .filter_map(|w| warning_rule(w))
-        .map(|rule| RuleResult { rule, outcome: Enforced::Warned })
-        .collect();
     let found = findings(&decision, mutating);
-    if found.is_empty() {
-        decision.rules = results;
-        return decision;
+    let exemption = if enforcement.is_default() { None } else { enforcement.exemption(&requester(req)) };
+    let mut results = Vec::new();
+    let mut relaxed = Relaxed::default();
+    // Warnings first, in their order: a note stays, a rule's warning follows the dial.
+    let mut warnings = Vec::with_capacity(decision.warnings.len());
+    for w in std::mem::take(&mut decision.warnings) {
+        let Some(rule) = w.rule else {
+            warnings.push(w);
+            continue;
+        };
+        let outcome = enforcement.warning_outcome(rule, exemption.is_some());
+        results.push(RuleResult { rule, outcome });
+        match outcome {
+            Enforced::Denied | Enforced::Warned => warnings.push(w),
+            Enforced::Audited => relaxed.audited.push(w.text),
+            Enforced::Exempt => relaxed.exempted.push(w.text),
+            Enforced::Off => {}
+        }
     }
-    let namespace = req.namespace_or_object();
-    let user = req.user_info.as_ref();
-    let who = Requester {
-        namespace,
-        username: user.map_or("", |u| u.username.as_str()),
-        groups: user.map_or(&[], |u| u.groups.as_slice()),
-    };
-    let exemption = if enforcement.is_default() { None } else { enforcement.exemption(&who) };
-    let (mut kept, mut audited, mut exempted) = (Vec::new(), Vec::new(), Vec::new());
+    let mut kept = Vec::new();
     for f in found {
         let outcome = enforcement.outcome(f.rule, exemption.is_some());
         results.push(RuleResult { rule: f.rule, outcome });
         match outcome {
             Enforced::Denied => kept.push(f),
-            Enforced::Warned => decision.warnings.push(f.text),
-            Enforced::Audited => audited.push(f.text),
-            Enforced::Exempt => exempted.push(f.text),
+            Enforced::Warned => warnings.push(Warning::ruled(f.rule, f.text)),
+            Enforced::Audited => relaxed.audited.push(f.text),
+            Enforced::Exempt => relaxed.exempted.push(f.text),
             Enforced::Off => {}
         }
     }
+    decision.warnings = warnings;
     decision.rules = results;
-    if !audited.is_empty() {
-        decision.audit_annotations.insert(AUDIT_KEY.to_string(), bounded(audited.join("; ")));
+    if !relaxed.audited.is_empty() {
+        decision.audit_annotations.insert(AUDIT_KEY.to_string(), bounded(relaxed.audited.join("; ")));
     }
-    if let (Some(why), false) = (exemption, exempted.is_empty()) {
-        decision.audit_annotations.insert(EXEMPT_KEY.to_string(), bounded(format!("{why}: {}", exempted.join("; "))));
+    if let (Some(why), false) = (exemption, relaxed.exempted.is_empty()) {
+        let text = bounded(format!("{why}: {}", relaxed.exempted.join("; ")));
+        decision.audit_annotations.insert(EXEMPT_KEY.to_string(), text);
     }
+    keep_denying(decision, kept)
+}
+
+/// Who sent `req`, and the object's namespace.
+fn requester(req: &AdmissionRequest) -> Requester<'_> {
+    let user = req.user_info.as_ref();
+    Requester {
+        namespace: req.namespace_or_object(),
+        username: user.map_or("", |u| u.username.as_str()),
+        groups: user.map_or(&[], |u| u.groups.as_slice()),
+    }
+}
+
+/// The denial with exactly the findings that still deny (allowed when none does).
+fn keep_denying(mut decision: Decision, kept: Vec<Finding>) -> Decision {
     let Verdict::Denied(denial) = &mut decision.verdict else { return decision };
     if kept.is_empty() {
         decision.verdict = Verdict::Allowed;
         return decision;
     }
-    // Some findings still deny: the denial keeps exactly those.
     if let Some(Details { name, group, kind, causes }) = denial.details.as_mut() {
         let kept_causes: Vec<_> = kept.into_iter().filter_map(|f| f.cause).collect();
         if !kept_causes.is_empty() && kept_causes.len() != causes.len() {

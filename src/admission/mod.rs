@@ -230,7 +230,7 @@ fn unenforced(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> (Decision
             "hcp-etcd-admission: the etcd StatefulSet mutation was called for {}; nothing changed (check the MutatingWebhookConfiguration rules)",
             target.map_or("an unknown resource", Target::resource)
         );
-        return (Decision::allow(vec![warning]), true);
+        return (Decision::allow(vec![crate::finding::Warning::note(warning)]), true);
     }
     if target == Some(Target::EtcdStatefulSets) && decision.expect.is_none_or(|e| e == Target::EtcdStatefulSets) {
         return (mutating::mutation(req, decision), true);

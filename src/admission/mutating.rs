@@ -7,15 +7,18 @@
 use serde_json::Value;
 
 use super::{AdmissionRequest, Decision, DecisionInput, Operation};
-use crate::mutate::{self, Outcome, Refusal};
+use crate::{
+    finding::Warning,
+    mutate::{self, Outcome, Refusal},
+};
 
 pub fn mutation(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
-    let allow = |warnings: Vec<String>| Decision::allow(warnings).with_etcd_init(Outcome::NotApplicable);
+    let allow = |warnings: Vec<Warning>| Decision::allow(warnings).with_etcd_init(Outcome::NotApplicable);
     if !req.writes_main_resource() {
         return allow(Vec::new());
     }
     let Some(sts) = req.object.as_ref().filter(|o| o.is_object()) else {
-        return allow(vec!["request.object is not an object: etcd-init restore injection skipped".to_string()]);
+        return allow(vec![Warning::note("request.object is not an object: etcd-init restore injection skipped")]);
     };
     let namespace = req.namespace_or_object();
     let name = sts.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();

@@ -6,8 +6,9 @@ use serde_json::Value;
 
 use super::{AdmissionRequest, Decision, DecisionInput, Operation, Target};
 use crate::{
-    api::GROUP,
+    api::{upstream_rules, GROUP},
     crd,
+    finding::Warning,
     rules::{self, RuleContext},
     schema::{CompiledCrdSchema, Scope},
 };
@@ -20,11 +21,15 @@ fn compiled(target: Target) -> Option<&'static Compiled> {
     static HC: OnceLock<Compiled> = OnceLock::new();
     static HCP: OnceLock<Compiled> = OnceLock::new();
     Some(match target {
-        Target::HcpEtcdBackups => BACKUP.get_or_init(|| crd::hcpetcdbackup_schema().map(CompiledCrdSchema::compile)),
-        Target::HostedClusters => HC.get_or_init(|| crd::hostedcluster_schema().map(CompiledCrdSchema::compile)),
-        Target::HostedControlPlanes => {
-            HCP.get_or_init(|| crd::hostedcontrolplane_schema().map(CompiledCrdSchema::compile))
-        }
+        Target::HcpEtcdBackups => BACKUP.get_or_init(|| {
+            crd::hcpetcdbackup_schema().map(|s| CompiledCrdSchema::compile_named(s, upstream_rules::hcpetcdbackup))
+        }),
+        Target::HostedClusters => HC.get_or_init(|| {
+            crd::hostedcluster_schema().map(|s| CompiledCrdSchema::compile_named(s, upstream_rules::hostedcluster))
+        }),
+        Target::HostedControlPlanes => HCP.get_or_init(|| {
+            crd::hostedcontrolplane_schema().map(|s| CompiledCrdSchema::compile_named(s, upstream_rules::hostedcluster))
+        }),
         Target::EtcdStatefulSets | Target::EtcdBackupSecrets => return None,
     })
 }
@@ -149,8 +154,15 @@ fn judge(
     }
     let mut errors = outcome.errors;
     errors.extend(findings.errors);
-    let mut warnings: Vec<String> = outcome.unknown_fields.iter().map(|f| format!("unknown field {f:?}")).collect();
-    warnings.extend(outcome.ratcheted.iter().map(ToString::to_string));
+    // The apiserver's notes on pruned fields, then the ratcheted rules' warnings.
+    let mut warnings: Vec<Warning> =
+        outcome.unknown_fields.iter().map(|f| Warning::note(format!("unknown field {f:?}"))).collect();
+    warnings.extend(
+        outcome
+            .ratcheted
+            .iter()
+            .map(|e| Warning::ruled(e.rule_id.unwrap_or(crate::enforcement::UPSTREAM_SCHEMA), e.to_string())),
+    );
     warnings.extend(findings.warnings);
     finish(req, target, GROUP, errors, warnings).with_credentials(findings.credentials)
 }
@@ -160,7 +172,7 @@ fn finish(
     target: Target,
     group: &str,
     errors: Vec<crate::schema::FieldError>,
-    warnings: Vec<String>,
+    warnings: Vec<Warning>,
 ) -> Decision {
     if errors.is_empty() {
         Decision::allow(warnings)

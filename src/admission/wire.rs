@@ -189,7 +189,7 @@ impl AdmissionResponse {
             status,
             patch_type: patch.as_ref().map(|_| "JSONPatch".to_string()),
             patch,
-            warnings: decision.warnings.clone(),
+            warnings: crate::finding::texts(&decision.warnings),
             audit_annotations: decision.audit_annotations.clone(),
         })
     }

@@ -49,3 +49,19 @@ pub const IDS: &[(&str, &str, &str, &str)] = &[
 pub fn id(prefix: &str, field: &str, message: &str) -> Option<&'static str> {
     IDS.iter().find(|(p, f, m, _)| *p == prefix && *f == field && *m == message).map(|(_, _, _, id)| *id)
 }
+
+/// [`id`] for the HCPEtcdBackup schema (a `schema::RuleIds`).
+pub fn hcpetcdbackup(field: &str, message: &str) -> Option<&'static str> {
+    id("upstream.hcpetcdbackup", field, message)
+}
+
+/// [`id`] for the HostedCluster and HostedControlPlane schemas (one set of
+/// ids: the same rules on the same fields).
+pub fn hostedcluster(field: &str, message: &str) -> Option<&'static str> {
+    id("upstream.hostedcluster", field, message)
+}
+
+/// Whether `rule` is one of upstream's ids.
+pub fn is_upstream(rule: &str) -> bool {
+    IDS.iter().any(|(_, _, _, id)| *id == rule)
+}

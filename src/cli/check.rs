@@ -21,6 +21,8 @@ use std::path::PathBuf;
 use hcp_etcd_admission::{
     admission::{self, AdmissionRequest, DecisionInput, GroupVersionKind, GroupVersionResource, Operation, Target},
     catalog,
+    enforcement::Enforced,
+    finding::Warning,
     lookup::{ContextObjects, Lookup, LookupError},
     settings::Settings,
 };
@@ -128,8 +130,11 @@ pub struct Report {
     hint: Option<&'static str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     causes: Vec<CauseReport>,
+    /// The rule of a denial without causes (SARIF's `ruleId`).
+    #[serde(skip)]
+    denied_by: Option<&'static str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    warnings: Vec<String>,
+    warnings: Vec<Warning>,
     /// Findings enforcement recorded without denying or warning (audit mode,
     /// exemptions): the response's audit annotations.
     #[serde(rename = "auditAnnotations", skip_serializing_if = "std::collections::BTreeMap::is_empty")]
@@ -294,38 +299,6 @@ struct Judge<'a> {
     settings: &'a Settings,
     now: hcp_etcd_admission::time::Now,
     given: &'a ContextObjects,
-    /// Upstream CEL rules: (field with `[*]`, message, id), to name a cause's rule.
-    upstream: Vec<(String, String, String)>,
-}
-
-/// `spec.x[0].y` → `spec.x[*].y` (how the catalog names list items).
-fn wildcard(field: &str) -> String {
-    let mut out = String::with_capacity(field.len());
-    let mut rest = field;
-    while let Some(open) = rest.find('[') {
-        let (head, tail) = rest.split_at(open);
-        out.push_str(head);
-        match tail.find(']') {
-            Some(close)
-                if tail.get(1..close).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) =>
-            {
-                out.push_str("[*]");
-                rest = tail.get(close + 1..).unwrap_or_default();
-            }
-            _ => {
-                out.push('[');
-                rest = tail.get(1..).unwrap_or_default();
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The `(rule id)` a message ends with.
-pub fn rule_of(message: &str) -> Option<&str> {
-    let start = message.rfind("(rule ")?;
-    message.get(start + 6..)?.strip_suffix(')')
 }
 
 const JSON_TYPES: [&str; 6] = ["string", "object", "integer", "number", "boolean", "array"];
@@ -351,18 +324,11 @@ fn hint_for(message: &str) -> Option<&'static str> {
 
 impl Judge<'_> {
     fn cause(&self, c: &admission::Cause) -> CauseReport {
-        let rule = rule_of(&c.message).map(str::to_string).or_else(|| {
-            let field = wildcard(&c.field);
-            self.upstream
-                .iter()
-                .find(|(f, m, _)| *f == field && !m.is_empty() && c.message.contains(m.as_str()))
-                .map(|(_, _, id)| id.clone())
-        });
         CauseReport {
             reason: c.reason,
             message: c.message.clone(),
             field: c.field.clone(),
-            rule,
+            rule: c.rule.map(str::to_string),
             note: note_for(&c.message),
         }
     }
@@ -424,27 +390,27 @@ impl Judge<'_> {
             .filter(|c| !c.rule.as_deref().is_some_and(|r| NOT_RATCHETED.contains(&r)))
             .collect();
         let no_causes = causes(create).is_empty();
-        let listed_rule = |m: &str| rule_of(m).is_some_and(|r| NOT_RATCHETED.contains(&r));
         if let (Some(denial), true) = (create.denial(), no_causes && update.allowed()) {
-            if listed_rule(&denial.message) {
+            // A denial without causes (no field): the rule that denied, and its message.
+            let rule = create.rules.iter().find(|r| r.outcome == Enforced::Denied).map(|r| r.rule);
+            if rule.is_some_and(|r| NOT_RATCHETED.contains(&r)) {
                 return out;
             }
-            // A denial without causes (no field): the message itself.
             out.push(CauseReport {
                 reason: "Denied",
                 message: denial.message.clone(),
                 field: String::new(),
-                rule: rule_of(&denial.message).map(str::to_string),
+                rule: rule.map(str::to_string),
                 note: None,
             });
         }
-        let listed = |w: &&String| rule_of(w).is_some_and(|r| NOT_RATCHETED.contains(&r));
+        let listed = |w: &&Warning| w.rule.is_some_and(|r| NOT_RATCHETED.contains(&r));
         for w in create.warnings.iter().filter(|w| !update.warnings.contains(w) && !listed(w)) {
             out.push(CauseReport {
                 reason: "Warning",
-                message: w.clone(),
+                message: w.text.clone(),
                 field: String::new(),
-                rule: rule_of(w).map(str::to_string),
+                rule: w.rule.map(str::to_string),
                 note: None,
             });
         }
@@ -505,6 +471,7 @@ impl Judge<'_> {
             report.causes = causes.iter().map(|c| self.cause(c)).collect();
             if report.causes.is_empty() {
                 report.hint = hint_for(&denial.message);
+                report.denied_by = decided.rules.iter().find(|r| r.outcome == Enforced::Denied).map(|r| r.rule);
             }
         }
         if let Some(patch) = &decided.patch {
@@ -529,7 +496,7 @@ impl Judge<'_> {
 fn count(r: &Report, s: &mut Summary) {
     // "Preflight skipped" says what this run could not read, nothing about the object.
     let tool = hcp_etcd_admission::rules::preflight::UNAVAILABLE.id;
-    s.warned += usize::from(r.warnings.iter().any(|w| rule_of(w) != Some(tool)));
+    s.warned += usize::from(r.warnings.iter().any(|w| w.rule != Some(tool)));
     s.ratcheted += usize::from(!r.ratcheted.is_empty());
     match r.result {
         "allowed" => s.allowed += 1,
@@ -567,12 +534,7 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
         anyhow::bail!("no input: give files or directories, or pipe objects in (e.g. kubectl get hostedclusters -A -o yaml | hcp-etcd-admission check --audit)");
     }
     let rules = catalog::entries()?;
-    let upstream = rules
-        .iter()
-        .filter(|e| e.origin.starts_with("upstream"))
-        .map(|e| (e.field.clone(), e.message.clone(), e.id.clone()))
-        .collect();
-    let judge = Judge { args, settings: &settings, now, given: &given, upstream };
+    let judge = Judge { args, settings: &settings, now, given: &given };
     let mut out = Out {
         emit: emit::Emitter::new(std::io::stdout().lock(), args.output, &rules),
         summary: Summary { audit: args.audit, ..Summary::default() },
@@ -700,11 +662,7 @@ mod tests {
     }
 
     #[test]
-    fn list_indices_become_wildcards_and_rules_are_read() {
-        assert_eq!(wildcard("spec.a[0].b[12]"), "spec.a[*].b[*]");
-        assert_eq!(wildcard("spec.x[name=y]"), "spec.x[name=y]");
-        assert_eq!(rule_of("bad (rule restore-url-expired)"), Some("restore-url-expired"));
-        assert_eq!(rule_of("no rule"), None);
+    fn notes_explain_the_apiservers_type_wording() {
         assert!(note_for("Invalid value: \"string\": bucket must ...").is_some());
         assert!(note_for("Invalid value: \"xn--b\": must not").is_none());
     }

@@ -120,7 +120,7 @@ pub fn validate(payload: &[u8], lookup: Option<&dyn Lookup>, now: crate::time::N
         message: denial.map(|d| d.message.clone()),
         code: denial.map(|d| d.reason.code()),
         mutated_object,
-        warnings: (!decision.warnings.is_empty()).then(|| decision.warnings.clone()),
+        warnings: (!decision.warnings.is_empty()).then(|| crate::finding::texts(&decision.warnings)),
         audit_annotations: (!decision.audit_annotations.is_empty()).then(|| decision.audit_annotations.clone()),
     }
 }

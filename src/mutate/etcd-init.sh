@@ -773,6 +773,9 @@ SNAPSHOT="$STAGE/snapshot.db"
 download_and_verify() {
 	trap 'kill "$CHILD" 2>/dev/null || true; exit 143' TERM
 	# 7. Optional integrity: #sha256=<hex> (the fragment is never sent to the server).
+	# BEGIN sha256-fragment: the admission rule restore-url-format checks the
+	# same (rules::restore_url::sha256_fragment); tests/sha256_fragment.rs
+	# runs this block and that function on the same URLs.
 	FETCH_URL=${URL%%#*}
 	FRAGMENT=${URL#"$FETCH_URL"}
 	EXPECTED_SHA=
@@ -787,6 +790,7 @@ download_and_verify() {
 		;;
 	*) log "ignoring a URL fragment that is not #sha256=<hex>" ;;
 	esac
+	# END sha256-fragment
 
 	# 8. Download (unless a retry finds this generation's complete download),
 	#    retrying transient failures; RESTORE_MAX_TIME_SECONDS bounds the

@@ -150,7 +150,7 @@ pub enum Refusal {
 pub struct Mutation {
     /// The JSON patch (RFC 6902) to apply, when the object must change.
     pub patch: Option<json_patch::Patch>,
-    pub warnings: Vec<String>,
+    pub warnings: Vec<crate::finding::Warning>,
     pub outcome: Outcome,
     /// Set exactly when `outcome` is `Denied`.
     pub denial: Option<Refusal>,
@@ -219,9 +219,9 @@ pub fn etcd_init_at(
     };
     let mut allowed = Mutation::outcome(Outcome::SpecUnchanged, None);
     allowed.warnings = m.warnings;
-    allowed.warnings.push(format!(
+    allowed.warnings.push(crate::finding::Warning::note(format!(
         "etcd-init restore decision not established ({why}); admitted because this update leaves spec unchanged, so no etcd pod starts from it"
-    ));
+    )));
     allowed
 }
 
@@ -374,9 +374,9 @@ fn restore_decision(write: &EtcdWrite<'_>, hcp: &Value) -> Mutation {
                     format!("{ready} of {replicas} etcd members are ready (every member restored or joined, so the restore is complete)")
                 };
                 let mut m = Mutation::outcome(Outcome::Removed, Some(patch));
-                m.warnings.push(format!(
+                m.warnings.push(crate::finding::Warning::note(format!(
                     "etcd-init removed from the etcd StatefulSet: {why}, so no restore is pending and an empty data volume must be re-added by reset-member, never restored"
-                ));
+                )));
                 m
             }
             None => Mutation::outcome(Outcome::NotNeeded, None),

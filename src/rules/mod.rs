@@ -17,27 +17,12 @@ mod restore_url;
 pub mod secret;
 
 /// The rules about a restore URL's expiry (the clock, not the object).
-pub use restore_url::{INIT_URL_EXPIRY, URL_EXPIRED, URL_EXPIRING};
+pub use restore_url::{sha256_fragment as restore_url_sha256_fragment, INIT_URL_EXPIRY, URL_EXPIRED, URL_EXPIRING};
 
 use serde_json::Value;
 
-use crate::{schema::FieldError, settings::Settings};
-
-/// Whether a rule denies or only warns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Severity {
-    Deny,
-    Warn,
-}
-
-impl Severity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Deny => "deny",
-            Severity::Warn => "warn",
-        }
-    }
-}
+pub use crate::finding::Severity;
+use crate::{finding::Warning, schema::FieldError, settings::Settings};
 
 /// Catalog entry of a project rule.
 #[derive(Clone, Copy, Debug)]
@@ -81,7 +66,7 @@ pub const BEYOND_RULES: &[RuleInfo] = &[
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Findings {
     pub errors: Vec<FieldError>,
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Warning>,
     /// The credentials Secret the rules judged, when they read one.
     pub credentials: Option<CredentialsSeen>,
 }
@@ -103,7 +88,7 @@ impl Findings {
         self.errors.push(err);
     }
     fn warn(&mut self, rule: &RuleInfo, field: &str, text: String) {
-        self.warnings.push(format!("{field}: {text} (rule {})", rule.id));
+        self.warnings.push(Warning::of_rule(rule.id, field, text));
     }
 }
 
@@ -155,7 +140,7 @@ pub fn check_backup_preflight(
 
 /// The warning for etcd-init injected with `url` at `now`, when the
 /// presigned URL has expired or expires within the download's time bound.
-pub fn restore_url_injection_warning(url: &str, now: &crate::time::Now, settings: &Settings) -> Option<String> {
+pub fn restore_url_injection_warning(url: &str, now: &crate::time::Now, settings: &Settings) -> Option<Warning> {
     restore_url::injection_expiry_warning(url, now, settings)
 }
 
@@ -169,4 +154,15 @@ pub fn backup_secret_seen(obj: &Value, namespace: &str, name: &str) -> Option<Cr
 /// The rules for an etcd-backup credentials Secret (CREATE/UPDATE).
 pub fn check_backup_secret(obj: &Value, old: Option<&Value>) -> Findings {
     secret::check(obj, old)
+}
+
+/// The severity of every id a finding can carry (project rules, upstream's
+/// CEL rules, which deny, and the pseudo ids), `None` for an unknown id:
+/// what `enforcement.rules` accepts.
+pub fn severity_of(id: &str) -> Option<Severity> {
+    if let Some(rule) = BEYOND_RULES.iter().find(|r| r.id == id) {
+        return Some(rule.severity);
+    }
+    let upstream = crate::api::upstream_rules::is_upstream(id);
+    (upstream || crate::enforcement::PSEUDO_RULES.contains(&id)).then_some(Severity::Deny)
 }

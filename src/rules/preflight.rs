@@ -146,12 +146,12 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
         return f;
     }
     let Some(lookup) = lookup else {
-        f.warnings.push(format!("{SKIPPED} (rule {})", UNAVAILABLE.id));
+        f.warnings.push(crate::finding::Warning::ruled(UNAVAILABLE.id, format!("{SKIPPED} (rule {})", UNAVAILABLE.id)));
         return f;
     };
     // The backups list doubles as the probe of whether the source serves the preflight at all.
     let Ok(backups) = lookup.hcp_etcd_backups(namespace) else {
-        f.warnings.push(format!("{SKIPPED} (rule {})", UNAVAILABLE.id));
+        f.warnings.push(crate::finding::Warning::ruled(UNAVAILABLE.id, format!("{SKIPPED} (rule {})", UNAVAILABLE.id)));
         return f;
     };
     let hcps = lookup.hosted_control_planes(namespace);
@@ -387,7 +387,8 @@ mod tests {
         assert!(
             f.warnings[2].contains("\"waitingcreds\" in this namespace is waiting for its credential Secret")
                 && f.warnings[2].contains("the controller rejects \"waitingcreds\" with BackupRejected")
-                && f.warnings[2].ends_with("(rule hcpetcdbackup-backup-pending)"),
+                && f.warnings[2].text.ends_with("(rule hcpetcdbackup-backup-pending)")
+                && f.warnings[2].rule == Some(PENDING.id),
             "{:?}",
             f.warnings
         );

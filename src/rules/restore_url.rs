@@ -21,7 +21,7 @@ pub const URL_FORMAT: RuleInfo = RuleInfo {
     objects: "HostedCluster, HostedControlPlane",
     field: "spec.etcd.managed.storage.restoreSnapshotURL[0]",
     severity: Severity::Deny,
-    summary: "a well-formed absolute URL with a host; no user information, whitespace or control characters; presign parameters that parse (real dates) and an `X-Amz-Expires`/`X-Goog-Expires` within 1..604800 s (AWS and GCS refuse longer)",
+    summary: "a well-formed absolute URL with a host; no user information, whitespace or control characters; presign parameters that parse (real dates) and an `X-Amz-Expires`/`X-Goog-Expires` within 1..604800 s (AWS and GCS refuse longer); a `#sha256=` fragment holds 64 hex digits (etcd-init verifies the download against it)",
 };
 
 pub const URL_S3_SCHEME: RuleInfo = RuleInfo {
@@ -134,12 +134,37 @@ fn well_formed(raw: &str) -> Result<url::Url, String> {
     Ok(url)
 }
 
+/// The digest a `#sha256=` fragment asks etcd-init to verify, judged as
+/// etcd-init judges it (the block between the `sha256-fragment` markers of
+/// etcd-init.sh; `tests/sha256_fragment.rs` runs both on the same URLs): the
+/// fragment starts at the first `#`; `#sha256=` must be followed by 64 hex
+/// digits, either case. `Ok(None)`: no fragment, or another one (etcd-init
+/// ignores it); `Err`: etcd-init's own message, so the restore would fail.
+pub fn sha256_fragment(url: &str) -> Result<Option<String>, String> {
+    let Some((_, fragment)) = url.split_once('#') else { return Ok(None) };
+    let Some(digest) = fragment.strip_prefix("sha256=") else { return Ok(None) };
+    // `tr 'A-F' 'a-f'`: only those six letters change case.
+    let lower: String =
+        digest.chars().map(|c| if ('A'..='F').contains(&c) { c.to_ascii_lowercase() } else { c }).collect();
+    if !lower.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)) {
+        return Err("the #sha256= fragment of the URL is not hexadecimal".to_string());
+    }
+    if lower.len() != 64 {
+        return Err(format!("the #sha256= fragment must hold 64 hex digits, it holds {}", lower.len()));
+    }
+    Ok(Some(lower))
+}
+
 /// The warning for an etcd-init that downloads `url` (the HostedControlPlane's
 /// restore URL) at `now`: the presigned URL has expired, or expires before the
 /// download's time bound (`restoreMaxTimeSeconds`) is over. `None` for a URL
 /// that carries no expiry or lives long enough. A warning only: whether
 /// etcd-init is injected is decided by the restore rules, never by the clock.
-pub fn injection_expiry_warning(url: &str, now: &crate::time::Now, settings: &Settings) -> Option<String> {
+pub fn injection_expiry_warning(
+    url: &str,
+    now: &crate::time::Now,
+    settings: &Settings,
+) -> Option<crate::finding::Warning> {
     let field = INIT_URL_EXPIRY.field;
     let shown = go_quote(&redact_url(url));
     let parsed = url::Url::parse(url).ok()?;
@@ -165,7 +190,7 @@ pub fn injection_expiry_warning(url: &str, now: &crate::time::Now, settings: &Se
         ),
         (Ok(Some(_)), Ok(_)) => return None,
     };
-    Some(format!("{field}: {text} (rule {})", INIT_URL_EXPIRY.id))
+    Some(crate::finding::Warning::of_rule(INIT_URL_EXPIRY.id, field, text))
 }
 
 /// `restoreSnapshotURL`'s `maxItems` in upstream's schema.
@@ -199,6 +224,11 @@ pub fn check(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>, f: &mut Fi
                 continue;
             }
         };
+        if let Err(problem) = sha256_fragment(raw) {
+            let detail = format!("{problem}: etcd-init would refuse the restore; give #sha256= and the snapshot's 64-digit SHA-256, or no fragment");
+            f.deny(&URL_FORMAT, FieldError::invalid(&field, shown.clone(), detail));
+            continue;
+        }
         if scheme == Some("s3") {
             let text = "s3:// cannot be downloaded by the etcd-init container (it uses curl); give an https presigned URL (the OADP plugin presigns s3:// for you)";
             if ctx.settings.allow_s3_restore_url {
@@ -294,6 +324,43 @@ mod tests {
     }
 
     #[test]
+    fn a_sha256_fragment_holds_64_hex_digits_on_create_and_changed_updates() {
+        let d = Settings::default;
+        let digest = "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08";
+        let at = "2026-11-29T15:10:00Z";
+        for good in [
+            format!("{SIGV4}#sha256={digest}"),
+            format!("{SIGV4}#sha256={}", digest.to_lowercase()),
+            format!("{SIGV4}#part-2"),
+            "https://h/x#SHA256=abc".to_string(),
+        ] {
+            assert!(run(&good, at, d()).errors.is_empty(), "{good}");
+        }
+        for (bad, says) in [
+            ("https://h/x#sha256=abc", "must hold 64 hex digits, it holds 3"),
+            ("https://h/x#sha256=", "must hold 64 hex digits, it holds 0"),
+            (&*format!("https://h/x#sha256={}g", &digest[1..]), "is not hexadecimal"),
+            (&*format!("https://h/x#sha256={digest}0"), "it holds 65"),
+        ] {
+            let f = run(bad, at, d());
+            assert_eq!(f.errors.len(), 1, "{bad}");
+            assert_eq!(f.errors[0].rule_id, Some(URL_FORMAT.id));
+            assert!(f.errors[0].detail.contains(says), "{bad}: {}", f.errors[0]);
+            assert!(f.errors[0].to_string().starts_with("spec.etcd.managed.storage.restoreSnapshotURL[0]: Invalid value: \"https://h/x?<redacted>\": the #sha256= fragment"), "{}", f.errors[0]);
+        }
+        // UPDATE: an unchanged URL is ratcheted, a changed one judged.
+        let obj = |u: &str| json!({"spec":{"etcd":{"managed":{"storage":{"restoreSnapshotURL":[u]}}}}});
+        let ctx = |s| RuleContext { settings: s, now: Ok(crate::time::parse_rfc3339(at).expect("t")) };
+        let settings = d();
+        let mut kept = Findings::default();
+        check(&obj("https://h/x#sha256=abc"), Some(&obj("https://h/x#sha256=abc")), &ctx(&settings), &mut kept);
+        assert!(kept.errors.is_empty(), "{kept:?}");
+        let mut changed = Findings::default();
+        check(&obj("https://h/x#sha256=abc"), Some(&obj("https://h/x")), &ctx(&settings), &mut changed);
+        assert_eq!(changed.errors.len(), 1, "{changed:?}");
+    }
+
+    #[test]
     fn urls_that_can_never_work_are_malformed() {
         let d = Settings::default;
         let long = SIGV4.replace("X-Amz-Expires=3600", "X-Amz-Expires=999999");
@@ -344,7 +411,8 @@ mod tests {
         assert!(soon.contains("1200 s from now") && soon.contains("restoreMaxTimeSeconds (1800 s)"), "{soon}");
         let gone = injection_expiry_warning(SIGV4, &at("2026-11-29T17:00:00Z"), &s).expect("expired");
         assert!(gone.contains("expired at 2026-11-29T16:00:00Z (now 2026-11-29T17:00:00Z)"), "{gone}");
-        assert!(gone.ends_with("(rule etcd-init-restore-url-expiry)"), "{gone}");
+        assert!(gone.text.ends_with("(rule etcd-init-restore-url-expiry)"), "{gone}");
+        assert_eq!(gone.rule, Some(INIT_URL_EXPIRY.id));
         for w in [&soon, &gone] {
             assert!(!w.contains("deadbeef") && !w.contains("X-Amz"), "the query stays secret: {w}");
         }

@@ -209,11 +209,10 @@ impl Walker<'_, '_> {
             // whatever cel made of it (cel-go fails the whole expression).
             let result = match touched_invalid(rule.reads(), node.schema, &this, old_cel.as_ref(), self.version) {
                 Some(Touch::Error(text)) => {
-                    self.errors.push(FieldError::invalid(
-                        shown,
-                        type_value.clone(),
-                        format!("{text} evaluating rule: {named}"),
-                    ));
+                    self.errors.push(FieldError {
+                        rule_id: rule.id,
+                        ..FieldError::invalid(shown, type_value.clone(), format!("{text} evaluating rule: {named}"))
+                    });
                     continue;
                 }
                 // A set compared whole with a wrong-typed item: cel-go's set
@@ -230,23 +229,30 @@ impl Walker<'_, '_> {
                         None => shown.to_string(),
                     };
                     let message = rule.message.clone().unwrap_or_else(|| format!("failed rule: {}", rule.rule));
-                    let e = rule_error(&field, &failed_value, rule.reason.as_deref(), message);
+                    let mut e = rule_error(&field, &failed_value, rule.reason.as_deref(), message);
+                    e.rule_id = rule.id;
                     if !rule.transition() && unchanged {
                         self.warnings.push(e);
                     } else {
                         self.errors.push(e);
                     }
                 }
-                Ok(other) => self.errors.push(FieldError::invalid(
-                    shown,
-                    type_value.clone(),
-                    redact_urls_in(&format!("rule did not evaluate to bool: {other:?} evaluating rule: {named}")),
-                )),
-                Err(e) => self.errors.push(FieldError::invalid(
-                    shown,
-                    type_value.clone(),
-                    format!("{} evaluating rule: {named}", eval_error_text(&e, &this)),
-                )),
+                Ok(other) => self.errors.push(FieldError {
+                    rule_id: rule.id,
+                    ..FieldError::invalid(
+                        shown,
+                        type_value.clone(),
+                        redact_urls_in(&format!("rule did not evaluate to bool: {other:?} evaluating rule: {named}")),
+                    )
+                }),
+                Err(e) => self.errors.push(FieldError {
+                    rule_id: rule.id,
+                    ..FieldError::invalid(
+                        shown,
+                        type_value.clone(),
+                        format!("{} evaluating rule: {named}", eval_error_text(&e, &this)),
+                    )
+                }),
             }
         }
     }

@@ -15,6 +15,7 @@ mod field_error;
 mod object_meta;
 mod regex_cache;
 mod rule_tree;
+pub use rule_tree::RuleIds;
 mod structural;
 mod version;
 
@@ -69,7 +70,12 @@ impl CompiledCrdSchema {
     /// evaluation time, so a bad rule can never pass silently (a test compiles
     /// every rule of every schema).
     pub fn compile(schema: Value) -> Self {
-        let rules = rule_tree::RuleNode::build(&schema);
+        Self::compile_named(schema, |_, _| None)
+    }
+
+    /// [`Self::compile`], each rule named by `ids` (its errors carry the id).
+    pub fn compile_named(schema: Value, ids: rule_tree::RuleIds) -> Self {
+        let rules = rule_tree::RuleNode::build(&schema, ids);
         Self { schema, rules }
     }
 

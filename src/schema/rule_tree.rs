@@ -16,6 +16,9 @@ use serde_json::Value;
 
 /// One rule with its program, compiled on first use.
 pub struct LazyRule {
+    /// The rule's stable id, when the schema's owner named it (upstream's
+    /// rules: `api::upstream_rules`); carried by every error it raises.
+    pub id: Option<&'static str>,
     pub rule: String,
     pub message: Option<String>,
     pub reason: Option<String>,
@@ -124,9 +127,19 @@ pub struct RuleNode {
     pub additional: Option<Box<RuleNode>>,
 }
 
+/// Names a rule by the schema path it sits on (`spec.storage`, `(root)`,
+/// `spec.list[*]`, as the rule catalog writes it) and its message.
+pub type RuleIds = fn(field: &str, message: &str) -> Option<&'static str>;
+
 impl RuleNode {
     /// Builds the tree of `schema`; `None` when no rule is anywhere below.
-    pub fn build(schema: &Value) -> Option<Self> {
+    /// `ids` names each rule.
+    pub fn build(schema: &Value, ids: RuleIds) -> Option<Self> {
+        Self::build_at(schema, "", ids)
+    }
+
+    fn build_at(schema: &Value, path: &str, ids: RuleIds) -> Option<Self> {
+        let at = |key: &str| if path.is_empty() { key.to_string() } else { format!("{path}.{key}") };
         let rules: Vec<LazyRule> = schema
             .get("x-kubernetes-validations")
             .and_then(Value::as_array)
@@ -135,7 +148,9 @@ impl RuleNode {
                     .filter_map(|r| {
                         let text = r.get("rule")?.as_str()?.to_string();
                         let s = |k: &str| r.get(k).and_then(Value::as_str).map(str::to_string);
+                        let field = if path.is_empty() { "(root)" } else { path };
                         Some(LazyRule {
+                            id: ids(field, r.get("message").and_then(Value::as_str).unwrap_or_default()),
                             message: s("message"),
                             reason: s("reason"),
                             field_path: s("fieldPath"),
@@ -150,11 +165,14 @@ impl RuleNode {
         let properties: HashMap<String, RuleNode> = schema
             .get("properties")
             .and_then(Value::as_object)
-            .map(|ps| ps.iter().filter_map(|(k, v)| Some((k.clone(), RuleNode::build(v)?))).collect())
+            .map(|ps| ps.iter().filter_map(|(k, v)| Some((k.clone(), RuleNode::build_at(v, &at(k), ids)?))).collect())
             .unwrap_or_default();
-        let items = schema.get("items").and_then(RuleNode::build).map(Box::new);
-        let additional =
-            schema.get("additionalProperties").filter(|a| a.is_object()).and_then(RuleNode::build).map(Box::new);
+        let items = schema.get("items").and_then(|i| RuleNode::build_at(i, &format!("{path}[*]"), ids)).map(Box::new);
+        let additional = schema
+            .get("additionalProperties")
+            .filter(|a| a.is_object())
+            .and_then(|a| RuleNode::build_at(a, &at("*"), ids))
+            .map(Box::new);
         if rules.is_empty() && properties.is_empty() && items.is_none() && additional.is_none() {
             return None;
         }

@@ -23,11 +23,10 @@ use std::sync::{
     Arc,
 };
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     api::{Api, ApiResource, DynamicObject},
-    runtime::{reflector, watcher, WatchStreamExt},
+    runtime::{reflector, watcher},
     Client,
 };
 use serde_json::Value;
@@ -48,42 +47,11 @@ pub struct BackupCache {
     operator_namespace: String,
 }
 
-/// Starts a reflector over `api` (its errors logged as `what`, retried with
-/// backoff): the store, and a flag that turns true after the initial list.
-pub(super) fn spawn_reflector(
-    api: Api<DynamicObject>,
-    resource: ApiResource,
-    config: watcher::Config,
-    what: &'static str,
-) -> (reflector::Store<DynamicObject>, Arc<AtomicBool>) {
-    let writer = reflector::store::Writer::<DynamicObject>::new(resource);
-    let reader = writer.as_reader();
-    let synced = Arc::new(AtomicBool::new(false));
-    let stream = watcher(api, config).default_backoff();
-    tokio::spawn(async move {
-        let mut events = std::pin::pin!(reflector(writer, stream));
-        while let Some(ev) = events.next().await {
-            if let Err(e) = ev {
-                tracing::warn!(error = %e, what, "watch error (retrying with backoff)");
-            }
-        }
-    });
-    let flag = synced.clone();
-    let r = reader.clone();
-    tokio::spawn(async move {
-        if r.wait_until_ready().await.is_ok() {
-            flag.store(true, Ordering::Release);
-            tracing::info!(objects = r.len(), what, "cache synced");
-        }
-    });
-    (reader, synced)
-}
-
 impl BackupCache {
     /// Starts the HCPEtcdBackup reflector on `client`; returns at once.
     pub fn start(client: Client, operator_namespace: String) -> Arc<Self> {
         let backups_res = ApiResource::erase::<HCPEtcdBackup>(&());
-        let (backups, backups_synced) = spawn_reflector(
+        let (backups, backups_synced) = super::cache_reflector::spawn(
             Api::all_with(client.clone(), &backups_res),
             backups_res,
             watcher::Config::default(),

@@ -62,7 +62,7 @@ impl HcpCache {
     /// true after the initial list.
     pub fn start(client: Client) -> Arc<Self> {
         let resource = ApiResource::erase::<HostedControlPlane>(&());
-        let (store, synced) = super::backup_cache::spawn_reflector(
+        let (store, synced) = super::cache_reflector::spawn(
             Api::all_with(client.clone(), &resource),
             resource.clone(),
             watcher::Config::default(),

@@ -226,8 +226,8 @@ pub struct Metrics {
     rule_results: Family<RuleLabels, Counter>,
 }
 
-/// Rule findings: `rule` from the closed set of
-/// [`crate::enforcement::known_rule`], `result` from
+/// Rule findings: `rule` from the closed set of the rule catalog
+/// ([`crate::rules::severity_of`] knows each), `result` from
 /// [`crate::enforcement::Enforced`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RuleLabels {

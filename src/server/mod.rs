@@ -26,6 +26,7 @@
 
 mod accept;
 pub mod backup_cache;
+mod cache_reflector;
 pub mod certs;
 mod connection;
 pub mod conns;

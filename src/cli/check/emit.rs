@@ -12,7 +12,9 @@ use std::{
 use hcp_etcd_admission::catalog;
 use serde_json::{json, Value};
 
-use super::{rule_of, Output, Report, Summary};
+use hcp_etcd_admission::api::upstream_rules;
+
+use super::{Output, Report, Summary};
 
 /// A JUnit testsuite: a run of consecutive results from one input file (the
 /// etcd StatefulSets, judged last, make a second suite of their file). Its
@@ -205,7 +207,8 @@ impl<'a, W: Write> Emitter<'a, W> {
             }
         }
         for c in &r.causes {
-            match c.rule.as_deref().filter(|_| rule_of(&c.message).is_none()) {
+            // A project rule's message names its rule already; upstream's do not.
+            match c.rule.as_deref().filter(|id| upstream_rules::is_upstream(id)) {
                 Some(id) => writeln!(self.out, "  error: {}: {} (rule {id})", c.field, c.message)?,
                 None => writeln!(self.out, "  error: {}: {}", c.field, c.message)?,
             }
@@ -214,6 +217,7 @@ impl<'a, W: Write> Emitter<'a, W> {
             }
         }
         for w in &r.warnings {
+            let w = &w.text;
             if self.first_time(w) {
                 writeln!(self.out, "  warning: {w}")?;
             }
@@ -223,7 +227,7 @@ impl<'a, W: Write> Emitter<'a, W> {
         }
         for c in &r.ratcheted {
             let field = if c.field.is_empty() { String::new() } else { format!("{}: ", c.field) };
-            match c.rule.as_deref().filter(|_| rule_of(&c.message).is_none()) {
+            match c.rule.as_deref().filter(|id| upstream_rules::is_upstream(id)) {
                 Some(id) => writeln!(self.out, "  ratcheted: {field}{} (rule {id})", c.message)?,
                 None => writeln!(self.out, "  ratcheted: {field}{}", c.message)?,
             }
@@ -307,7 +311,7 @@ impl<'a, W: Write> Emitter<'a, W> {
                     Some(h) => format!("{} ({h})", r.message),
                     None => r.message.clone(),
                 };
-                push(rule_of(&r.message).unwrap_or("denied"), "error", text);
+                push(r.denied_by.unwrap_or("denied"), "error", text);
             }
             "denied" => {
                 for c in &r.causes {
@@ -319,7 +323,7 @@ impl<'a, W: Write> Emitter<'a, W> {
             _ => {}
         }
         for w in &r.warnings {
-            push(rule_of(w).unwrap_or("warning"), "warning", w.clone());
+            push(w.rule.unwrap_or("warning"), "warning", w.text.clone());
         }
         for c in &r.ratcheted {
             let text = format!("ratcheted (a new object would meet it): {}", c.message);

@@ -285,3 +285,51 @@ fn the_check_finds_every_form_of_an_upward_import() {
     assert!(upward_imports("use crate::{lookup::Lookup, schema::FieldError};").is_empty());
     assert!(upward_imports("#[cfg(test)]\nmod tests { use crate::admission::lookup::ContextObjects; }").is_empty());
 }
+
+/// Functions of `source` (production part) longer than `max` lines: (name,
+/// lines). A function runs from its `fn` line to the first line that is its
+/// indentation followed by `}` (rustfmt's layout).
+fn long_functions(source: &str, max: usize) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = source.split("#[cfg(test)]").next().unwrap_or_default().lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let indent = &line[..line.len() - line.trim_start().len()];
+        let rest = line.trim_start();
+        let rest = rest.strip_prefix("pub ").or_else(|| rest.strip_prefix("pub(crate) ")).unwrap_or(rest);
+        let rest = rest.strip_prefix("pub(super) ").unwrap_or(rest);
+        let rest = rest.strip_prefix("async ").or_else(|| rest.strip_prefix("const ")).unwrap_or(rest);
+        if let Some(sig) = rest.strip_prefix("fn ") {
+            let name: String = sig.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let close = format!("{indent}}}");
+            if let Some(end) = (i..lines.len()).find(|&j| lines[j] == close) {
+                if end - i + 1 > max {
+                    out.push((name, end - i + 1));
+                }
+                i = end;
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Issue #29: no function over 80 lines (start-up functions that grew with
+/// every flag or metric were split; a new one fails here).
+#[test]
+fn no_function_is_over_80_lines() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            long_functions(&text, 80).into_iter().map(move |(n, l)| format!("{}: fn {n} has {l} lines", f.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "functions over 80 lines:\n{}", long.join("\n"));
+    let sample = format!("fn short() {{\n}}\n    pub async fn long() {{\n{}    }}\n", "        x();\n".repeat(81));
+    assert_eq!(long_functions(&sample, 80), [("long".to_string(), 83)]);
+}

@@ -216,6 +216,25 @@ fn patch_component(configs: &[WebhookConfig], bundle: &str) -> String {
     s
 }
 
+/// The registration files under `dir` a caBundle goes into, each checked
+/// (editable exactly, writable) before anything is written.
+fn injectable(dir: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
+    let configs = webhook_configs(dir)?;
+    let files: Vec<PathBuf> = configs.iter().filter(|c| !c.webhooks.is_empty()).map(|c| c.path.clone()).collect();
+    for f in &files {
+        let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        anyhow::ensure!(
+            text.lines().any(|l| l.trim_end().ends_with("clientConfig:")),
+            "{} has no block-style clientConfig to put a caBundle in (nothing written)",
+            f.display()
+        );
+        check_injected(f, &text, &with_ca_bundle(&text, "Q0hFQ0s="), "Q0hFQ0s=")?;
+        let meta = std::fs::metadata(f).with_context(|| format!("reading {}", f.display()))?;
+        anyhow::ensure!(!meta.permissions().readonly(), "{} is read-only (nothing written)", f.display());
+    }
+    Ok(files)
+}
+
 pub fn run(args: &CertsArgs) -> anyhow::Result<i32> {
     // Check every target before anything is written.
     anyhow::ensure!(args.days > 0, "--days must be positive");
@@ -234,26 +253,7 @@ pub fn run(args: &CertsArgs) -> anyhow::Result<i32> {
             );
         }
     }
-    let inject = match &args.inject {
-        Some(dir) => {
-            let configs = webhook_configs(dir)?;
-            let files: Vec<PathBuf> =
-                configs.iter().filter(|c| !c.webhooks.is_empty()).map(|c| c.path.clone()).collect();
-            for f in &files {
-                let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-                anyhow::ensure!(
-                    text.lines().any(|l| l.trim_end().ends_with("clientConfig:")),
-                    "{} has no block-style clientConfig to put a caBundle in (nothing written)",
-                    f.display()
-                );
-                check_injected(f, &text, &with_ca_bundle(&text, "Q0hFQ0s="), "Q0hFQ0s=")?;
-                let meta = std::fs::metadata(f).with_context(|| format!("reading {}", f.display()))?;
-                anyhow::ensure!(!meta.permissions().readonly(), "{} is read-only (nothing written)", f.display());
-            }
-            Some(files)
-        }
-        None => None,
-    };
+    let inject = args.inject.as_deref().map(injectable).transpose()?;
     let patch = match &args.patch_out {
         Some(dir) => {
             anyhow::ensure!(!dir.is_file(), "--patch-out {} is a file, not a directory", dir.display());

@@ -9,8 +9,12 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use hcp_etcd_admission::{
-    server::certs,
-    server::{limits::LimitOptions, shutdown_signal, ClientAuthScope, LookupSource, ServeOptions, Server},
+    server::{
+        self, certs,
+        limits::{defaults as D, LimitOptions},
+        shutdown_signal, ClientAuthScope, LookupSource, ServeOptions, Server,
+    },
+    settings::Settings,
 };
 
 use super::DecisionArgs;
@@ -68,71 +72,71 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR", default_value = "certs/dev")]
     pub dev_cert_dir: PathBuf,
     /// Seconds between certificate file checks.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = server::RELOAD_INTERVAL_SECONDS)]
     pub reload_interval_seconds: u64,
     /// Decision units at once (one per started 6 MiB of heap a review is
     /// charged from its shape before parsing); more wait up to
     /// --queue-wait-ms, then get 429; one costing more than all is refused (413).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = D::MAX_DECISION_UNITS)]
     pub max_concurrent: u32,
     /// How long a review waits for a decision slot before a 429.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = D::QUEUE_WAIT_MS)]
     pub queue_wait_ms: u64,
     /// Requests in flight at once (all connections). When all are taken the
     /// request that has been reading its body the longest gets 408 and its
     /// slot; when every one is past its body, new ones get 503.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = D::MAX_REQUESTS)]
     pub max_requests: usize,
     /// Open connections at once. A new connection is never refused: at the
     /// cap the source holding the most connections loses its costliest one
     /// (still in its handshake, then without a request, longest idle,
     /// longest reading a body, most requests served, oldest).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = D::MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// Open connections one source address may hold in any state; its next
     /// one replaces its own costliest.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = D::MAX_CONNECTIONS_PER_SOURCE)]
     pub max_connections_per_source: usize,
     /// Seconds after which a connection is closed (gracefully), so a rotated
     /// client CA and an expired client certificate reach every connection.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = D::MAX_CONNECTION_AGE_SECONDS)]
     pub max_connection_age_seconds: u64,
     /// Live apiserver reads at once (cache misses, credentials Secrets),
     /// outside the decision slots; one source may hold half.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = D::MAX_LIVE_READS)]
     pub max_live_reads: usize,
     /// A new connection's time for its TLS handshake.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = D::TLS_HANDSHAKE_TIMEOUT_MS)]
     pub tls_handshake_timeout_ms: u64,
     /// Largest request line + headers (HTTP/1.1 read buffer; HTTP/2 header
     /// list); 431 above. At least 8192.
-    #[arg(long, default_value_t = 16 * 1024)]
+    #[arg(long, default_value_t = D::MAX_HEADER_BYTES)]
     pub max_header_bytes: usize,
     /// Largest request body in bytes (413 above). Default: 2 × 3 MiB objects + 1 MiB envelope.
     #[arg(long, default_value_t = hcp_etcd_admission::server::limits::MAX_BODY)]
     pub max_body_bytes: usize,
     /// Body bytes buffered for all requests together, beyond each request's first 64 KiB (503 when used up).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = D::BODY_BUDGET_MIB)]
     pub body_budget_mib: usize,
     /// Bytes of decided answers not yet read by their clients, all connections
     /// together (one source at most half); an answer finding no room gets 503.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = D::ANSWER_BUDGET_MIB)]
     pub answer_budget_mib: usize,
     /// An answer the client has not read within this closes its connection.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = D::WRITE_TIMEOUT_MS)]
     pub write_timeout_ms: u64,
     /// Time from request headers to the last body byte (408 after).
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = D::BODY_TIMEOUT_MS)]
     pub body_timeout_ms: u64,
     /// Time from request headers to the answer (503 after); keep it below the
     /// webhooks' timeoutSeconds (5 s).
-    #[arg(long, default_value_t = 4000)]
+    #[arg(long, default_value_t = D::REQUEST_TIMEOUT_MS)]
     pub request_timeout_ms: u64,
     /// After the TLS handshake: the time for the first request's headers.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = D::HEADER_READ_TIMEOUT_MS)]
     pub header_read_timeout_ms: u64,
     /// A connection with no request in flight for this long is closed (HTTP/1.1 and HTTP/2).
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = D::IDLE_TIMEOUT_MS)]
     pub idle_timeout_ms: u64,
     /// After SIGTERM: seconds /readyz answers 503 while the server still
     /// accepts and serves, so endpoints drop the pod before it stops accepting
@@ -140,7 +144,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub drain_seconds: Option<f64>,
     /// Then: seconds in-flight requests get after accepting stops.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = server::SHUTDOWN_GRACE_SECONDS)]
     pub shutdown_grace_seconds: u64,
     /// Watch HostedControlPlanes (and, with the backup preflight,
     /// HCPEtcdBackups; the etcd StatefulSet is read live) in the cluster of the kubeconfig
@@ -218,42 +222,67 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
         "hcp-etcd-admission starting"
     );
     let dev = DevCerts::new(args)?;
-    let (cert, key) = match (&args.tls_cert, &args.tls_key) {
-        (Some(c), Some(k)) => (c.clone(), k.clone()),
-        _ => match &dev {
-            Some(d) => (d.staged.cert.clone(), d.staged.key.clone()),
-            None => anyhow::bail!("internal error: no TLS files and no development certificate"),
-        },
+    let opts = options(args, settings, dev.is_some(), dev.as_ref().map(|d| &d.staged))?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let context_given = !args.decision.context.is_empty();
+    let context = args.decision.context()?;
+    let runtime = runtime()?;
+    runtime.block_on(async move {
+        let mut opts = opts;
+        opts.lookups = lookups(args.watch_hostedcontrolplanes, dev.is_some(), context_given, context).await?;
+        let server = Server::bind(opts).await?;
+        if let Some(d) = &dev {
+            d.publish(server.local_addr().unwrap_or(args.listen))?;
+        }
+        serve(server).await
+    })
+}
+
+/// The limits the flags give.
+fn limits(args: &ServeArgs) -> LimitOptions {
+    let ms = Duration::from_millis;
+    LimitOptions {
+        max_body: args.max_body_bytes,
+        body_timeout: ms(args.body_timeout_ms),
+        request_timeout: ms(args.request_timeout_ms),
+        max_requests: args.max_requests,
+        body_budget: args.body_budget_mib.saturating_mul(1024 * 1024),
+        max_decision_units: args.max_concurrent,
+        queue_wait: ms(args.queue_wait_ms),
+        max_connections: args.max_connections,
+        max_connections_per_source: args.max_connections_per_source,
+        max_connection_age: Duration::from_secs(args.max_connection_age_seconds.max(1)),
+        max_live_reads: args.max_live_reads,
+        tls_handshake_timeout: ms(args.tls_handshake_timeout_ms),
+        max_header_bytes: args.max_header_bytes,
+        header_read_timeout: ms(args.header_read_timeout_ms),
+        idle_timeout: ms(args.idle_timeout_ms),
+        answer_budget: args.answer_budget_mib.saturating_mul(1024 * 1024),
+        write_timeout: ms(args.write_timeout_ms.max(1)),
+        ..LimitOptions::default()
+    }
+}
+
+/// The server's options from the flags (`dev`: the development mode, whose
+/// certificate is `staged`).
+fn options(
+    args: &ServeArgs,
+    settings: Settings,
+    dev: bool,
+    staged: Option<&certs::CertPaths>,
+) -> anyhow::Result<ServeOptions> {
+    let (cert, key) = match (&args.tls_cert, &args.tls_key, staged) {
+        (Some(c), Some(k), _) => (c.clone(), k.clone()),
+        (_, _, Some(d)) => (d.cert.clone(), d.key.clone()),
+        _ => anyhow::bail!("internal error: no TLS files and no development certificate"),
     };
-    let opts = ServeOptions {
-        listen: args.listen,
-        tls_cert: cert,
-        tls_key: key,
+    let drain = args.drain_seconds.unwrap_or(if dev { 0.0 } else { server::DRAIN_SECONDS });
+    Ok(ServeOptions {
         client_ca: args.client_ca.clone(),
         settings,
         reload_interval: Duration::from_secs(args.reload_interval_seconds.max(1)),
-        limits: LimitOptions {
-            max_body: args.max_body_bytes,
-            body_timeout: Duration::from_millis(args.body_timeout_ms),
-            request_timeout: Duration::from_millis(args.request_timeout_ms),
-            max_requests: args.max_requests,
-            body_budget: args.body_budget_mib.saturating_mul(1024 * 1024),
-            max_decision_units: args.max_concurrent,
-            queue_wait: Duration::from_millis(args.queue_wait_ms),
-            max_connections: args.max_connections,
-            max_connections_per_source: args.max_connections_per_source,
-            max_connection_age: Duration::from_secs(args.max_connection_age_seconds.max(1)),
-            max_live_reads: args.max_live_reads,
-            tls_handshake_timeout: Duration::from_millis(args.tls_handshake_timeout_ms),
-            max_header_bytes: args.max_header_bytes,
-            header_read_timeout: Duration::from_millis(args.header_read_timeout_ms),
-            idle_timeout: Duration::from_millis(args.idle_timeout_ms),
-            answer_budget: args.answer_budget_mib.saturating_mul(1024 * 1024),
-            write_timeout: Duration::from_millis(args.write_timeout_ms.max(1)),
-            ..LimitOptions::default()
-        },
-        drain_delay: Duration::try_from_secs_f64(args.drain_seconds.unwrap_or(if dev.is_some() { 0.0 } else { 10.0 }))
-            .context("--drain-seconds")?,
+        limits: limits(args),
+        drain_delay: Duration::try_from_secs_f64(drain).context("--drain-seconds")?,
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
         expect_sans: args.expect_san.clone(),
         allowed_client_names: args.allowed_client_names.clone(),
@@ -262,63 +291,63 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<i32> {
             ClientCertPaths::Mutating => ClientAuthScope::Mutating,
         },
         client_identity_sans: args.client_identity_from_sans,
-        lookups: LookupSource::None,
         metrics_listen: args.metrics_listen,
-    };
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let context_given = !args.decision.context.is_empty();
-    let context = args.decision.context()?;
-    let watch = args.watch_hostedcontrolplanes;
+        ..ServeOptions::new(args.listen, cert, key)
+    })
+}
+
+/// Where the decisions read cluster objects from: the cluster (watched), the
+/// `--context` files, or nothing.
+async fn lookups(
+    watch: Watch,
+    dev_mode: bool,
+    context_given: bool,
+    context: hcp_etcd_admission::lookup::ContextObjects,
+) -> anyhow::Result<LookupSource> {
     let cluster_configured = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
         || std::env::var_os("KUBECONFIG").is_some()
         || std::env::var_os("HOME").is_some_and(|h| std::path::Path::new(&h).join(".kube/config").exists());
-    let dev_mode = dev.is_some();
-    let runtime = runtime()?;
-    runtime.block_on(async move {
-        let mut opts = opts;
-        let auto = watch == Watch::Auto && !dev_mode && !context_given && cluster_configured;
-        opts.lookups = if watch == Watch::Always || auto {
-            let (client, cluster, kube_context) = connect().await?;
-            tracing::info!(
-                cluster = %cluster,
-                context = %kube_context,
-                "watching HostedControlPlanes (and the backup preflight's objects) in this cluster, cluster-wide, with these credentials"
-            );
-            eprintln!("watching cluster {cluster} (context {kube_context})");
-            LookupSource::Cluster(client)
-        } else if context_given {
-            LookupSource::Static(context)
-        } else {
-            if dev_mode && watch == Watch::Auto && cluster_configured {
-                tracing::info!("development mode: not watching the kubeconfig's cluster (pass --watch-hostedcontrolplanes always to watch it)");
-            }
-            tracing::warn!("no cluster and no --context: /mutate/etcd-statefulsets denies etcd StatefulSets (no HostedControlPlane to decide the restore from)");
-            LookupSource::None
-        };
-        let server = Server::bind(opts).await?;
-        if let Some(d) = &dev {
-            d.publish(server.local_addr().unwrap_or(args.listen))?;
-        }
-        let addr = server.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        tracing::info!(listen = %addr, "serving admission webhooks over HTTPS");
-        eprintln!("listening on https://{addr}");
-        if let Some(m) = server.metrics_addr() {
-            tracing::info!(listen = %m, "serving /metrics, /healthz and /readyz over plain HTTP");
-            eprintln!("metrics and probes on http://{m}");
-        }
-        // The first SIGTERM/SIGINT drains; a second one stops at once (an
-        // operator at a terminal does not have to wait for the drain).
-        let twice = async {
-            shutdown_signal().await;
-            shutdown_signal().await;
-        };
-        tokio::select! {
-            _ = server.serve(shutdown_signal()) => {}
-            _ = twice => tracing::warn!("second signal: stopping without finishing the drain"),
-        }
-        tracing::info!("stopped");
-        anyhow::Ok(0)
-    })
+    let auto = watch == Watch::Auto && !dev_mode && !context_given && cluster_configured;
+    if watch == Watch::Always || auto {
+        let (client, cluster, kube_context) = connect().await?;
+        tracing::info!(
+            cluster = %cluster,
+            context = %kube_context,
+            "watching HostedControlPlanes (and the backup preflight's objects) in this cluster, cluster-wide, with these credentials"
+        );
+        eprintln!("watching cluster {cluster} (context {kube_context})");
+        return Ok(LookupSource::Cluster(client));
+    }
+    if context_given {
+        return Ok(LookupSource::Static(context));
+    }
+    if dev_mode && watch == Watch::Auto && cluster_configured {
+        tracing::info!("development mode: not watching the kubeconfig's cluster (pass --watch-hostedcontrolplanes always to watch it)");
+    }
+    tracing::warn!("no cluster and no --context: /mutate/etcd-statefulsets denies etcd StatefulSets (no HostedControlPlane to decide the restore from)");
+    Ok(LookupSource::None)
+}
+
+/// Serves until a signal: the first SIGTERM/SIGINT drains; a second one
+/// stops at once (an operator at a terminal does not have to wait).
+async fn serve(server: Server) -> anyhow::Result<i32> {
+    let addr = server.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    tracing::info!(listen = %addr, "serving admission webhooks over HTTPS");
+    eprintln!("listening on https://{addr}");
+    if let Some(m) = server.metrics_addr() {
+        tracing::info!(listen = %m, "serving /metrics, /healthz and /readyz over plain HTTP");
+        eprintln!("metrics and probes on http://{m}");
+    }
+    let twice = async {
+        shutdown_signal().await;
+        shutdown_signal().await;
+    };
+    tokio::select! {
+        _ = server.serve(shutdown_signal()) => {}
+        _ = twice => tracing::warn!("second signal: stopping without finishing the drain"),
+    }
+    tracing::info!("stopped");
+    Ok(0)
 }
 
 /// The cluster client of the kubeconfig (or the in-cluster config), with the

@@ -170,7 +170,6 @@ impl Walker<'_, '_> {
     }
 
     fn evaluate_rules(&mut self, rules: &[LazyRule], node: &Node<'_>, unchanged: bool, path: &str) {
-        let shown = if path.is_empty() { "<nil>" } else { path };
         let mut ctx = self.base.new_inner_scope();
         let this = node.cel.clone().unwrap_or(Cel::Null);
         ctx.add_variable_from_value("self", this.clone());
@@ -179,6 +178,53 @@ impl Walker<'_, '_> {
         if let Some(old) = &old_cel {
             ctx.add_variable_from_value("oldSelf", old.clone());
         }
+        let site = self.site(node, unchanged, path);
+        for rule in rules {
+            if node.old.is_none() && rule.transition() {
+                continue; // transition rules run only on UPDATE with an old value
+            }
+            // `ruleErrorString`: the message when there is one, else the rule.
+            let named = rule.message.as_deref().map(str::trim).unwrap_or(rule.rule.trim());
+            let program = match rule.program() {
+                Ok(p) => p,
+                Err(e) => {
+                    self.errors.push(FieldError::invalid(
+                        site.shown,
+                        site.type_value.clone(),
+                        format!("{e}: {}", rule.rule),
+                    ));
+                    continue;
+                }
+            };
+            let result = program.execute(&ctx);
+            // A rule that reads a value of the wrong type cannot be evaluated,
+            // whatever cel made of it (cel-go fails the whole expression).
+            let result = match touched_invalid(rule.reads(), node.schema, &this, old_cel.as_ref(), self.version) {
+                Some(Touch::Error(text)) => {
+                    self.rule_broke(rule, &site, format!("{text} evaluating rule: {named}"));
+                    continue;
+                }
+                // A set compared whole with a wrong-typed item: cel-go's set
+                // equality compares the raw values and says "not equal".
+                Some(Touch::Unequal) => Ok(Cel::Bool(false)),
+                None => result,
+            };
+            match result {
+                Ok(Cel::Bool(true)) => {}
+                Ok(Cel::Bool(false)) => self.rule_failed(rule, &site),
+                Ok(other) => {
+                    let text = format!("rule did not evaluate to bool: {other:?} evaluating rule: {named}");
+                    self.rule_broke(rule, &site, redact_urls_in(&text));
+                }
+                Err(e) => {
+                    self.rule_broke(rule, &site, format!("{} evaluating rule: {named}", eval_error_text(&e, &this)))
+                }
+            }
+        }
+    }
+
+    /// Where the rules of `node` report: its path, and the value their errors show.
+    fn site<'p>(&self, node: &Node<'_>, unchanged: bool, path: &'p str) -> Site<'p> {
         // Errors of the rules themselves (compile, evaluation) show the
         // schema type at the node; a rule that is false shows what the
         // version shows.
@@ -191,71 +237,44 @@ impl Walker<'_, '_> {
         } else {
             render_value(node.json)
         };
-        for rule in rules {
-            if node.old.is_none() && rule.transition() {
-                continue; // transition rules run only on UPDATE with an old value
-            }
-            // `ruleErrorString`: the message when there is one, else the rule.
-            let named = rule.message.as_deref().map(str::trim).unwrap_or(rule.rule.trim());
-            let program = match rule.program() {
-                Ok(p) => p,
-                Err(e) => {
-                    self.errors.push(FieldError::invalid(shown, type_value.clone(), format!("{e}: {}", rule.rule)));
-                    continue;
-                }
-            };
-            let result = program.execute(&ctx);
-            // A rule that reads a value of the wrong type cannot be evaluated,
-            // whatever cel made of it (cel-go fails the whole expression).
-            let result = match touched_invalid(rule.reads(), node.schema, &this, old_cel.as_ref(), self.version) {
-                Some(Touch::Error(text)) => {
-                    self.errors.push(FieldError {
-                        rule_id: rule.id,
-                        ..FieldError::invalid(shown, type_value.clone(), format!("{text} evaluating rule: {named}"))
-                    });
-                    continue;
-                }
-                // A set compared whole with a wrong-typed item: cel-go's set
-                // equality compares the raw values and says "not equal".
-                Some(Touch::Unequal) => Ok(Cel::Bool(false)),
-                None => result,
-            };
-            match result {
-                Ok(Cel::Bool(true)) => {}
-                Ok(Cel::Bool(false)) => {
-                    let field = match rule.field_path.as_deref() {
-                        Some(fp) if fp.starts_with('.') => format!("{path}{fp}"),
-                        Some(fp) => join(path, fp),
-                        None => shown.to_string(),
-                    };
-                    let message = rule.message.clone().unwrap_or_else(|| format!("failed rule: {}", rule.rule));
-                    let mut e = rule_error(&field, &failed_value, rule.reason.as_deref(), message);
-                    e.rule_id = rule.id;
-                    if !rule.transition() && unchanged {
-                        self.warnings.push(e);
-                    } else {
-                        self.errors.push(e);
-                    }
-                }
-                Ok(other) => self.errors.push(FieldError {
-                    rule_id: rule.id,
-                    ..FieldError::invalid(
-                        shown,
-                        type_value.clone(),
-                        redact_urls_in(&format!("rule did not evaluate to bool: {other:?} evaluating rule: {named}")),
-                    )
-                }),
-                Err(e) => self.errors.push(FieldError {
-                    rule_id: rule.id,
-                    ..FieldError::invalid(
-                        shown,
-                        type_value.clone(),
-                        format!("{} evaluating rule: {named}", eval_error_text(&e, &this)),
-                    )
-                }),
-            }
+        Site { path, shown: if path.is_empty() { "<nil>" } else { path }, type_value, failed_value, unchanged }
+    }
+
+    /// `rule` is false: an error, or a warning where ratcheting lets it pass.
+    fn rule_failed(&mut self, rule: &LazyRule, site: &Site<'_>) {
+        let field = match rule.field_path.as_deref() {
+            Some(fp) if fp.starts_with('.') => format!("{}{fp}", site.path),
+            Some(fp) => join(site.path, fp),
+            None => site.shown.to_string(),
+        };
+        let message = rule.message.clone().unwrap_or_else(|| format!("failed rule: {}", rule.rule));
+        let e =
+            FieldError { rule_id: rule.id, ..rule_error(&field, &site.failed_value, rule.reason.as_deref(), message) };
+        if !rule.transition() && site.unchanged {
+            self.warnings.push(e);
+        } else {
+            self.errors.push(e);
         }
     }
+
+    /// `rule` could not be evaluated: an error with its id.
+    fn rule_broke(&mut self, rule: &LazyRule, site: &Site<'_>, detail: String) {
+        self.errors
+            .push(FieldError { rule_id: rule.id, ..FieldError::invalid(site.shown, site.type_value.clone(), detail) });
+    }
+}
+
+/// Where one node's rules report.
+struct Site<'p> {
+    path: &'p str,
+    /// The path as errors show it (`<nil>` at the root).
+    shown: &'p str,
+    /// The schema type, quoted (errors of the rules themselves).
+    type_value: String,
+    /// What a false rule shows as its value (by Kubernetes version).
+    failed_value: String,
+    /// The UPDATE left the value unchanged (ratcheting).
+    unchanged: bool,
 }
 
 /// What a rule meets on the paths it reads, beyond what cel does itself.

@@ -127,30 +127,53 @@ pub struct LimitOptions {
     pub write_timeout: Duration,
 }
 
+/// The limits' defaults, written once: [`LimitOptions::default`] and the
+/// CLI's flags (`serve --help` shows them) both read these, in the flags' units.
+pub mod defaults {
+    pub const BODY_TIMEOUT_MS: u64 = 2000;
+    pub const REQUEST_TIMEOUT_MS: u64 = 4000;
+    pub const MAX_REQUESTS: usize = 512;
+    pub const BODY_BUDGET_MIB: usize = 64;
+    pub const MAX_DECISION_UNITS: u32 = 16;
+    pub const QUEUE_WAIT_MS: u64 = 1000;
+    pub const MAX_CONNECTIONS: usize = 512;
+    pub const MAX_CONNECTIONS_PER_SOURCE: usize = 128;
+    pub const MAX_CONNECTION_AGE_SECONDS: u64 = 300;
+    pub const MAX_LIVE_READS: usize = 4;
+    pub const TLS_HANDSHAKE_TIMEOUT_MS: u64 = 1000;
+    pub const HEADER_READ_TIMEOUT_MS: u64 = 5000;
+    pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+    pub const IDLE_TIMEOUT_MS: u64 = 30_000;
+    pub const ANSWER_BUDGET_MIB: usize = 32;
+    pub const WRITE_TIMEOUT_MS: u64 = 5000;
+}
+
 impl Default for LimitOptions {
     fn default() -> Self {
+        use defaults::*;
+        let ms = Duration::from_millis;
         Self {
             max_body: MAX_BODY,
-            body_timeout: Duration::from_secs(2),
-            request_timeout: Duration::from_secs(4),
-            max_requests: 512,
-            body_budget: 64 * 1024 * 1024,
+            body_timeout: ms(BODY_TIMEOUT_MS),
+            request_timeout: ms(REQUEST_TIMEOUT_MS),
+            max_requests: MAX_REQUESTS,
+            body_budget: BODY_BUDGET_MIB * 1024 * 1024,
             body_free: 64 * 1024,
-            max_decision_units: 16,
-            queue_wait: Duration::from_millis(1000),
-            max_connections: 512,
-            max_connections_per_source: 128,
-            max_connection_age: Duration::from_secs(300),
-            max_live_reads: 4,
+            max_decision_units: MAX_DECISION_UNITS,
+            queue_wait: ms(QUEUE_WAIT_MS),
+            max_connections: MAX_CONNECTIONS,
+            max_connections_per_source: MAX_CONNECTIONS_PER_SOURCE,
+            max_connection_age: Duration::from_secs(MAX_CONNECTION_AGE_SECONDS),
+            max_live_reads: MAX_LIVE_READS,
             negative_cache_ttl: Duration::from_secs(2),
-            tls_handshake_timeout: Duration::from_secs(1),
-            header_read_timeout: Duration::from_secs(5),
-            max_header_bytes: 16 * 1024,
+            tls_handshake_timeout: ms(TLS_HANDSHAKE_TIMEOUT_MS),
+            header_read_timeout: ms(HEADER_READ_TIMEOUT_MS),
+            max_header_bytes: MAX_HEADER_BYTES,
             h2_window: 128 * 1024,
-            idle_timeout: Duration::from_secs(30),
+            idle_timeout: ms(IDLE_TIMEOUT_MS),
             h2_max_streams: 8,
-            answer_budget: 32 * 1024 * 1024,
-            write_timeout: Duration::from_secs(5),
+            answer_budget: ANSWER_BUDGET_MIB * 1024 * 1024,
+            write_timeout: ms(WRITE_TIMEOUT_MS),
         }
     }
 }

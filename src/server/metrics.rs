@@ -250,127 +250,63 @@ const BUCKETS: [f64; 17] =
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("hcp_etcd_admission");
-        let requests = Family::<RequestLabels, Counter>::default();
-        let latency = Family::<WebhookLabels, Histogram>::new_with_constructor(|| Histogram::new(BUCKETS));
-        let rejected = Family::<ReasonLabels, Counter>::default();
-        let reloads = Family::<ResultLabels, Counter>::default();
-        let cert_rejected = Family::<CertProblemLabels, Counter>::default();
-        let client_ca_reloads = Family::<ResultLabels, Counter>::default();
-        let cert_expiry = Gauge::<i64, AtomicI64>::default();
-        let connections = Gauge::<i64, AtomicI64>::default();
-        let draining = Gauge::<i64, AtomicI64>::default();
-        let answers_pending = Gauge::<i64, AtomicI64>::default();
-        registry.register(
-            "answer_bytes_pending",
-            "Bytes of decided answers charged to the answer budget and not yet written (KiB granularity)",
-            answers_pending.clone(),
+        let r = &mut registry;
+        let build_info = register(
+            r,
+            "build_info",
+            "Always 1: the version and git commit of this binary",
+            Family::<BuildInfoLabels, Gauge<i64, AtomicI64>>::default(),
         );
-        let restores_pending = Gauge::<i64, AtomicI64>::default();
-        registry.register(
-            "restores_pending",
-            "HostedControlPlanes in the server's cache with a restoreSnapshotURL and EtcdSnapshotRestored not True; -1 when not known (no cluster watch, or the cache not synced)",
-            restores_pending.clone(),
-        );
-        registry.register(
-            "admission_requests",
-            "Admission reviews answered, by webhook, operation and decision",
-            requests.clone(),
-        );
-        registry.register(
-            "admission_duration_seconds",
-            "Time from request headers to answer, per webhook",
-            latency.clone(),
-        );
-        registry.register(
-            "rejected_requests",
-            "Requests and connections turned away before a decision, by reason",
-            rejected.clone(),
-        );
-        registry.register("certificate_reloads", "Serving certificate reload attempts by result", reloads.clone());
-        registry.register(
-            "client_ca_reloads",
-            "Client CA (--client-ca) reloads after a change, by result",
-            client_ca_reloads.clone(),
-        );
-        registry.register(
-            "certificate_rejected",
-            "Serving certificate pairs refused at load, by reason (the previous pair keeps serving)",
-            cert_rejected.clone(),
-        );
-        registry.register(
-            "certificate_expiry_timestamp_seconds",
-            "NotAfter of the serving certificate, Unix seconds",
-            cert_expiry.clone(),
-        );
-        registry.register("open_connections", "TLS connections currently open", connections.clone());
-        registry.register("draining", "1 after SIGTERM while the server drains, else 0", draining.clone());
-        let etcd_init = Family::<EtcdInitLabels, Counter>::default();
-        registry.register(
-            "etcd_init_decisions",
-            "etcd StatefulSet mutation decisions: etcd-init injected, unchanged, removed, not needed, not applicable, or denied by reason",
-            etcd_init.clone(),
-        );
-        // Every label pair exists from the start (at 0), so alerts can rate() them.
+        build_info
+            .get_or_create(&BuildInfoLabels { version: crate::build_info::VERSION, commit: crate::build_info::COMMIT })
+            .set(1);
+        let metrics = Self {
+            answers_pending: register(r, "answer_bytes_pending", "Bytes of decided answers charged to the answer budget and not yet written (KiB granularity)", Gauge::default()),
+            restores_pending: register(r, "restores_pending", "HostedControlPlanes in the server's cache with a restoreSnapshotURL and EtcdSnapshotRestored not True; -1 when not known (no cluster watch, or the cache not synced)", Gauge::default()),
+            requests: register(r, "admission_requests", "Admission reviews answered, by webhook, operation and decision", Family::default()),
+            latency: register(r, "admission_duration_seconds", "Time from request headers to answer, per webhook", Family::new_with_constructor(|| Histogram::new(BUCKETS))),
+            rejected: register(r, "rejected_requests", "Requests and connections turned away before a decision, by reason", Family::default()),
+            reloads: register(r, "certificate_reloads", "Serving certificate reload attempts by result", Family::default()),
+            client_ca_reloads: register(r, "client_ca_reloads", "Client CA (--client-ca) reloads after a change, by result", Family::default()),
+            cert_rejected: register(r, "certificate_rejected", "Serving certificate pairs refused at load, by reason (the previous pair keeps serving)", Family::default()),
+            cert_expiry: register(r, "certificate_expiry_timestamp_seconds", "NotAfter of the serving certificate, Unix seconds", Gauge::default()),
+            connections: register(r, "open_connections", "TLS connections currently open", Gauge::default()),
+            draining: register(r, "draining", "1 after SIGTERM while the server drains, else 0", Gauge::default()),
+            etcd_init: register(r, "etcd_init_decisions", "etcd StatefulSet mutation decisions: etcd-init injected, unchanged, removed, not needed, not applicable, or denied by reason", Family::default()),
+            credentials: register(r, "backup_credentials_valid", "1 when an etcd-backup credentials Secret fits the controller's detection, 0 when it is missing or does not fit", Family::default()),
+            rule_results: register(r, "rule_results", "Rule findings by webhook, rule id and what enforcement did (denied, warned, audited, off, exempt)", Family::default()),
+            credential_series: Default::default(),
+            registry,
+        };
+        metrics.create_zero_series();
+        metrics
+    }
+
+    /// Every label set alerts `rate()` over exists from the start, at 0, so
+    /// the first event is seen.
+    fn create_zero_series(&self) {
         use crate::mutate::{Blocker, Outcome};
-        for o in [
+        let outcomes = [
             Outcome::NotApplicable,
             Outcome::Injected,
             Outcome::Unchanged,
             Outcome::Removed,
             Outcome::NotNeeded,
             Outcome::SpecUnchanged,
-        ]
-        .into_iter()
-        .chain(Blocker::ALL.into_iter().map(Outcome::Denied))
-        {
+        ];
+        for o in outcomes.into_iter().chain(Blocker::ALL.into_iter().map(Outcome::Denied)) {
             let (outcome, reason) = o.labels();
-            let _ = etcd_init.get_or_create(&EtcdInitLabels { outcome, reason });
+            let _ = self.etcd_init.get_or_create(&EtcdInitLabels { outcome, reason });
         }
-        // Pre-create the zero series alerts look at, so `rate()` sees the first event.
         for r in ReloadResult::ALL {
-            let _ = reloads.get_or_create(&ResultLabels { result: *r });
-            let _ = client_ca_reloads.get_or_create(&ResultLabels { result: *r });
+            let _ = self.reloads.get_or_create(&ResultLabels { result: *r });
+            let _ = self.client_ca_reloads.get_or_create(&ResultLabels { result: *r });
         }
         for r in CertProblem::ALL {
-            let _ = cert_rejected.get_or_create(&CertProblemLabels { reason: *r });
+            let _ = self.cert_rejected.get_or_create(&CertProblemLabels { reason: *r });
         }
         for r in RejectReason::ALL {
-            let _ = rejected.get_or_create(&ReasonLabels { reason: *r });
-        }
-        let credentials = Family::<SecretLabels, Gauge<i64, AtomicI64>>::default();
-        registry.register(
-            "backup_credentials_valid",
-            "1 when an etcd-backup credentials Secret fits the controller's detection, 0 when it is missing or does not fit",
-            credentials.clone(),
-        );
-        let rule_results = Family::<RuleLabels, Counter>::default();
-        registry.register(
-            "rule_results",
-            "Rule findings by webhook, rule id and what enforcement did (denied, warned, audited, off, exempt)",
-            rule_results.clone(),
-        );
-        let build_info = Family::<BuildInfoLabels, Gauge<i64, AtomicI64>>::default();
-        registry.register("build_info", "Always 1: the version and git commit of this binary", build_info.clone());
-        build_info
-            .get_or_create(&BuildInfoLabels { version: crate::build_info::VERSION, commit: crate::build_info::COMMIT })
-            .set(1);
-        Self {
-            rule_results,
-            registry,
-            requests,
-            latency,
-            rejected,
-            reloads,
-            client_ca_reloads,
-            cert_rejected,
-            cert_expiry,
-            connections,
-            answers_pending,
-            restores_pending,
-            draining,
-            etcd_init,
-            credentials,
-            credential_series: Default::default(),
+            let _ = self.rejected.get_or_create(&ReasonLabels { reason: *r });
         }
     }
 
@@ -482,6 +418,17 @@ pub fn truncate(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
         end -= 1;
     }
     std::borrow::Cow::Owned(format!("{}…", s.get(..end).unwrap_or_default()))
+}
+
+/// Registers `metric` under `name` and returns it (the handle the server keeps).
+fn register<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 #[cfg(test)]

@@ -98,9 +98,17 @@ pub struct ServeOptions {
     pub metrics_listen: Option<SocketAddr>,
 }
 
+/// Seconds between certificate file checks (default; `--reload-interval-seconds`).
+pub const RELOAD_INTERVAL_SECONDS: u64 = 2;
+/// Seconds `/readyz` fails before accepting stops, after SIGTERM (default; `--drain-seconds`).
+pub const DRAIN_SECONDS: f64 = 10.0;
+/// Seconds in-flight requests get after accepting stops (default; `--shutdown-grace-seconds`).
+pub const SHUTDOWN_GRACE_SECONDS: u64 = 20;
+
 impl ServeOptions {
     /// Serving `tls_cert`/`tls_key` on `listen` with the default settings,
-    /// limits and timeouts, no client CA, no lookups, no drain delay.
+    /// limits and timeouts (the CLI's defaults: they are written once, here
+    /// and in [`limits::defaults`]), no client CA, no lookups.
     pub fn new(listen: SocketAddr, tls_cert: PathBuf, tls_key: PathBuf) -> Self {
         Self {
             listen,
@@ -108,10 +116,10 @@ impl ServeOptions {
             tls_key,
             client_ca: None,
             settings: Settings::default(),
-            reload_interval: Duration::from_secs(60),
+            reload_interval: Duration::from_secs(RELOAD_INTERVAL_SECONDS),
             limits: limits::LimitOptions::default(),
-            drain_delay: Duration::ZERO,
-            shutdown_grace: Duration::from_secs(5),
+            drain_delay: Duration::from_secs_f64(DRAIN_SECONDS),
+            shutdown_grace: Duration::from_secs(SHUTDOWN_GRACE_SECONDS),
             expect_sans: Vec::new(),
             allowed_client_names: Vec::new(),
             client_auth_scope: ClientAuthScope::default(),

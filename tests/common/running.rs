@@ -40,6 +40,10 @@ pub fn options(dir: &Path, client_ca: Option<&Path>, reload: Duration, lookups: 
         client_ca: client_ca.map(Path::to_path_buf),
         reload_interval: reload,
         lookups,
+        // A test server stops at once: no drain (no endpoints route to it)
+        // and a short grace; the production defaults are 10 s and 20 s.
+        drain_delay: Duration::ZERO,
+        shutdown_grace: Duration::from_secs(5),
         ..ServeOptions::new(listen, dir.join("tls.crt"), dir.join("tls.key"))
     }
 }

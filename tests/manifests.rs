@@ -333,10 +333,10 @@ fn prometheus_rule_alerts_on_metrics_the_server_exports() {
     let rule = &docs(&common::root().join("webhooks/components/monitoring/prometheusrule.yaml"))[0];
     use hcp_etcd_admission::{
         admission::Target,
-        server::metrics::{Answer, Metrics, OperationLabel},
+        server::metrics::{Metrics, OperationLabel, Reply},
     };
     let m = Metrics::new();
-    m.observe(Target::HostedClusters, OperationLabel::Create, Answer::Allowed, 0.001);
+    m.observe(Target::HostedClusters, OperationLabel::Create, Reply::Allowed, 0.001);
     let finding = hcp_etcd_admission::enforcement::RuleResult {
         rule: "restore-url-expired",
         outcome: hcp_etcd_admission::enforcement::Enforced::Denied,

@@ -40,84 +40,110 @@ pub enum Target {
     EtcdBackupSecrets,
 }
 
+/// One webhook kind, whole: every name the server, the metrics, the
+/// messages and `check` use for it, in one row (linkerd's one `impl` per
+/// kind, as data). Adding a webhook is adding a row.
+struct Kind {
+    target: Target,
+    /// The last segment of its path, its metrics label.
+    label: &'static str,
+    /// The API group and plural resource it receives.
+    group: &'static str,
+    plural: &'static str,
+    /// `group/resource` as messages show it.
+    resource: &'static str,
+    kind: &'static str,
+    mutating: bool,
+}
+
+/// Every webhook, in the order the README lists them.
+const KINDS: [Kind; 5] = [
+    Kind {
+        target: Target::HcpEtcdBackups,
+        label: "hcpetcdbackups",
+        group: crate::api::GROUP,
+        plural: "hcpetcdbackups",
+        resource: "hcpetcdbackups.hypershift.openshift.io",
+        kind: "HCPEtcdBackup",
+        mutating: false,
+    },
+    Kind {
+        target: Target::HostedClusters,
+        label: "hostedclusters",
+        group: crate::api::GROUP,
+        plural: "hostedclusters",
+        resource: "hostedclusters.hypershift.openshift.io",
+        kind: "HostedCluster",
+        mutating: false,
+    },
+    Kind {
+        target: Target::HostedControlPlanes,
+        label: "hostedcontrolplanes",
+        group: crate::api::GROUP,
+        plural: "hostedcontrolplanes",
+        resource: "hostedcontrolplanes.hypershift.openshift.io",
+        kind: "HostedControlPlane",
+        mutating: false,
+    },
+    Kind {
+        target: Target::EtcdStatefulSets,
+        label: "etcd-statefulsets",
+        group: "apps",
+        plural: "statefulsets",
+        resource: "statefulsets.apps",
+        kind: "StatefulSet",
+        mutating: true,
+    },
+    Kind {
+        target: Target::EtcdBackupSecrets,
+        label: "etcd-backup-secrets",
+        group: "",
+        plural: "secrets",
+        resource: "secrets",
+        kind: "Secret",
+        mutating: false,
+    },
+];
+
 impl Target {
     /// Every webhook, in the order the README lists them.
-    pub const ALL: [Target; 5] = [
-        Target::HcpEtcdBackups,
-        Target::HostedClusters,
-        Target::HostedControlPlanes,
-        Target::EtcdStatefulSets,
-        Target::EtcdBackupSecrets,
-    ];
+    pub const ALL: [Target; 5] = [KINDS[0].target, KINDS[1].target, KINDS[2].target, KINDS[3].target, KINDS[4].target];
+
+    fn row(self) -> &'static Kind {
+        // Every target has its row (`tests::every_target_has_its_row`); the
+        // first row stands in, never reached.
+        KINDS.iter().find(|k| k.target == self).unwrap_or(&KINDS[0])
+    }
 
     /// The webhook's name: the last segment of its path, its metrics label.
     pub fn label(self) -> &'static str {
-        match self {
-            Target::HcpEtcdBackups => "hcpetcdbackups",
-            Target::HostedClusters => "hostedclusters",
-            Target::HostedControlPlanes => "hostedcontrolplanes",
-            Target::EtcdStatefulSets => "etcd-statefulsets",
-            Target::EtcdBackupSecrets => "etcd-backup-secrets",
-        }
+        self.row().label
     }
 
     /// The server's path for this webhook (`/validate/…`, `/mutate/…`).
     pub fn path(self) -> String {
-        let verb = if self == Target::EtcdStatefulSets { "mutate" } else { "validate" };
+        let verb = if self.row().mutating { "mutate" } else { "validate" };
         format!("/{verb}/{}", self.label())
     }
 
     /// The target a request's resource maps to, if any.
     pub fn of(resource: &GroupVersionResource) -> Option<Self> {
-        if resource.group == "apps" && resource.resource == "statefulsets" {
-            return Some(Target::EtcdStatefulSets);
-        }
-        if resource.group.is_empty() && resource.resource == "secrets" {
-            return Some(Target::EtcdBackupSecrets);
-        }
-        if resource.group != crate::api::GROUP {
-            return None;
-        }
-        match resource.resource.as_str() {
-            "hcpetcdbackups" => Some(Target::HcpEtcdBackups),
-            "hostedclusters" => Some(Target::HostedClusters),
-            "hostedcontrolplanes" => Some(Target::HostedControlPlanes),
-            _ => None,
-        }
+        KINDS.iter().find(|k| k.group == resource.group && k.plural == resource.resource).map(|k| k.target)
     }
 
     /// `group/resource` as shown in messages.
     pub fn resource(self) -> &'static str {
-        match self {
-            Target::HcpEtcdBackups => "hcpetcdbackups.hypershift.openshift.io",
-            Target::HostedClusters => "hostedclusters.hypershift.openshift.io",
-            Target::HostedControlPlanes => "hostedcontrolplanes.hypershift.openshift.io",
-            Target::EtcdStatefulSets => "statefulsets.apps",
-            Target::EtcdBackupSecrets => "secrets",
-        }
+        self.row().resource
     }
 
     /// The object kind.
     pub fn kind(self) -> &'static str {
-        match self {
-            Target::HcpEtcdBackups => "HCPEtcdBackup",
-            Target::HostedClusters => "HostedCluster",
-            Target::HostedControlPlanes => "HostedControlPlane",
-            Target::EtcdStatefulSets => "StatefulSet",
-            Target::EtcdBackupSecrets => "Secret",
-        }
+        self.row().kind
     }
 
     /// The target for an object kind (used by `check` to build a review).
     pub fn for_kind(kind: &str) -> Option<Self> {
-        match kind {
-            "HCPEtcdBackup" => Some(Target::HcpEtcdBackups),
-            "HostedCluster" => Some(Target::HostedClusters),
-            "HostedControlPlane" => Some(Target::HostedControlPlanes),
-            "StatefulSet" => Some(Target::EtcdStatefulSets),
-            "Secret" => Some(Target::EtcdBackupSecrets),
-            _ => None,
-        }
+        KINDS.iter().find(|k| k.kind == kind).map(|k| k.target)
     }
 }
 
@@ -236,4 +262,25 @@ fn unenforced(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> (Decision
         return (mutating::mutation(req, decision), true);
     }
     (validate::validation(req, decision), false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_target_has_its_row_and_routes_back_to_itself() {
+        for t in Target::ALL {
+            let row = KINDS.iter().filter(|k| k.target == t).count();
+            assert_eq!(row, 1, "{t:?}");
+            let r = t.row();
+            let gvr = GroupVersionResource { group: r.group.into(), version: "v1".into(), resource: r.plural.into() };
+            assert_eq!(Target::of(&gvr), Some(t));
+            assert_eq!(Target::for_kind(t.kind()), Some(t));
+        }
+        assert_eq!(Target::EtcdStatefulSets.path(), "/mutate/etcd-statefulsets");
+        assert_eq!(Target::HcpEtcdBackups.path(), "/validate/hcpetcdbackups");
+        let other = GroupVersionResource { group: "x.io".into(), version: "v1".into(), resource: "secrets".into() };
+        assert_eq!(Target::of(&other), None);
+    }
 }

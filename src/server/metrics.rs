@@ -82,8 +82,8 @@ impl OperationLabel {
 }
 
 label_enum!(
-    /// What the server answered: a decision, or an HTTP error.
-    Answer {
+    /// What the server replied: a decision, or an HTTP error (the `decision` label).
+    Reply {
         Allowed => "allowed",
         /// Denied by a rule (422 Invalid).
         Denied => "denied",
@@ -165,7 +165,7 @@ label_enum!(
 pub struct RequestLabels {
     pub webhook: Target,
     pub operation: OperationLabel,
-    pub decision: Answer,
+    pub decision: Reply,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -310,7 +310,7 @@ impl Metrics {
         }
     }
 
-    pub fn observe(&self, webhook: Target, operation: OperationLabel, decision: Answer, seconds: f64) {
+    pub fn observe(&self, webhook: Target, operation: OperationLabel, decision: Reply, seconds: f64) {
         self.requests.get_or_create(&RequestLabels { webhook, operation, decision }).inc();
         self.latency.get_or_create(&WebhookLabels { webhook }).observe(seconds);
     }

@@ -132,8 +132,8 @@ pub fn live(app: &App, mut plan: ReadPlan) -> (ReadPlan, Fetched) {
 const LIVE_READS_TAKEN: &str = "the server's live-read budget is taken (too many reads at once); not read";
 const LIVE_READ_LATE: &str = "the live read did not finish within the request deadline";
 
-/// A live-read place; given back (and its source's count) when dropped.
-struct Place {
+/// A live-read slot; given back (and its source's count) when dropped.
+struct ReadSlot {
     _permit: OwnedSemaphorePermit,
     _share: Share,
 }
@@ -159,10 +159,10 @@ impl Budget {
 
     /// A place for a read from `source`, waiting until `until`; `None` when
     /// the source holds its share or none freed up.
-    async fn place(&self, source: IpAddr, until: Instant) -> Option<Place> {
+    async fn place(&self, source: IpAddr, until: Instant) -> Option<ReadSlot> {
         let share = self.shares.take(source, 1)?;
         let permit = tokio::time::timeout_at(until, self.places.clone().acquire_owned()).await.ok()?.ok()?;
-        Some(Place { _permit: permit, _share: share })
+        Some(ReadSlot { _permit: permit, _share: share })
     }
 }
 
@@ -196,7 +196,7 @@ impl LiveReads {
 
     /// A place for a read from `source` about a namespace the cache knows
     /// as hosted (`known`) or not, waiting until `deadline` or the queue wait.
-    async fn place(&self, source: IpAddr, deadline: Instant, known: bool) -> Option<Place> {
+    async fn place(&self, source: IpAddr, deadline: Instant, known: bool) -> Option<ReadSlot> {
         let until = deadline.min(Instant::now() + self.wait);
         if known {
             self.known.place(source, until).await

@@ -28,7 +28,7 @@ use super::{
     conns::Activity,
     fields::{log_field, LOG_FIELD_MAX},
     limits::{AnswerCharge, BodyError, DecisionSlot, Held, RequestSlot},
-    metrics::{truncate, Answer, OperationLabel, RejectReason},
+    metrics::{truncate, OperationLabel, RejectReason, Reply},
     outgoing::Hold,
     reads::{self, Fetched},
     App, ClientAuthScope, PeerIdentity,
@@ -137,7 +137,7 @@ impl Refused {
         if let Some(reason) = self.reason {
             app.metrics.rejected(reason);
         }
-        app.metrics.observe(target, OperationLabel::Other, Answer::Error, started.elapsed().as_secs_f64());
+        app.metrics.observe(target, OperationLabel::Other, Reply::Error, started.elapsed().as_secs_f64());
         let (code, reason) = (self.code.as_u16(), self.reason.map_or("", RejectReason::as_str));
         let message = log_field(&self.message);
         if self.retry {
@@ -548,9 +548,9 @@ fn record(
     let decision = &reviewed.decision;
     let operation = OperationLabel::from_request(req.map(|r| r.operation));
     let outcome = match decision.denial() {
-        None => Answer::Allowed,
-        Some(d) if d.reason == admission::DenialReason::BadRequest => Answer::CannotDecide,
-        Some(_) => Answer::Denied,
+        None => Reply::Allowed,
+        Some(d) if d.reason == admission::DenialReason::BadRequest => Reply::CannotDecide,
+        Some(_) => Reply::Denied,
     };
     app.metrics.observe(target, operation, outcome, elapsed.as_secs_f64());
     app.metrics.rule_results(target, &decision.rules);
@@ -568,7 +568,7 @@ fn record(
         Target::EtcdBackupSecrets => caller_verified,
         _ => app.backup_cache.is_some(),
     };
-    if let Some(seen) = decision.credentials.as_ref().filter(|_| outcome == Answer::Allowed && !dry_run && from_cluster)
+    if let Some(seen) = decision.credentials.as_ref().filter(|_| outcome == Reply::Allowed && !dry_run && from_cluster)
     {
         if seen.namespace == app.settings.operator_namespace {
             app.metrics.credentials_valid(&seen.namespace, &seen.name, seen.usable);

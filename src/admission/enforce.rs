@@ -74,8 +74,21 @@ pub fn apply(mut decision: Decision, req: &AdmissionRequest, enforcement: &Enfor
     let exemption = if enforcement.is_default() { None } else { enforcement.exemption(&requester(req)) };
     let mut results = Vec::new();
     let mut relaxed = Relaxed::default();
-    // Warnings first, in their order: a note stays, a rule's warning follows the dial.
-    let mut warnings = Vec::with_capacity(decision.warnings.len());
+    // The denial's findings first (the annotations list them first), then
+    // the warnings: a note stays, a rule's warning follows the dial.
+    let (mut kept, mut warned) = (Vec::new(), Vec::new());
+    for f in found {
+        let outcome = enforcement.outcome(f.rule, exemption.is_some());
+        results.push(RuleResult { rule: f.rule, outcome });
+        match outcome {
+            Enforced::Denied => kept.push(f),
+            Enforced::Warned => warned.push(Warning::ruled(f.rule, f.text)),
+            Enforced::Audited => relaxed.audited.push(f.text),
+            Enforced::Exempt => relaxed.exempted.push(f.text),
+            Enforced::Off => {}
+        }
+    }
+    let mut warnings = Vec::with_capacity(decision.warnings.len() + warned.len());
     for w in std::mem::take(&mut decision.warnings) {
         let Some(rule) = w.rule else {
             warnings.push(w);
@@ -90,18 +103,8 @@ pub fn apply(mut decision: Decision, req: &AdmissionRequest, enforcement: &Enfor
             Enforced::Off => {}
         }
     }
-    let mut kept = Vec::new();
-    for f in found {
-        let outcome = enforcement.outcome(f.rule, exemption.is_some());
-        results.push(RuleResult { rule: f.rule, outcome });
-        match outcome {
-            Enforced::Denied => kept.push(f),
-            Enforced::Warned => warnings.push(Warning::ruled(f.rule, f.text)),
-            Enforced::Audited => relaxed.audited.push(f.text),
-            Enforced::Exempt => relaxed.exempted.push(f.text),
-            Enforced::Off => {}
-        }
-    }
+    // The decision's own warnings keep their place before the relaxed denial's.
+    warnings.extend(warned);
     decision.warnings = warnings;
     decision.rules = results;
     if !relaxed.audited.is_empty() {

@@ -510,7 +510,8 @@ fn task_failed(e: tokio::task::JoinError) -> Refused {
     Refused::new(StatusCode::INTERNAL_SERVER_ERROR, format!("decision task failed: {e}"))
 }
 
-/// The core's decision on `parsed`, on the caches and what was read for it.
+/// The core's decision on `parsed`, on the answers to its read plan (the
+/// caches, and what was read live for it).
 fn core_decision(
     app: &App,
     parsed: &ParsedReview,
@@ -525,7 +526,11 @@ fn core_decision(
         secret: fetched.secret.clone(),
         etcd: fetched.etcd.clone(),
     };
-    let lookup = reads.any().then_some(&reads as &dyn Lookup);
+    // The decision runs on the plan's answers, read from the caches and the
+    // live reads in the plan's order: the same `Answers` the CLI and the
+    // Kubewarden policy decide on (what the plan does not name is not provided).
+    let answers = reads.any().then(|| parsed.plan(settings, Some(target)).read_from(&reads));
+    let lookup = answers.as_ref().map(|a| a as &dyn Lookup);
     let input = DecisionInput { settings, lookup, now: crate::time::system_now(), expect: Some(target) };
     admission::review_parsed(parsed, &input).map_err(|e| Refused::new(StatusCode::BAD_REQUEST, e.to_string()))
 }

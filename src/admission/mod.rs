@@ -247,26 +247,85 @@ pub fn decide(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> Decision 
     decided
 }
 
+/// Where a request goes, decided once per request from its resource and
+/// the endpoint it came in on; the read plan and the decision both follow it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// The etcd StatefulSet mutation.
+    Mutation,
+    /// A validating webhook of this target.
+    Validation(Target),
+    /// The mutating endpoint got another resource (`None`: an unknown one):
+    /// allowed unchanged with a warning, never blocked.
+    MisroutedToMutation(Option<Target>),
+    /// A validating endpoint got another resource: 400, naming both.
+    WrongEndpoint(Target),
+    /// No endpoint given and a resource nobody here judges: 400.
+    Unhandled,
+}
+
+/// The route of `req` at the endpoint `expect` (`None`: routed by the resource).
+pub(crate) fn route(req: &AdmissionRequest, expect: Option<Target>) -> Route {
+    let target = Target::of(&req.resource);
+    match (expect, target) {
+        (None | Some(Target::EtcdStatefulSets), Some(Target::EtcdStatefulSets)) => Route::Mutation,
+        (Some(Target::EtcdStatefulSets), other) => Route::MisroutedToMutation(other),
+        (None, Some(t)) => Route::Validation(t),
+        (Some(e), Some(t)) if t == e => Route::Validation(t),
+        (Some(e), _) => Route::WrongEndpoint(e),
+        (None, None) => Route::Unhandled,
+    }
+}
+
 /// The decision before enforcement, and whether the etcd mutation made it.
 fn unenforced(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> (Decision, bool) {
-    let target = Target::of(&req.resource);
-    if decision.expect == Some(Target::EtcdStatefulSets) && target != Some(Target::EtcdStatefulSets) {
-        // A mutating endpoint never blocks a request it was not meant to see.
-        let warning = format!(
-            "hcp-etcd-admission: the etcd StatefulSet mutation was called for {}; nothing changed (check the MutatingWebhookConfiguration rules)",
-            target.map_or("an unknown resource", Target::resource)
-        );
-        return (Decision::allow(vec![crate::finding::Warning::note(warning)]), true);
+    match route(req, decision.expect) {
+        Route::MisroutedToMutation(target) => {
+            let warning = format!(
+                "hcp-etcd-admission: the etcd StatefulSet mutation was called for {}; nothing changed (check the MutatingWebhookConfiguration rules)",
+                target.map_or("an unknown resource", Target::resource)
+            );
+            (Decision::allow(vec![crate::finding::Warning::note(warning)]), true)
+        }
+        Route::Mutation => (mutating::mutation(req, decision), true),
+        Route::Validation(target) => (validate::validation(req, decision, target), false),
+        Route::WrongEndpoint(expected) => (validate::wrong_endpoint(req, expected), false),
+        Route::Unhandled => (validate::unhandled(req), false),
     }
-    if target == Some(Target::EtcdStatefulSets) && decision.expect.is_none_or(|e| e == Target::EtcdStatefulSets) {
-        return (mutating::mutation(req, decision), true);
-    }
-    (validate::validation(req, decision), false)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_is_routed_once_by_resource_and_endpoint() {
+        let req = |t: Option<Target>| AdmissionRequest {
+            resource: match t {
+                Some(t) => {
+                    let r = t.row();
+                    GroupVersionResource { group: r.group.into(), version: "v1".into(), resource: r.plural.into() }
+                }
+                None => GroupVersionResource { group: "x.io".into(), version: "v1".into(), resource: "things".into() },
+            },
+            ..serde_json::from_value(
+                serde_json::json!({"uid": "u", "kind": {"group": "", "version": "v1", "kind": "X"},
+                "resource": {"group": "", "version": "v1", "resource": "x"}, "operation": "CREATE"}),
+            )
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let sts = Some(Target::EtcdStatefulSets);
+        let hc = Some(Target::HostedClusters);
+        assert_eq!(route(&req(sts), None), Route::Mutation);
+        assert_eq!(route(&req(sts), sts), Route::Mutation);
+        assert_eq!(route(&req(hc), sts), Route::MisroutedToMutation(hc));
+        assert_eq!(route(&req(None), sts), Route::MisroutedToMutation(None));
+        assert_eq!(route(&req(hc), None), Route::Validation(Target::HostedClusters));
+        assert_eq!(route(&req(hc), hc), Route::Validation(Target::HostedClusters));
+        assert_eq!(route(&req(sts), hc), Route::WrongEndpoint(Target::HostedClusters));
+        assert_eq!(route(&req(None), hc), Route::WrongEndpoint(Target::HostedClusters));
+        assert_eq!(route(&req(None), None), Route::Unhandled);
+    }
 
     #[test]
     fn every_target_has_its_row_and_routes_back_to_itself() {

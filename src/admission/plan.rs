@@ -84,18 +84,17 @@ impl ReadPlan {
 /// routed by the request's resource).
 pub fn plan(req: &AdmissionRequest, settings: &Settings, expect: Option<Target>) -> ReadPlan {
     let mut plan = ReadPlan::default();
-    let target = Target::of(&req.resource);
-    if expect.is_some_and(|e| Some(e) != target) || !req.writes_main_resource() {
+    if !req.writes_main_resource() {
         return plan;
     }
     let Some(object) = req.object.as_ref().filter(|o| o.is_object()) else { return plan };
     let namespace = req.namespace_or_object();
-    match target {
-        Some(Target::EtcdStatefulSets) => {
+    match super::route(req, expect) {
+        super::Route::Mutation => {
             let freshness = crate::mutate::reads(object, req.operation == super::Operation::Create);
             plan.hosted_control_planes = freshness.map(|f| (namespace.to_string(), f));
         }
-        Some(Target::HcpEtcdBackups) if req.creates_main_resource() => {
+        super::Route::Validation(Target::HcpEtcdBackups) if req.creates_main_resource() => {
             let Some(secret) = preflight::reads(object, namespace, settings) else { return plan };
             plan.hosted_control_planes = Some((namespace.to_string(), Freshness::Cached));
             plan.credentials_secret = secret.map(|(storage, name)| CredentialsSecret {

@@ -64,24 +64,22 @@ pub fn warm_up() -> Result<(), WarmUpError> {
     Ok(())
 }
 
-/// Decides a request.
-pub fn validation(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
-    let wrong_endpoint = |expected: Target| {
-        Decision::bad_request(format!(
-            "this endpoint validates {}, but the request is for {}; check the webhook configuration's rules",
-            expected.resource(),
-            resource_name(req)
-        ))
-    };
-    let Some(target) = Target::of(&req.resource) else {
-        return match input.expect {
-            Some(t) => wrong_endpoint(t),
-            None => Decision::bad_request(format!("hcp-etcd-admission does not handle {}", resource_name(req))),
-        };
-    };
-    if let Some(expect) = input.expect.filter(|e| *e != target) {
-        return wrong_endpoint(expect);
-    }
+/// 400: a validating endpoint got a request for another resource.
+pub(super) fn wrong_endpoint(req: &AdmissionRequest, expected: Target) -> Decision {
+    Decision::bad_request(format!(
+        "this endpoint validates {}, but the request is for {}; check the webhook configuration's rules",
+        expected.resource(),
+        resource_name(req)
+    ))
+}
+
+/// 400: a resource no webhook here judges (no endpoint given).
+pub(super) fn unhandled(req: &AdmissionRequest) -> Decision {
+    Decision::bad_request(format!("hcp-etcd-admission does not handle {}", resource_name(req)))
+}
+
+/// Decides a request routed to `target`'s validating webhook.
+pub(super) fn validation(req: &AdmissionRequest, input: &DecisionInput<'_>, target: Target) -> Decision {
     match req.operation {
         Operation::Create | Operation::Update => {}
         // Deleting or connecting is never judged here.

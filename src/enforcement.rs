@@ -83,30 +83,16 @@ pub struct Enforcement {
     pub exemptions: Exemptions,
 }
 
-/// What happened to one finding (a closed set: metric label values).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Enforced {
-    Denied,
-    Warned,
-    Audited,
-    Off,
-    Exempt,
-}
-
-impl Enforced {
-    pub const ALL: &'static [Enforced] =
-        &[Enforced::Denied, Enforced::Warned, Enforced::Audited, Enforced::Off, Enforced::Exempt];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Enforced::Denied => "denied",
-            Enforced::Warned => "warned",
-            Enforced::Audited => "audited",
-            Enforced::Off => "off",
-            Enforced::Exempt => "exempt",
-        }
+crate::labels::label_enum!(
+    /// What happened to one finding (a closed set: metric label values).
+    pub Enforced {
+        Denied => "denied",
+        Warned => "warned",
+        Audited => "audited",
+        Off => "off",
+        Exempt => "exempt",
     }
-}
+);
 
 /// One finding and what enforcement did with it (carried by the decision).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -26,6 +26,7 @@ pub mod enforcement;
 pub mod finding;
 #[cfg(feature = "wasm")]
 pub mod kubewarden;
+mod labels;
 pub mod lookup;
 pub mod mutate;
 pub mod rules;

@@ -15,7 +15,8 @@
 use std::path::{Path, PathBuf};
 
 /// The crate's modules, bottom first: each imports only from those before it.
-const CRATE_ORDER: [&str; 18] = [
+const CRATE_ORDER: [&str; 19] = [
+    "labels",
     "time",
     "build_info",
     "api",

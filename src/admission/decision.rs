@@ -49,20 +49,21 @@ pub struct Denial {
     pub details: Option<Details>,
 }
 
-/// `metav1.StatusReason` with its HTTP code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DenialReason {
-    /// 422: the object violates its schema or a rule.
-    Invalid,
-    /// 400: the request cannot be judged (wrong kind, no object).
-    BadRequest,
-    /// 403: what the decision needs cannot be established (the etcd
-    /// StatefulSet without its HostedControlPlane).
-    Forbidden,
-    /// 500: this webhook cannot work (a schema that does not parse, a patch
-    /// that does not serialise); fails closed.
-    InternalError,
-}
+crate::labels::label_enum!(
+    /// `metav1.StatusReason` (its text), with its HTTP code.
+    pub DenialReason {
+        /// 422: the object violates its schema or a rule.
+        Invalid => "Invalid",
+        /// 400: the request cannot be judged (wrong kind, no object).
+        BadRequest => "BadRequest",
+        /// 403: what the decision needs cannot be established (the etcd
+        /// StatefulSet without its HostedControlPlane).
+        Forbidden => "Forbidden",
+        /// 500: this webhook cannot work (a schema that does not parse, a patch
+        /// that does not serialise); fails closed.
+        InternalError => "InternalError",
+    }
+);
 
 impl DenialReason {
     pub fn code(self) -> u16 {
@@ -71,15 +72,6 @@ impl DenialReason {
             DenialReason::BadRequest => 400,
             DenialReason::Forbidden => 403,
             DenialReason::InternalError => 500,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DenialReason::Invalid => "Invalid",
-            DenialReason::BadRequest => "BadRequest",
-            DenialReason::Forbidden => "Forbidden",
-            DenialReason::InternalError => "InternalError",
         }
     }
 }

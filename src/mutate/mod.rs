@@ -54,50 +54,26 @@ pub const RESET_MEMBER: &str = "reset-member";
 /// Name of the StatefulSet this mutates.
 pub const ETCD_STATEFULSET: &str = "etcd";
 
-/// Why an etcd StatefulSet was denied (a closed set: metrics label it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Blocker {
-    /// The shell has no HostedControlPlane lookup at all.
-    NoLookupSource,
-    /// The lookup failed (API error, RBAC, host capability missing).
-    LookupFailed,
-    /// The lookup's cache has not synced and no live read answered.
-    CacheNotSynced,
-    /// No HostedControlPlane in the namespace.
-    NoHostedControlPlane,
-    /// More than one HostedControlPlane in the namespace.
-    SeveralHostedControlPlanes,
-    /// The template's identity or layout cannot be established exactly.
-    Template,
-    /// A restore is pending, but the object carries no etcd-init with the
-    /// HostedControlPlane's restore URL to copy it from.
-    UrlNotRendered,
-}
-
-impl Blocker {
-    pub const ALL: [Blocker; 7] = [
-        Blocker::NoLookupSource,
-        Blocker::LookupFailed,
-        Blocker::CacheNotSynced,
-        Blocker::NoHostedControlPlane,
-        Blocker::SeveralHostedControlPlanes,
-        Blocker::Template,
-        Blocker::UrlNotRendered,
-    ];
-
-    /// The metrics label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Blocker::NoLookupSource => "no_lookup_source",
-            Blocker::LookupFailed => "lookup_failed",
-            Blocker::CacheNotSynced => "cache_not_synced",
-            Blocker::NoHostedControlPlane => "no_hostedcontrolplane",
-            Blocker::SeveralHostedControlPlanes => "several_hostedcontrolplanes",
-            Blocker::Template => "template",
-            Blocker::UrlNotRendered => "restore_url_not_rendered",
-        }
+crate::labels::label_enum!(
+    /// Why an etcd StatefulSet was denied (a closed set: metrics label it).
+    pub Blocker {
+        /// The shell has no HostedControlPlane lookup at all.
+        NoLookupSource => "no_lookup_source",
+        /// The lookup failed (API error, RBAC, host capability missing).
+        LookupFailed => "lookup_failed",
+        /// The lookup's cache has not synced and no live read answered.
+        CacheNotSynced => "cache_not_synced",
+        /// No HostedControlPlane in the namespace.
+        NoHostedControlPlane => "no_hostedcontrolplane",
+        /// More than one HostedControlPlane in the namespace.
+        SeveralHostedControlPlanes => "several_hostedcontrolplanes",
+        /// The template's identity or layout cannot be established exactly.
+        Template => "template",
+        /// A restore is pending, but the object carries no etcd-init with the
+        /// HostedControlPlane's restore URL to copy it from.
+        UrlNotRendered => "restore_url_not_rendered",
     }
-}
+);
 
 /// What the decision did (a closed set: metrics label it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -131,7 +107,7 @@ impl Outcome {
             Outcome::Removed => ("removed", "none"),
             Outcome::NotNeeded => ("not_needed", "none"),
             Outcome::SpecUnchanged => ("spec_unchanged", "none"),
-            Outcome::Denied(r) => ("denied", r.label()),
+            Outcome::Denied(r) => ("denied", r.as_str()),
         }
     }
 }
@@ -651,7 +627,7 @@ mod tests {
                 }
                 other => panic!("{other:?}"),
             }
-            assert_eq!(Outcome::Denied(reason).labels(), ("denied", reason.label()));
+            assert_eq!(Outcome::Denied(reason).labels(), ("denied", reason.as_str()));
         }
         // Other StatefulSets are not this webhook's business, whatever the lookup.
         let mut other = sts();

@@ -27,18 +27,10 @@ use prometheus_client::{
 
 /// Declares a closed set of label values: an enum, its `as_str` and its
 /// Prometheus encoding.
+/// A [`crate::labels::label_enum`] that is also a Prometheus label value.
 macro_rules! label_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-        pub enum $name { $($(#[$vm])* $variant),+ }
-        impl $name {
-            /// Every value, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-        }
+        crate::labels::label_enum!($(#[$m])* pub $name { $($(#[$vm])* $variant => $text),+ });
         impl EncodeLabelValue for $name {
             fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
                 EncodeLabelValue::encode(&self.as_str(), encoder)
@@ -294,7 +286,7 @@ impl Metrics {
             Outcome::NotNeeded,
             Outcome::SpecUnchanged,
         ];
-        for o in outcomes.into_iter().chain(Blocker::ALL.into_iter().map(Outcome::Denied)) {
+        for o in outcomes.into_iter().chain(Blocker::ALL.iter().copied().map(Outcome::Denied)) {
             let (outcome, reason) = o.labels();
             let _ = self.etcd_init.get_or_create(&EtcdInitLabels { outcome, reason });
         }

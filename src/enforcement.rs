@@ -38,6 +38,18 @@ pub const FAIL_CLOSED: &[&str] = &[ETCD_INIT_UNDECIDABLE, ETCD_INIT_TEMPLATE, BA
 pub const PSEUDO_RULES: &[&str] =
     &[UPSTREAM_SCHEMA, ETCD_INIT_UNDECIDABLE, ETCD_INIT_TEMPLATE, BAD_REQUEST, INTERNAL_ERROR];
 
+/// What a pseudo id stands for (SARIF's rule list, the docs).
+pub fn pseudo_rule_summary(id: &str) -> &'static str {
+    match id {
+        UPSTREAM_SCHEMA => "upstream's schema: structural errors (type, required, enum, size), and every upstream CEL rule at once",
+        ETCD_INIT_UNDECIDABLE => "the etcd StatefulSet's restore decision cannot be established (no readable HostedControlPlane): fails closed",
+        ETCD_INIT_TEMPLATE => "the etcd StatefulSet's template cannot be understood exactly: fails closed",
+        BAD_REQUEST => "the request cannot be judged (wrong endpoint or kind, no object)",
+        INTERNAL_ERROR => "the webhook failed: fails closed",
+        _ => "",
+    }
+}
+
 /// The default for every rule finding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -310,6 +322,18 @@ mod tests {
         assert_eq!(with(Mode::Deny, &[(w, RuleAction::Off)]).warning_outcome(w, false), Enforced::Off);
         assert_eq!(with(Mode::Deny, &[(w, RuleAction::Audit)]).warning_outcome(w, false), Enforced::Audited);
         assert_eq!(with(Mode::Deny, &[]).warning_outcome(w, true), Enforced::Exempt);
+    }
+
+    #[test]
+    fn upstream_schema_off_never_relaxes_a_fail_closed_id() {
+        for mode in [Mode::Deny, Mode::Warn, Mode::Audit] {
+            let e = with(mode, &[(UPSTREAM_SCHEMA, RuleAction::Off)]);
+            for id in FAIL_CLOSED {
+                assert_eq!(e.outcome(id, false), Enforced::Denied, "{id} in {mode:?}");
+                assert_eq!(e.outcome(id, true), Enforced::Denied, "{id} exempt in {mode:?}");
+            }
+        }
+        assert!(PSEUDO_RULES.iter().all(|id| !pseudo_rule_summary(id).is_empty()));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The layers point down only (DESIGN.md), held for **every module**: the
+//! The layers point down only (the design's layers: api → rules/mutate →
+//! admission → shells), held for **every module**: the
 //! crate's top-level modules and `server/`'s submodules each have a place in
 //! one order ([`CRATE_ORDER`], [`SERVER_ORDER`]), and a module may import only
 //! from modules before it. A total order has no circles, so this also holds

@@ -1,7 +1,7 @@
 //! The `#sha256=` fragment has one definition in two languages: the
 //! admission rule `restore-url-format` (Rust) and etcd-init (POSIX sh). This
 //! test runs the script's own block (between its `sha256-fragment` markers,
-//! extracted from `src/mutate/etcd-init.sh`) under dash and bash, and the
+//! extracted from `src/mutate/etcd-init.sh`) under dash, bash and busybox sh, and the
 //! Rust function, on the same URLs (edge cases and 300 seeded ones), and
 //! asserts the same verdict and message: a URL admitted is one etcd-init
 //! accepts, and `#sha256=abc` is refused at admission, not at restore time.
@@ -73,8 +73,10 @@ while IFS= read -r URL; do
 done"#,
         block = block()
     );
+    // busybox runs its sh applet (`busybox sh -c`), the others themselves.
+    let args: &[&str] = if shell == "busybox" { &["sh", "-c", &program] } else { &["-c", &program] };
     let mut child = Command::new(shell)
-        .args(["-c", &program])
+        .args(args)
         .env("LC_ALL", "C.UTF-8")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -93,7 +95,7 @@ done"#,
 #[test]
 fn admission_and_etcd_init_judge_every_fragment_alike() {
     let urls = urls();
-    for shell in ["dash", "bash"] {
+    for shell in ["dash", "bash", "busybox"] {
         let verdicts = script_verdicts(shell, &urls);
         assert_eq!(verdicts.len(), urls.len(), "{shell}: one verdict per URL");
         let (mut accepted, mut refused) = (0, 0);

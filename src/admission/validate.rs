@@ -152,15 +152,12 @@ fn judge(
     }
     let mut errors = outcome.errors;
     errors.extend(findings.errors);
-    // The apiserver's notes on pruned fields, then the ratcheted rules' warnings.
+    // The apiserver's notes: pruned fields, then the rules ratcheting let
+    // pass (a value this UPDATE did not change). Notes, not findings: the
+    // apiserver always sends them, enforcement neither hides nor counts them.
     let mut warnings: Vec<Warning> =
         outcome.unknown_fields.iter().map(|f| Warning::note(format!("unknown field {f:?}"))).collect();
-    warnings.extend(
-        outcome
-            .ratcheted
-            .iter()
-            .map(|e| Warning::ruled(e.rule_id.unwrap_or(crate::enforcement::UPSTREAM_SCHEMA), e.to_string())),
-    );
+    warnings.extend(outcome.ratcheted.iter().map(|e| Warning::note(e.to_string())));
     warnings.extend(findings.warnings);
     finish(req, target, GROUP, errors, warnings).with_credentials(findings.credentials)
 }
@@ -218,5 +215,19 @@ mod tests {
     #[test]
     fn the_core_warms_up() {
         assert!(super::warm_up().is_ok(), "{:?}", super::warm_up());
+    }
+
+    /// Every upstream CEL rule of every validated schema carries its id (a
+    /// rule without one would fall back to `upstream-schema` silently).
+    #[test]
+    fn every_upstream_rule_is_named_in_every_schema() {
+        use super::{compiled, Target};
+        for t in [Target::HcpEtcdBackups, Target::HostedClusters, Target::HostedControlPlanes] {
+            let schema = match compiled(t) {
+                Some(Ok(s)) => s,
+                other => panic!("{t:?}: {other:?}"),
+            };
+            assert_eq!(schema.unnamed_rules(), Vec::<String>::new(), "{t:?}");
+        }
     }
 }

@@ -188,11 +188,7 @@ impl Walker<'_, '_> {
             let program = match rule.program() {
                 Ok(p) => p,
                 Err(e) => {
-                    self.errors.push(FieldError::invalid(
-                        site.shown,
-                        site.type_value.clone(),
-                        format!("{e}: {}", rule.rule),
-                    ));
+                    self.rule_broke(rule, &site, format!("{e}: {}", rule.rule));
                     continue;
                 }
             };

@@ -97,6 +97,23 @@ impl CompiledCrdSchema {
         out
     }
 
+    /// The rules that carry no id (`<path>: <message>`), for the test that
+    /// every upstream rule is named.
+    pub fn unnamed_rules(&self) -> Vec<String> {
+        fn visit(n: &rule_tree::RuleNode, out: &mut Vec<String>) {
+            out.extend(
+                n.rules.iter().filter(|r| r.id.is_none()).map(|r| r.message.clone().unwrap_or_else(|| r.rule.clone())),
+            );
+            n.properties.values().for_each(|c| visit(c, out));
+            n.items.iter().chain(n.additional.iter()).for_each(|c| visit(c, out));
+        }
+        let mut out = Vec::new();
+        if let Some(r) = &self.rules {
+            visit(r, &mut out);
+        }
+        out
+    }
+
     /// Compiles every regex this schema's checks use (OpenAPI `pattern`s and the
     /// literal patterns of `matches()` in its CEL rules) into the per-thread
     /// cache, so no request pays for a first compile; returns the patterns that

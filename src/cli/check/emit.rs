@@ -12,7 +12,7 @@ use std::{
 use hcp_etcd_admission::catalog;
 use serde_json::{json, Value};
 
-use hcp_etcd_admission::api::upstream_rules;
+use hcp_etcd_admission::{api::upstream_rules, enforcement};
 
 use super::{Output, Report, Summary};
 
@@ -143,6 +143,12 @@ impl<'a, W: Write> Emitter<'a, W> {
             })
             .collect();
         rules.extend(SYNTHETIC.iter().map(|(id, text)| json!({"id": id, "shortDescription": {"text": text}})));
+        // The ids a finding carries besides the catalog's: every ruleId a result names is defined.
+        rules.extend(
+            enforcement::PSEUDO_RULES
+                .iter()
+                .map(|id| json!({"id": id, "shortDescription": {"text": enforcement::pseudo_rule_summary(id)}})),
+        );
         let driver = json!({"name": "hcp-etcd-admission", "version": env!("CARGO_PKG_VERSION"), "rules": rules});
         write!(
             self.out,

@@ -79,14 +79,10 @@ impl CompiledCrdSchema {
         Self { schema, rules }
     }
 
-    /// Compiles every rule now; returns the ones that do not compile.
-    pub fn compile_all(&self) -> Vec<String> {
-        fn visit(n: &rule_tree::RuleNode, out: &mut Vec<String>) {
-            for r in &n.rules {
-                if let Err(e) = r.program() {
-                    out.push(format!("{}: {e}", r.rule));
-                }
-            }
+    /// Every rule of the schema, in tree order.
+    fn rules(&self) -> Vec<&rule_tree::LazyRule> {
+        fn visit<'a>(n: &'a rule_tree::RuleNode, out: &mut Vec<&'a rule_tree::LazyRule>) {
+            out.extend(n.rules.iter());
             n.properties.values().for_each(|c| visit(c, out));
             n.items.iter().chain(n.additional.iter()).for_each(|c| visit(c, out));
         }
@@ -97,21 +93,16 @@ impl CompiledCrdSchema {
         out
     }
 
-    /// The rules that carry no id (`<path>: <message>`), for the test that
-    /// every upstream rule is named.
+    /// Compiles every rule now; returns the ones that do not compile.
+    pub fn compile_all(&self) -> Vec<String> {
+        self.rules().into_iter().filter_map(|r| r.program().err().map(|e| format!("{}: {e}", r.rule))).collect()
+    }
+
+    /// The rules that carry no id (their message, or their rule), for the
+    /// test that every upstream rule is named.
     pub fn unnamed_rules(&self) -> Vec<String> {
-        fn visit(n: &rule_tree::RuleNode, out: &mut Vec<String>) {
-            out.extend(
-                n.rules.iter().filter(|r| r.id.is_none()).map(|r| r.message.clone().unwrap_or_else(|| r.rule.clone())),
-            );
-            n.properties.values().for_each(|c| visit(c, out));
-            n.items.iter().chain(n.additional.iter()).for_each(|c| visit(c, out));
-        }
-        let mut out = Vec::new();
-        if let Some(r) = &self.rules {
-            visit(r, &mut out);
-        }
-        out
+        let text = |r: &rule_tree::LazyRule| r.message.clone().unwrap_or_else(|| r.rule.clone());
+        self.rules().into_iter().filter(|r| r.id.is_none()).map(text).collect()
     }
 
     /// Compiles every regex this schema's checks use (OpenAPI `pattern`s and the
@@ -131,19 +122,12 @@ impl CompiledCrdSchema {
                 _ => {}
             }
         }
-        fn rule_patterns(n: &rule_tree::RuleNode, out: &mut Vec<String>) {
-            for r in &n.rules {
-                if let Ok(p) = r.program() {
-                    rule_tree::matches_literals(p.expression(), out);
-                }
-            }
-            n.properties.values().for_each(|c| rule_patterns(c, out));
-            n.items.iter().chain(n.additional.iter()).for_each(|c| rule_patterns(c, out));
-        }
         let mut patterns = Vec::new();
         schema_patterns(&self.schema, &mut patterns);
-        if let Some(r) = &self.rules {
-            rule_patterns(r, &mut patterns);
+        for r in self.rules() {
+            if let Ok(p) = r.program() {
+                rule_tree::matches_literals(p.expression(), &mut patterns);
+            }
         }
         patterns.sort();
         patterns.dedup();

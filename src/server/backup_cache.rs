@@ -33,7 +33,7 @@ use serde_json::Value;
 
 use crate::{
     api::HCPEtcdBackup,
-    lookup::{Freshness, Lookup, LookupError, Prefetched},
+    lookup::{Answers, Freshness, Lookup, LookupError},
 };
 
 /// Longest a live Secret read may take before the preflight skips it.
@@ -180,7 +180,7 @@ impl EtcdReadiness {
 
 /// The server's lookup when it watches a cluster: HostedControlPlanes from
 /// their reflector, the preflight objects from [`BackupCache`] (the Secret
-/// and what a request reads live are laid over it by [`RequestReads`]).
+/// and what a request reads live are laid over it by [`CachedAndLive`]).
 pub struct ClusterLookup {
     pub hcps: Arc<super::hcp_cache::HcpCache>,
     pub backups: Option<Arc<BackupCache>>,
@@ -202,17 +202,18 @@ impl Lookup for ClusterLookup {
         }
     }
 
-    /// Never cached: read live per request ([`RequestReads`]).
+    /// Never cached: read live per request ([`CachedAndLive`]).
     fn etcd_stateful_set(&self, _namespace: &str) -> Result<Option<Value>, LookupError> {
         Err(LookupError::NotProvided)
     }
 }
 
-/// What one request read live, laid over the server's cached lookup:
+/// What one request read live ([`Answers`], the type every shell's
+/// decision reads), laid over the server's cached lookup:
 ///
-/// * the namespace's HostedControlPlanes ([`Prefetched`]: a cache miss is
-///   read live, so a lagging watch never denies a backup or lets a
-///   StatefulSet through);
+/// * the namespace's HostedControlPlanes (a cache miss is read live, so a
+///   lagging watch never denies a backup or lets a StatefulSet through; a
+///   cache hit judged fresh enough is handed over as read);
 /// * the namespace's HCPEtcdBackups, read live only when the cache shows one
 ///   in progress, so the serial-guard denial is not made on a stale status;
 ///   when that read fails (no live-read place, the deadline) the cache's view
@@ -220,50 +221,46 @@ impl Lookup for ClusterLookup {
 ///   denial of it a warning) for a caller that can exhaust the read budget;
 /// * the credentials Secret and the etcd StatefulSet (never cached).
 ///
-/// Whatever was not read live comes from `inner`.
-#[derive(Default)]
-pub struct RequestReads<'a> {
-    pub inner: Option<&'a dyn Lookup>,
-    pub hcps: Option<&'a Prefetched>,
-    pub backups: Option<(String, Result<Vec<Value>, String>)>,
-    pub secret: Option<(String, String, Result<Option<Value>, String>)>,
-    pub etcd: Option<(String, Result<Option<Value>, String>)>,
+/// Whatever was not read live comes from `cache`.
+pub struct CachedAndLive<'a> {
+    pub cache: Option<&'a dyn Lookup>,
+    pub live: &'a Answers,
 }
 
-impl RequestReads<'_> {
+impl CachedAndLive<'_> {
     /// Whether anything is looked up at all (no source: the decision says so).
     pub fn any(&self) -> bool {
-        self.inner.is_some() || self.hcps.is_some()
+        self.cache.is_some() || self.live.hcps.is_some()
     }
 }
 
-impl Lookup for RequestReads<'_> {
+impl Lookup for CachedAndLive<'_> {
     fn hosted_control_planes(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
-        match (self.hcps, self.inner) {
-            (Some(p), _) => p.hosted_control_planes(namespace),
-            (None, Some(inner)) => inner.hosted_control_planes(namespace),
-            (None, None) => Err(LookupError::NotProvided),
+        match (&self.live.hcps, self.cache) {
+            (Some((ns, read)), _) if ns == namespace => read.clone(),
+            (_, Some(cache)) => cache.hosted_control_planes(namespace),
+            _ => Err(LookupError::NotProvided),
         }
     }
     fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
-        match (&self.backups, self.inner) {
+        match (&self.live.backups, self.cache) {
             (Some((ns, Ok(live))), _) if ns == namespace => Ok(live.clone()),
-            (_, Some(inner)) => inner.hcp_etcd_backups(namespace),
-            (Some((ns, Err(e))), None) if ns == namespace => Err(LookupError::Failed(e.clone())),
+            (_, Some(cache)) => cache.hcp_etcd_backups(namespace),
+            (Some((ns, Err(e))), None) if ns == namespace => Err(e.clone()),
             _ => Err(LookupError::NotProvided),
         }
     }
     fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, LookupError> {
-        match (&self.secret, self.inner) {
-            (Some((ns, n, read)), _) if ns == namespace && n == name => read.clone().map_err(LookupError::Failed),
-            (_, Some(inner)) => inner.secret(namespace, name),
+        match (&self.live.secret, self.cache) {
+            (Some((ns, n, read)), _) if ns == namespace && n == name => read.clone(),
+            (_, Some(cache)) => cache.secret(namespace, name),
             _ => Err(LookupError::NotProvided),
         }
     }
     fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, LookupError> {
-        match (&self.etcd, self.inner) {
-            (Some((ns, read)), _) if ns == namespace => read.clone().map_err(LookupError::Failed),
-            (_, Some(inner)) => inner.etcd_stateful_set(namespace),
+        match (&self.live.etcd_stateful_set, self.cache) {
+            (Some((ns, read)), _) if ns == namespace => read.clone(),
+            (_, Some(cache)) => cache.etcd_stateful_set(namespace),
             _ => Err(LookupError::NotProvided),
         }
     }
@@ -316,7 +313,8 @@ mod tests {
     fn a_failed_live_confirmation_keeps_the_caches_in_progress_view() {
         let settings = crate::settings::Settings::default();
         let busy = "the server's live-read budget is taken (too many reads at once); not read".to_string();
-        let reads = RequestReads { inner: Some(&Cached), backups: Some((NS.into(), Err(busy))), ..Default::default() };
+        let live = Answers { backups: Some((NS.into(), Err(LookupError::Failed(busy)))), ..Default::default() };
+        let reads = CachedAndLive { cache: Some(&Cached), live: &live };
         assert_eq!(reads.hcp_etcd_backups(NS).map(|b| b.len()), Ok(1), "the cache's view, not the failed read");
         let f = crate::rules::preflight::check(&backup(), NS, Some(&reads), &settings);
         assert!(
@@ -326,8 +324,10 @@ mod tests {
             f.warnings
         );
         // A live read that succeeded wins over the cache (it saw the backup finish).
-        let reads =
-            RequestReads { inner: Some(&Cached), backups: Some((NS.into(), Ok(Vec::new()))), ..Default::default() };
+        let reads = CachedAndLive {
+            cache: Some(&Cached),
+            live: &Answers { backups: Some((NS.into(), Ok(Vec::new()))), ..Default::default() },
+        };
         let f = crate::rules::preflight::check(&backup(), NS, Some(&reads), &settings);
         assert!(!f.errors.iter().any(|e| e.detail.contains(crate::rules::preflight::IN_PROGRESS.id)), "{:?}", f.errors);
     }

@@ -53,30 +53,12 @@ use super::{
 use crate::{
     admission::ReadPlan,
     api::names::{is_dns1123_label, is_dns1123_subdomain},
-    lookup::{LookupError, Prefetched},
+    lookup::{Answers, LookupError, Prefetched},
 };
 
 /// Most negative answers remembered at once (the map is cleared of expired
 /// entries, then emptied, beyond this).
 const NEGATIVE_CACHE_MAX: usize = 4096;
-
-/// The namespace's HCPEtcdBackups read live: (namespace, what the read gave).
-pub type BackupsRead = (String, Result<Vec<Value>, String>);
-
-/// A credentials Secret read: (namespace, name, what the read gave).
-pub type SecretRead = (String, String, Result<Option<Value>, String>);
-
-/// A namespace's etcd StatefulSet, read live: the namespace, and what the read gave.
-pub type EtcdRead = (String, Result<Option<Value>, String>);
-
-/// What was read for one review.
-#[derive(Default)]
-pub struct Fetched {
-    pub hcps: Option<Prefetched>,
-    pub secret: Option<SecretRead>,
-    pub backups: Option<BackupsRead>,
-    pub etcd: Option<EtcdRead>,
-}
 
 /// What of the core's read plan this server must read live (the reads its
 /// caches cannot answer), and what the caches already answered: the
@@ -84,8 +66,8 @@ pub struct Fetched {
 /// judged fresh enough, so they are not converted from the cache twice.
 /// Nothing is read for a preflight this server cannot serve (no backup
 /// watch: the core skips the preflight and says so).
-pub fn live(app: &App, mut plan: ReadPlan) -> (ReadPlan, Fetched) {
-    let mut cached = Fetched::default();
+pub fn live(app: &App, mut plan: ReadPlan) -> (ReadPlan, Answers) {
+    let mut cached = Answers::default();
     // Only an object name reaches an apiserver URL (anything else is
     // answered as not read).
     if plan.etcd_stateful_set.as_deref().is_some_and(|ns| !is_dns1123_label(ns)) {
@@ -119,7 +101,7 @@ pub fn live(app: &App, mut plan: ReadPlan) -> (ReadPlan, Fetched) {
             Some(cache) => {
                 let view = cache.cached_view(ns);
                 if freshness.cache_answers(&view) {
-                    cached.hcps = Some(Prefetched(Ok(view)));
+                    cached.hcps = Some((ns.clone(), Ok(view)));
                     plan.hosted_control_planes = None;
                 }
             }
@@ -245,7 +227,7 @@ impl LiveReads {
 
     /// Carries out `plan` for a review from `source`, every read bounded by
     /// `deadline` (the request's).
-    pub async fn execute(&self, app: &App, plan: &ReadPlan, source: IpAddr, deadline: Instant) -> Fetched {
+    pub async fn execute(&self, app: &App, plan: &ReadPlan, source: IpAddr, deadline: Instant) -> Answers {
         // The namespace the plan reads about, and whether the cache already
         // holds a HostedControlPlane there (its reads use the other pool).
         let known = match (&plan.hosted_control_planes, &app.hcp_cache) {
@@ -259,20 +241,24 @@ impl LiveReads {
         // naming any namespace cannot use the server to probe the operator
         // namespace's Secrets.
         let hcps = self.read_hcps(app, plan, from, deadline).await;
-        if !plan.hosted(hcps.as_ref().map(|p| &p.0)) {
-            return Fetched { hcps, ..Fetched::default() };
+        if !plan.hosted(hcps.as_ref().map(|(_, read)| read)) {
+            return Answers { hcps, ..Answers::default() };
         }
         let backups = async {
             let (Some(ns), Some(cache)) = (&plan.backups, &app.backup_cache) else { return None };
-            Some((ns.clone(), self.placed(app, from, deadline, cache.list_backups_live(ns)).await))
+            let read = self.placed(app, from, deadline, cache.list_backups_live(ns)).await;
+            Some((ns.clone(), read.map_err(LookupError::Failed)))
         };
         // Two at once at most: one source holds at most half the places.
         let (secret, backups) = tokio::join!(self.read_secret(app, plan, from, deadline), backups);
-        let etcd = match (&plan.etcd_stateful_set, &app.backup_cache) {
-            (Some(ns), Some(cache)) => Some((ns.clone(), self.placed(app, from, deadline, cache.read_etcd(ns)).await)),
+        let etcd_stateful_set = match (&plan.etcd_stateful_set, &app.backup_cache) {
+            (Some(ns), Some(cache)) => {
+                let read = self.placed(app, from, deadline, cache.read_etcd(ns)).await;
+                Some((ns.clone(), read.map_err(LookupError::Failed)))
+            }
             _ => None,
         };
-        Fetched { hcps, secret, backups, etcd }
+        Answers { hcps, secret, backups, etcd_stateful_set }
     }
 
     /// The plan's HostedControlPlanes: without I/O for an invalid namespace
@@ -283,24 +269,36 @@ impl LiveReads {
         plan: &ReadPlan,
         from: (IpAddr, bool),
         deadline: Instant,
-    ) -> Option<Prefetched> {
+    ) -> Option<(String, Result<Vec<Value>, LookupError>)> {
         let (Some((ns, freshness)), Some(cache)) = (&plan.hosted_control_planes, &app.hcp_cache) else {
             return None;
         };
+        Some((ns.clone(), self.read_hcps_of(app, ns, freshness, cache, from, deadline).await.0))
+    }
+
+    async fn read_hcps_of(
+        &self,
+        app: &App,
+        ns: &str,
+        freshness: &crate::lookup::Freshness,
+        cache: &super::hcp_cache::HcpCache,
+        from: (IpAddr, bool),
+        deadline: Instant,
+    ) -> Prefetched {
         // An invalid namespace is answered without I/O (and without a place).
         if !is_dns1123_label(ns) {
-            return Some(cache.lookup_for(ns).await);
+            return cache.lookup_for(ns).await;
         }
-        let key = Negative::Hcps(ns.clone());
+        let key = Negative::Hcps(ns.to_string());
         // A remembered "none" answers every decision, a live one too: it can
         // only deny (fail closed, the control-plane-operator retries), never
         // skip a restore, and it keeps a caller naming fresh namespaces from
         // making the server read each time.
         if self.remembered(&key) {
-            return Some(Prefetched(Ok(Vec::new())));
+            return Prefetched(Ok(Vec::new()));
         }
         let Some(_place) = self.place(from.0, deadline, from.1).await else {
-            return Some(Prefetched(Err(LookupError::Failed(Self::busy(app)))));
+            return Prefetched(Err(LookupError::Failed(Self::busy(app))));
         };
         let read = match tokio::time::timeout_at(deadline, cache.lookup_fresh(ns, freshness)).await {
             Ok(p) => p,
@@ -309,7 +307,7 @@ impl LiveReads {
         if read.0.as_ref().is_ok_and(Vec::is_empty) {
             self.remember(key);
         }
-        Some(read)
+        read
     }
 
     /// The backup's credentials Secret in the operator namespace: a
@@ -321,7 +319,7 @@ impl LiveReads {
         plan: &ReadPlan,
         from: (IpAddr, bool),
         deadline: Instant,
-    ) -> Option<SecretRead> {
+    ) -> Option<(String, String, Result<Option<Value>, LookupError>)> {
         let (Some(secret), Some(cache)) = (&plan.credentials_secret, &app.backup_cache) else { return None };
         let name = &secret.name;
         let ns = cache.operator_namespace().to_string();
@@ -340,7 +338,7 @@ impl LiveReads {
                 "credentials Secret not read; the preflight skips it"
             ),
         }
-        Some((ns, name.clone(), read))
+        Some((ns, name.clone(), read.map_err(LookupError::Failed)))
     }
 
     /// Every place taken: counted, and the error the decision reports.

@@ -24,18 +24,17 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use super::{
-    backup_cache::RequestReads,
+    backup_cache::CachedAndLive,
     conns::Activity,
     fields::{log_field, LOG_FIELD_MAX},
     limits::{AnswerCharge, BodyError, DecisionSlot, Held, RequestSlot},
     metrics::{truncate, OperationLabel, RejectReason, Reply},
     outgoing::Hold,
-    reads::{self, Fetched},
-    App, ClientAuthScope, PeerIdentity,
+    reads, App, ClientAuthScope, PeerIdentity,
 };
 use crate::{
     admission::{self, plan::without_preflight, DecisionInput, ParsedReview, ReadPlan, Target},
-    lookup::Lookup,
+    lookup::{Answers, Lookup},
     settings::Settings,
 };
 
@@ -380,7 +379,7 @@ impl Admission {
         if plan.decide_first {
             // Nothing is read for a review denied without the reads.
             let settings = without_preflight(&self.app.settings);
-            let first = self.decision(&parsed, Fetched::default(), settings, slot).await?;
+            let first = self.decision(&parsed, Answers::default(), settings, slot).await?;
             if first.decision.denial().is_some() {
                 return self.send(&parsed, first).await;
             }
@@ -391,11 +390,11 @@ impl Admission {
         // slot before the reads (which may wait), and the body, held in the
         // body budget, is parsed again after them.
         drop(parsed);
-        let mut fetched = self.app.reads.execute(&self.app, &plan, self.source, self.deadline).await;
-        fetched.hcps = fetched.hcps.or(cached.hcps);
+        let mut live = self.app.reads.execute(&self.app, &plan, self.source, self.deadline).await;
+        live.hcps = live.hcps.or(cached.hcps);
         let slot = self.decision_slot(units).await?;
         let parsed = parse_body(bytes, big).await?;
-        let reviewed = self.decision(&parsed, fetched, self.app.settings.clone(), slot).await?;
+        let reviewed = self.decision(&parsed, live, self.app.settings.clone(), slot).await?;
         self.send(&parsed, reviewed).await
     }
 
@@ -459,14 +458,14 @@ impl Admission {
     async fn decision(
         &self,
         parsed: &Arc<ParsedReview>,
-        fetched: Fetched,
+        live: Answers,
         settings: Settings,
         slot: DecisionSlot,
     ) -> Result<admission::Reviewed, Refused> {
         let (app, parsed, target) = (self.app.clone(), parsed.clone(), self.target);
         let task = tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            core_decision(&app, &parsed, &fetched, &settings, target)
+            core_decision(&app, &parsed, &live, &settings, target)
         });
         match tokio::time::timeout_at(self.deadline, task).await {
             Ok(joined) => joined.map_err(task_failed)?,
@@ -502,7 +501,7 @@ fn parse(bytes: &[u8]) -> Result<ParsedReview, Refused> {
 
 /// What this review needs read live: the core's read plan for it, less what
 /// the server's caches answer, and those answers ([`reads::live`]).
-fn plan_reads(app: &App, parsed: &ParsedReview, target: Target) -> (ReadPlan, Fetched) {
+fn plan_reads(app: &App, parsed: &ParsedReview, target: Target) -> (ReadPlan, Answers) {
     reads::live(app, parsed.plan(&app.settings, Some(target)))
 }
 
@@ -515,17 +514,11 @@ fn task_failed(e: tokio::task::JoinError) -> Refused {
 fn core_decision(
     app: &App,
     parsed: &ParsedReview,
-    fetched: &Fetched,
+    live: &Answers,
     settings: &Settings,
     target: Target,
 ) -> Result<admission::Reviewed, Refused> {
-    let reads = RequestReads {
-        inner: app.lookup.as_deref().map(|l| l as &dyn Lookup),
-        hcps: fetched.hcps.as_ref(),
-        backups: fetched.backups.clone(),
-        secret: fetched.secret.clone(),
-        etcd: fetched.etcd.clone(),
-    };
+    let reads = CachedAndLive { cache: app.lookup.as_deref().map(|l| l as &dyn Lookup), live };
     // The decision runs on the plan's answers, read from the caches and the
     // live reads in the plan's order: the same `Answers` the CLI and the
     // Kubewarden policy decide on (what the plan does not name is not provided).

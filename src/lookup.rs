@@ -9,8 +9,8 @@
 //!
 //! Two sources every shell can use live here too, having no I/O: objects
 //! given up front ([`ContextObjects`]: `--context` files, the Kubewarden
-//! policy's pre-initialised fixtures, tests) and an answer read before the
-//! decision ([`Prefetched`]: the server's live read).
+//! policy's pre-initialised fixtures, tests) and the answers to a read plan,
+//! read before the decision ([`Answers`]: what every shell decides on).
 //!
 //! Objects are kept as JSON and read by path (the readers are with the API
 //! types, [`crate::api::restore_snapshot_url`] and friends): a
@@ -286,17 +286,6 @@ impl Lookup for Answers {
 
     fn etcd_stateful_set(&self, namespace: &str) -> Result<Option<Value>, LookupError> {
         answered(&self.etcd_stateful_set, namespace)
-    }
-}
-
-/// A lookup answer fetched before the decision (the server's live read on a
-/// cache miss): the same answer for every namespace asked.
-#[derive(Debug, Clone)]
-pub struct Prefetched(pub Result<Vec<Value>, LookupError>);
-
-impl Lookup for Prefetched {
-    fn hosted_control_planes(&self, _namespace: &str) -> Result<Vec<Value>, LookupError> {
-        self.0.clone()
     }
 }
 

@@ -67,8 +67,11 @@ async fn a_stale_cache_never_skips_a_restore() {
     let cached = cache.hosted_control_planes(NS).expect("cached");
     assert_eq!(cached[0]["metadata"]["uid"], "old-uid", "the cache must be stale for this test");
     let s = Settings::default();
-    let decide = |p: &hcp_etcd_admission::lookup::Prefetched, object: &Value, old: Option<&Value>| {
-        etcd_init(object, old, NS, Some(p as &dyn Lookup), &s).outcome
+    // The decision on the answer read (as the server lays it over its cache).
+    let decide = |p: &Result<Vec<Value>, LookupError>, object: &Value, old: Option<&Value>| {
+        let answers =
+            hcp_etcd_admission::lookup::Answers { hcps: Some((NS.to_string(), p.clone())), ..Default::default() };
+        etcd_init(object, old, NS, Some(&answers as &dyn Lookup), &s).outcome
     };
 
     // CREATE, with or without an owner reference: live, and a restore is pending.

@@ -574,7 +574,16 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::lookup::{LookupError, Prefetched};
+    use crate::lookup::{Lookup, LookupError};
+
+    /// One answer for every namespace asked.
+    struct Prefetched(Result<Vec<Value>, LookupError>);
+
+    impl Lookup for Prefetched {
+        fn hosted_control_planes(&self, _namespace: &str) -> Result<Vec<Value>, LookupError> {
+            self.0.clone()
+        }
+    }
 
     /// A HostedControlPlane lookup with a restore pending.
     fn restore_pending() -> Prefetched {

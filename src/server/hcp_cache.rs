@@ -30,7 +30,7 @@ use serde_json::Value;
 use super::metrics::truncate;
 use crate::{
     api::{names::is_dns1123_label, HostedControlPlane},
-    lookup::{Freshness, Lookup, LookupError, Prefetched},
+    lookup::{Freshness, Lookup, LookupError},
 };
 
 /// Longest a live read on a cache miss may take (the apiserver's webhook
@@ -94,7 +94,7 @@ impl HcpCache {
 
     /// The answer as fresh as the decision asks ([`Freshness`], from the
     /// core's read plan): the cache when it answers, else a live read.
-    pub async fn lookup_fresh(&self, namespace: &str, freshness: &Freshness) -> Prefetched {
+    pub async fn lookup_fresh(&self, namespace: &str, freshness: &Freshness) -> Result<Vec<Value>, LookupError> {
         if !freshness.live() || !is_dns1123_label(namespace) || freshness.cache_answers(&self.cached_view(namespace)) {
             return self.lookup_for(namespace).await;
         }
@@ -113,7 +113,7 @@ impl HcpCache {
     /// A live read of the namespace's HostedControlPlanes, whatever the cache
     /// holds: for the decisions whose [`Freshness`] asks for one. A failed read is a
     /// failure (the decision denies), never the cache's view.
-    pub async fn read_live(&self, namespace: &str) -> Prefetched {
+    pub async fn read_live(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
         if !is_dns1123_label(namespace) {
             return self.lookup_for(namespace).await;
         }
@@ -133,7 +133,7 @@ impl HcpCache {
             ok = answer.is_ok(),
             "HostedControlPlane live read for an etcd StatefulSet decision"
         );
-        Prefetched(answer)
+        answer
     }
 
     /// The answer for one decision: the cache when it is synced and holds
@@ -142,18 +142,18 @@ impl HcpCache {
     /// with no decision slot held, under its live-read budget:
     /// [`super::reads`]). A namespace that is not a DNS-1123 label is never
     /// sent to the API.
-    pub async fn lookup_for(&self, namespace: &str) -> Prefetched {
+    pub async fn lookup_for(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
         if !is_dns1123_label(namespace) {
-            return Prefetched(Err(LookupError::Failed(format!(
+            return Err(LookupError::Failed(format!(
                 "request namespace {:?} is not a namespace name (a DNS-1123 label: at most 63 characters, \
                  lower-case letters, digits and '-', starting and ending with a letter or digit)",
                 truncate(namespace, 64)
-            ))));
+            )));
         }
         let synced = self.synced();
         let cached = if synced { self.cached(namespace) } else { Vec::new() };
         if !cached.is_empty() {
-            return Prefetched(Ok(cached));
+            return Ok(cached);
         }
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, &self.resource);
         let live = tokio::time::timeout(LIVE_READ_TIMEOUT, api.list(&ListParams::default())).await;
@@ -171,7 +171,7 @@ impl HcpCache {
             Err(_) => Err(LookupError::NotSynced),
         };
         tracing::debug!(namespace, synced, ok = answer.is_ok(), "HostedControlPlane live read on a cache miss");
-        Prefetched(answer)
+        answer
     }
 }
 

@@ -53,7 +53,7 @@ use super::{
 use crate::{
     admission::ReadPlan,
     api::names::{is_dns1123_label, is_dns1123_subdomain},
-    lookup::{Answers, LookupError, Prefetched},
+    lookup::{Answers, LookupError},
 };
 
 /// Most negative answers remembered at once (the map is cleared of expired
@@ -273,7 +273,7 @@ impl LiveReads {
         let (Some((ns, freshness)), Some(cache)) = (&plan.hosted_control_planes, &app.hcp_cache) else {
             return None;
         };
-        Some((ns.clone(), self.read_hcps_of(app, ns, freshness, cache, from, deadline).await.0))
+        Some((ns.clone(), self.read_hcps_of(app, ns, freshness, cache, from, deadline).await))
     }
 
     async fn read_hcps_of(
@@ -284,7 +284,7 @@ impl LiveReads {
         cache: &super::hcp_cache::HcpCache,
         from: (IpAddr, bool),
         deadline: Instant,
-    ) -> Prefetched {
+    ) -> Result<Vec<Value>, LookupError> {
         // An invalid namespace is answered without I/O (and without a place).
         if !is_dns1123_label(ns) {
             return cache.lookup_for(ns).await;
@@ -295,16 +295,16 @@ impl LiveReads {
         // skip a restore, and it keeps a caller naming fresh namespaces from
         // making the server read each time.
         if self.remembered(&key) {
-            return Prefetched(Ok(Vec::new()));
+            return Ok(Vec::new());
         }
         let Some(_place) = self.place(from.0, deadline, from.1).await else {
-            return Prefetched(Err(LookupError::Failed(Self::busy(app))));
+            return Err(LookupError::Failed(Self::busy(app)));
         };
         let read = match tokio::time::timeout_at(deadline, cache.lookup_fresh(ns, freshness)).await {
             Ok(p) => p,
-            Err(_) => Prefetched(Err(LookupError::Failed(LIVE_READ_LATE.to_string()))),
+            Err(_) => Err(LookupError::Failed(LIVE_READ_LATE.to_string())),
         };
-        if read.0.as_ref().is_ok_and(Vec::is_empty) {
+        if read.as_ref().is_ok_and(Vec::is_empty) {
             self.remember(key);
         }
         read

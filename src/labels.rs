@@ -21,3 +21,22 @@ macro_rules! label_enum {
     };
 }
 pub(crate) use label_enum;
+
+/// [`label_enum`] with two texts per variant: `pair_enum!(/// doc\n pub Name
+/// { Variant => ("first", "second"), ... })` gives `ALL` and `pair`.
+macro_rules! pair_enum {
+    ($(#[$m:meta])* $vis:vis $name:ident { $($(#[$vm:meta])* $variant:ident => ($a:literal, $b:literal)),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+        $vis enum $name { $($(#[$vm])* $variant),+ }
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            /// The value's two fixed texts.
+            pub fn pair(self) -> (&'static str, &'static str) {
+                match self { $($name::$variant => ($a, $b)),+ }
+            }
+        }
+    };
+}
+pub(crate) use pair_enum;

@@ -9,33 +9,34 @@ use serde_json::Value;
 
 use crate::schema::{go_quote, FieldError};
 
-/// One etcd setting this project must know: env name, flag name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Key {
-    Name,
-    DataDir,
-    WalDir,
-    InitialCluster,
-    InitialClusterToken,
-    InitialAdvertisePeerUrls,
-    ListenPeerUrls,
-    AdvertiseClientUrls,
-    CertFile,
-    KeyFile,
-    TrustedCaFile,
-    PeerCertFile,
-    PeerKeyFile,
-    PeerTrustedCaFile,
-    CipherSuites,
-    TlsMinVersion,
-    TlsMaxVersion,
-    PeerClientCertAuth,
-    PeerCertAllowedCn,
-    PeerCertAllowedHostname,
-    PeerClientCertFile,
-    PeerClientKeyFile,
-    PeerCrlFile,
-}
+crate::labels::pair_enum!(
+    /// One etcd setting this project must know: (its flag, its environment variable).
+    pub Key {
+        Name => ("name", "ETCD_NAME"),
+        DataDir => ("data-dir", "ETCD_DATA_DIR"),
+        WalDir => ("wal-dir", "ETCD_WAL_DIR"),
+        InitialCluster => ("initial-cluster", "ETCD_INITIAL_CLUSTER"),
+        InitialClusterToken => ("initial-cluster-token", "ETCD_INITIAL_CLUSTER_TOKEN"),
+        InitialAdvertisePeerUrls => ("initial-advertise-peer-urls", "ETCD_INITIAL_ADVERTISE_PEER_URLS"),
+        ListenPeerUrls => ("listen-peer-urls", "ETCD_LISTEN_PEER_URLS"),
+        AdvertiseClientUrls => ("advertise-client-urls", "ETCD_ADVERTISE_CLIENT_URLS"),
+        CertFile => ("cert-file", "ETCD_CERT_FILE"),
+        KeyFile => ("key-file", "ETCD_KEY_FILE"),
+        TrustedCaFile => ("trusted-ca-file", "ETCD_TRUSTED_CA_FILE"),
+        PeerCertFile => ("peer-cert-file", "ETCD_PEER_CERT_FILE"),
+        PeerKeyFile => ("peer-key-file", "ETCD_PEER_KEY_FILE"),
+        PeerTrustedCaFile => ("peer-trusted-ca-file", "ETCD_PEER_TRUSTED_CA_FILE"),
+        CipherSuites => ("cipher-suites", "ETCD_CIPHER_SUITES"),
+        TlsMinVersion => ("tls-min-version", "ETCD_TLS_MIN_VERSION"),
+        TlsMaxVersion => ("tls-max-version", "ETCD_TLS_MAX_VERSION"),
+        PeerClientCertAuth => ("peer-client-cert-auth", "ETCD_PEER_CLIENT_CERT_AUTH"),
+        PeerCertAllowedCn => ("peer-cert-allowed-cn", "ETCD_PEER_CERT_ALLOWED_CN"),
+        PeerCertAllowedHostname => ("peer-cert-allowed-hostname", "ETCD_PEER_CERT_ALLOWED_HOSTNAME"),
+        PeerClientCertFile => ("peer-client-cert-file", "ETCD_PEER_CLIENT_CERT_FILE"),
+        PeerClientKeyFile => ("peer-client-key-file", "ETCD_PEER_CLIENT_KEY_FILE"),
+        PeerCrlFile => ("peer-crl-file", "ETCD_PEER_CRL_FILE"),
+    }
+);
 
 /// The etcd container's TLS profile: etcd-init's beacon and its join's
 /// local etcd serve the peer port with it (issue #28: a beacon without it
@@ -62,87 +63,18 @@ pub const TLS_FILES: [Key; 9] = [
     Key::PeerCrlFile,
 ];
 
-pub const KEYS: [Key; 23] = [
-    Key::Name,
-    Key::DataDir,
-    Key::WalDir,
-    Key::InitialCluster,
-    Key::InitialClusterToken,
-    Key::InitialAdvertisePeerUrls,
-    Key::ListenPeerUrls,
-    Key::AdvertiseClientUrls,
-    Key::CertFile,
-    Key::KeyFile,
-    Key::TrustedCaFile,
-    Key::PeerCertFile,
-    Key::PeerKeyFile,
-    Key::PeerTrustedCaFile,
-    Key::CipherSuites,
-    Key::TlsMinVersion,
-    Key::TlsMaxVersion,
-    Key::PeerClientCertAuth,
-    Key::PeerCertAllowedCn,
-    Key::PeerCertAllowedHostname,
-    Key::PeerClientCertFile,
-    Key::PeerClientKeyFile,
-    Key::PeerCrlFile,
-];
+/// Every key, identity first, then the TLS profile ([`PROFILE`]).
+pub const KEYS: &[Key] = Key::ALL;
 
 impl Key {
+    /// The environment variable (`ETCD_DATA_DIR`).
     pub fn env(self) -> &'static str {
-        match self {
-            Key::Name => "ETCD_NAME",
-            Key::DataDir => "ETCD_DATA_DIR",
-            Key::WalDir => "ETCD_WAL_DIR",
-            Key::InitialCluster => "ETCD_INITIAL_CLUSTER",
-            Key::InitialClusterToken => "ETCD_INITIAL_CLUSTER_TOKEN",
-            Key::InitialAdvertisePeerUrls => "ETCD_INITIAL_ADVERTISE_PEER_URLS",
-            Key::ListenPeerUrls => "ETCD_LISTEN_PEER_URLS",
-            Key::AdvertiseClientUrls => "ETCD_ADVERTISE_CLIENT_URLS",
-            Key::CertFile => "ETCD_CERT_FILE",
-            Key::KeyFile => "ETCD_KEY_FILE",
-            Key::TrustedCaFile => "ETCD_TRUSTED_CA_FILE",
-            Key::PeerCertFile => "ETCD_PEER_CERT_FILE",
-            Key::PeerKeyFile => "ETCD_PEER_KEY_FILE",
-            Key::PeerTrustedCaFile => "ETCD_PEER_TRUSTED_CA_FILE",
-            Key::CipherSuites => "ETCD_CIPHER_SUITES",
-            Key::TlsMinVersion => "ETCD_TLS_MIN_VERSION",
-            Key::TlsMaxVersion => "ETCD_TLS_MAX_VERSION",
-            Key::PeerClientCertAuth => "ETCD_PEER_CLIENT_CERT_AUTH",
-            Key::PeerCertAllowedCn => "ETCD_PEER_CERT_ALLOWED_CN",
-            Key::PeerCertAllowedHostname => "ETCD_PEER_CERT_ALLOWED_HOSTNAME",
-            Key::PeerClientCertFile => "ETCD_PEER_CLIENT_CERT_FILE",
-            Key::PeerClientKeyFile => "ETCD_PEER_CLIENT_KEY_FILE",
-            Key::PeerCrlFile => "ETCD_PEER_CRL_FILE",
-        }
+        self.pair().1
     }
 
+    /// The flag, without dashes (`data-dir`).
     pub fn flag(self) -> &'static str {
-        match self {
-            Key::Name => "name",
-            Key::DataDir => "data-dir",
-            Key::WalDir => "wal-dir",
-            Key::InitialCluster => "initial-cluster",
-            Key::InitialClusterToken => "initial-cluster-token",
-            Key::InitialAdvertisePeerUrls => "initial-advertise-peer-urls",
-            Key::ListenPeerUrls => "listen-peer-urls",
-            Key::AdvertiseClientUrls => "advertise-client-urls",
-            Key::CertFile => "cert-file",
-            Key::KeyFile => "key-file",
-            Key::TrustedCaFile => "trusted-ca-file",
-            Key::PeerCertFile => "peer-cert-file",
-            Key::PeerKeyFile => "peer-key-file",
-            Key::PeerTrustedCaFile => "peer-trusted-ca-file",
-            Key::CipherSuites => "cipher-suites",
-            Key::TlsMinVersion => "tls-min-version",
-            Key::TlsMaxVersion => "tls-max-version",
-            Key::PeerClientCertAuth => "peer-client-cert-auth",
-            Key::PeerCertAllowedCn => "peer-cert-allowed-cn",
-            Key::PeerCertAllowedHostname => "peer-cert-allowed-hostname",
-            Key::PeerClientCertFile => "peer-client-cert-file",
-            Key::PeerClientKeyFile => "peer-client-key-file",
-            Key::PeerCrlFile => "peer-crl-file",
-        }
+        self.pair().0
     }
 
     /// Part of the TLS profile ([`PROFILE`]), not of the identity.
@@ -157,7 +89,7 @@ impl Key {
     }
 
     fn of_flag(flag: &str) -> Option<Key> {
-        KEYS.into_iter().find(|k| k.flag() == flag)
+        KEYS.iter().copied().find(|k| k.flag() == flag)
     }
 }
 
@@ -341,7 +273,7 @@ impl Reader {
             if name == "ETCD_CONFIG_FILE" {
                 self.problems.push(FieldError::forbidden(format!("{base}.env[{i}]"), CONFIG_FILE));
             }
-            if let Some(k) = KEYS.into_iter().find(|k| k.env() == name) {
+            if let Some(k) = KEYS.iter().copied().find(|k| k.env() == name) {
                 found.retain(|(kk, _, _)| *kk != k);
                 found.push((k, i, e.clone()));
             }
@@ -351,7 +283,7 @@ impl Reader {
 
     /// A shell script as the command: an identity setting inside it cannot be read exactly.
     fn script(&mut self, pos: usize, script: &str) {
-        for k in KEYS.into_iter().filter(|k| !k.is_profile()) {
+        for k in KEYS.iter().copied().filter(|k| !k.is_profile()) {
             if script_mentions(script, k) {
                 let (flag, env) = (k.flag(), k.env());
                 self.problems.push(FieldError::forbidden(
@@ -375,7 +307,7 @@ impl Reader {
             if !a.chars().any(|c| c.is_whitespace() || c == ';') {
                 continue;
             }
-            for k in KEYS.into_iter().filter(|k| !k.is_profile() && script_mentions(a, *k)) {
+            for k in KEYS.iter().copied().filter(|k| !k.is_profile() && script_mentions(a, *k)) {
                 let (flag, env) = (k.flag(), k.env());
                 self.problems.push(FieldError::forbidden(
                     self.field_of(pos),
@@ -447,7 +379,7 @@ impl Reader {
     fn combine(&mut self, from_env: &Found<Value>, from_flags: &Found<String>) -> Identity {
         let base = self.base.clone();
         let mut id = Identity::default();
-        for k in KEYS {
+        for &k in KEYS {
             let env = from_env.iter().find(|(kk, _, _)| *kk == k);
             let flag = from_flags.iter().find(|(kk, _, _)| *kk == k);
             let setting = match (env, flag) {

@@ -776,6 +776,33 @@ fn one_version_everywhere() {
     assert!(text("README.md").contains(&format!("| {version} |")), "README compatibility matrix names {version}");
 }
 
+/// Issue #30: the release discipline is a script, and its checks hold on
+/// main: the version agrees everywhere a release names it, and the CHANGELOG
+/// has its dated section. A version that is not the crate's is refused with
+/// what to bump; a release needs a clean tree (not run here: the suite does
+/// not build releases, it builds and checks their parts).
+#[test]
+fn the_release_script_checks_the_discipline() {
+    let run = |args: &[&str]| {
+        Command::new(common::root().join("scripts/release.sh")).args(args).output().expect("release.sh")
+    };
+    let ok = run(&["--check"]);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("version, CHANGELOG section and manifests agree"));
+    let other = run(&["--check", "9.9.9"]);
+    assert_eq!(other.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&other.stderr).contains("Cargo.toml says"),
+        "{}",
+        String::from_utf8_lossy(&other.stderr)
+    );
+    let junk = run(&["--check", "v1"]);
+    assert_eq!(junk.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&junk.stderr).contains("not a semantic version"));
+    let usage = run(&[]);
+    assert_eq!(usage.status.code(), Some(2));
+}
+
 /// The kubectl that renders: the one scripts/go-tools.sh builds (v1.35.4,
 /// kustomize v5), else one on PATH.
 fn kubectl() -> std::path::PathBuf {

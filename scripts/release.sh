@@ -13,7 +13,7 @@
 #     hcp-etcd-admission-<v>.oci.tar             the image (scripts/build-image.sh, smoke-tested)
 #     hcp-etcd-admission-<v>.wasm                the Kubewarden module, annotated (metadata.yml
 #                                                in its io.kubewarden.metadata section)
-#     crds.yaml, install-<flavour>.yaml          the CRDs; the rendered webhooks/install overlays
+#     crds.yaml, install-<flavour>.yaml          the CRDs; webhooks/install/<flavour>/gitops rendered
 #                                                (openshift, kubernetes)
 #     SHA256SUMS                                 of every file above
 #   --tag: an annotated tag v<VERSION> whose message is the CHANGELOG section.
@@ -70,7 +70,7 @@ cp "$CARGO_TARGET_DIR/policy/hcp-etcd-admission.annotated.wasm" "$out/hcp-etcd-a
 cat crds/*.yaml >"$out/crds.yaml"
 kubectl=${KUBECTL:-$(command -v kubectl || echo "$HOME/.cache/hcp-etcd-admission/tools/kube-1.35/kubectl")}
 for flavour in openshift kubernetes; do
-  "$kubectl" kustomize "webhooks/install/$flavour" >"$out/install-$flavour.yaml"
+  "$kubectl" kustomize "webhooks/install/$flavour/gitops" >"$out/install-$flavour.yaml"
 done
 (cd "$out" && sha256sum -- * >SHA256SUMS)
 

@@ -762,6 +762,30 @@ EOF
 	done
 }
 
+# linger_fresh: after this member's download failed at the barrier, its
+# beacon keeps answering "fresh" (still true: its data dir is empty) until
+# no other member answers "fresh" any more (each has restored, runs etcd or
+# does not answer), or the wait runs out. Exiting at once left the beacon
+# up for about a second, and the others, probing once a round, could miss
+# it and wait out their whole wait (issue #28, M6). The kubelet retries
+# this container; by then a healthy cluster answers and it joins.
+linger_fresh() {
+	L_DEADLINE=$(($(date +%s) + WAIT))
+	log "the download failed: answering as this restore's etcd-init until the other members have gone on (${WAIT}s at most), then exiting for the kubelet's retry"
+	while [ "$(date +%s)" -lt "$L_DEADLINE" ]; do
+		L_FRESH=
+		while read -r PNAME PURL; do
+			[ -n "$PNAME" ] || continue
+			probe "$PNAME" "$PURL"
+			[ "$P_STATE" != fresh ] || L_FRESH=$PNAME
+		done <<EOF
+$OTHERS
+EOF
+		[ -n "$L_FRESH" ] || return 0
+		sleep 1
+	done
+}
+
 # Free KiB on the filesystem holding $1 (the 4th field from the end is
 # robust against spaces in the filesystem name).
 avail_kib() { df -Pk "$1" 2>/dev/null | awk 'END { print $(NF - 2) }'; }
@@ -902,7 +926,10 @@ if [ -z "$RESUME" ]; then
 	if [ -z "$DOWNLOADED" ]; then
 		# (Its FAILED line is already the termination message.)
 		run download_and_verify
-		[ "$RC" -eq 0 ] || exit 1
+		if [ "$RC" -ne 0 ]; then
+			linger_fresh
+			exit 1
+		fi
 	fi
 	ACTUAL_SHA=$(cut -d ' ' -f 1 "$STAGE/sha256")
 	SIZE=$(wc -c <"$SNAPSHOT" | tr -d ' ')

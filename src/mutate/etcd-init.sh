@@ -763,25 +763,44 @@ EOF
 }
 
 # linger_fresh: after this member's download failed at the barrier, its
-# beacon keeps answering "fresh" (still true: its data dir is empty) until
-# no other member answers "fresh" any more (each has restored, runs etcd or
-# does not answer), or the wait runs out. Exiting at once left the beacon
+# beacon keeps answering "fresh" (still true: nothing was placed, its data
+# dir is empty) until every other member has gone on, on positive evidence
+# (it answers "restored" or runs etcd), for a few of the others' probe
+# rounds at most: once a member has seen this one, it remembers it
+# ($STATE/seen), across its retries too. Exiting at once left the beacon
 # up for about a second, and the others, probing once a round, could miss
 # it and wait out their whole wait (issue #28, M6). The kubelet retries
-# this container; by then a healthy cluster answers and it joins.
+# this container; by then a healthy cluster answers and it joins, or the
+# download works and it restores.
 linger_fresh() {
-	L_DEADLINE=$(($(date +%s) + WAIT))
-	log "the download failed: answering as this restore's etcd-init until the other members have gone on (${WAIT}s at most), then exiting for the kubelet's retry"
-	while [ "$(date +%s)" -lt "$L_DEADLINE" ]; do
-		L_FRESH=
+	L_CAP=$((3 * (MEMBERS - 1) * 2 * PROBE_TIMEOUT + 3))
+	[ "$L_CAP" -le "$WAIT" ] || L_CAP=$WAIT
+	L_DEADLINE=$(($(date +%s) + L_CAP))
+	log "the download failed: answering as this restore's etcd-init until the other members have gone on (${L_CAP}s at most), then exiting for the kubelet's retry"
+	while :; do
+		L_WAITING=
 		while read -r PNAME PURL; do
 			[ -n "$PNAME" ] || continue
 			probe "$PNAME" "$PURL"
-			[ "$P_STATE" != fresh ] || L_FRESH=$PNAME
+			case $P_STATE in
+			restored | etcd) ;;
+			*) L_WAITING="$L_WAITING, $PNAME ($P_STATE)" ;;
+			esac
 		done <<EOF
 $OTHERS
 EOF
-		[ -n "$L_FRESH" ] || return 0
+		if [ -z "$L_WAITING" ]; then
+			log "the other members have gone on (restored, or running etcd): exiting for the kubelet's retry"
+			return 0
+		fi
+		if ! kill -0 "$BEACON" 2>/dev/null; then
+			log "this member's etcd-init beacon stopped: exiting for the kubelet's retry"
+			return 0
+		fi
+		if [ "$(date +%s)" -ge "$L_DEADLINE" ]; then
+			log "after ${L_CAP}s these members had not gone on: ${L_WAITING#, }; exiting for the kubelet's retry"
+			return 0
+		fi
 		sleep 1
 	done
 }

@@ -10,8 +10,9 @@
 //! valgrind --tool=callgrind target/release/examples/decision_mix 20 200
 //! ```
 //!
-//! `decision_mix [warmup-rounds] [timed-rounds]` (default 200 and 2000, as in
-//! `bench_load`); prints the mean µs per request.
+//! `decision_mix [warmup-rounds] [timed-rounds] [review]` (default 200 and
+//! 2000, as in `bench_load`; `review` 0-3 keeps one review of the mix, to
+//! profile it alone); prints the mean µs per request.
 
 #[path = "support/mix.rs"]
 mod mix;
@@ -20,7 +21,10 @@ fn main() {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<u32>().ok());
     let warmup = args.next().flatten().unwrap_or(200);
     let rounds = args.next().flatten().unwrap_or(2000);
-    let reqs = mix::recorded();
+    let mut reqs = mix::recorded();
+    if let Some(only) = args.next().flatten() {
+        reqs = reqs.into_iter().skip(only as usize).take(1).collect();
+    }
     let cost = mix::decision_cost(&reqs, &mix::fixture("statefulset.yaml", "hcp"), warmup, rounds);
     println!(
         "decision cost (parse + review + serialise, 4-review mix, one thread): {:.1} µs per request",

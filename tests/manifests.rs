@@ -83,8 +83,16 @@ fn registrations_are_explicit_and_safe() {
             assert!(w["rules"].as_array().is_some_and(|r| !r.is_empty()));
             if c["kind"] == "MutatingWebhookConfiguration" {
                 assert_eq!(w["reinvocationPolicy"], "IfNeeded");
-                assert!(w["matchConditions"].to_string().contains("object.metadata.name == 'etcd'"));
-                assert!(w["namespaceSelector"].is_object(), "mutation scoped to HCP namespaces");
+                if w["clientConfig"]["service"]["path"] == "/mutate/etcd-backup-jobs" {
+                    // Only HyperShift's backup Jobs, only on CREATE.
+                    assert_eq!(w["objectSelector"]["matchLabels"], serde_json::json!({"app": "etcd-backup"}), "{name}");
+                    assert!(w["objectSelector"].to_string().contains("hypershift.openshift.io/backup-name"), "{name}");
+                    assert_eq!(w["rules"], serde_json::json!([{"apiGroups": ["batch"], "apiVersions": ["v1"],
+                        "operations": ["CREATE"], "resources": ["jobs"], "scope": "Namespaced"}]), "{name}");
+                } else {
+                    assert!(w["matchConditions"].to_string().contains("object.metadata.name == 'etcd'"));
+                    assert!(w["namespaceSelector"].is_object(), "mutation scoped to HCP namespaces");
+                }
             }
         }
     }
@@ -516,7 +524,7 @@ async fn every_webhook_path_in_the_manifests_is_served() {
             }
         }
     }
-    assert_eq!(paths, 5);
+    assert_eq!(paths, 6);
     let (status, text) = plain_get(plain, "/metrics").await;
     assert_eq!(status, 200);
     assert!(text.contains("hcp_etcd_admission_"), "{text}");

@@ -23,6 +23,8 @@ pub struct Decision {
     pub patch: Option<json_patch::Patch>,
     /// What the etcd-init mutation did, when it ran (for metrics).
     pub etcd_init: Option<crate::mutate::Outcome>,
+    /// What the backup Job mutation did, when it ran (for metrics).
+    pub backup_verify: Option<crate::mutate::backup_job::Verify>,
     /// The credentials Secret the decision read and judged, when it did (the
     /// server's `credentials_valid` gauge): the shells count what the core
     /// found, never judge the Secret again.
@@ -158,6 +160,7 @@ impl Decision {
             warnings,
             patch: None,
             etcd_init: None,
+            backup_verify: None,
             credentials: None,
             rules: Vec::new(),
             audit_annotations: Default::default(),
@@ -167,6 +170,12 @@ impl Decision {
     /// Records what the etcd-init mutation did.
     pub fn with_etcd_init(mut self, outcome: crate::mutate::Outcome) -> Self {
         self.etcd_init = Some(outcome);
+        self
+    }
+
+    /// Records what the backup Job mutation did.
+    pub fn with_backup_verify(mut self, verify: crate::mutate::backup_job::Verify) -> Self {
+        self.backup_verify = Some(verify);
         self
     }
 

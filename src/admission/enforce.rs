@@ -118,7 +118,7 @@ pub fn apply(mut decision: Decision, req: &AdmissionRequest, enforcement: &Enfor
 }
 
 /// Who sent `req`, and the object's namespace.
-fn requester(req: &AdmissionRequest) -> Requester<'_> {
+pub(super) fn requester(req: &AdmissionRequest) -> Requester<'_> {
     let user = req.user_info.as_ref();
     Requester {
         namespace: req.namespace_or_object(),

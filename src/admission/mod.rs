@@ -38,6 +38,8 @@ pub enum Target {
     EtcdStatefulSets,
     /// Secrets labelled `hypershift.openshift.io/etcd-backup: "true"` (credentials format).
     EtcdBackupSecrets,
+    /// HyperShift's etcd backup Job (mutating: the verify step).
+    EtcdBackupJobs,
 }
 
 /// One webhook kind, whole: every name the server, the metrics, the
@@ -57,7 +59,7 @@ struct Kind {
 }
 
 /// Every webhook, in the order the README lists them.
-const KINDS: [Kind; 5] = [
+const KINDS: [Kind; 6] = [
     Kind {
         target: Target::HcpEtcdBackups,
         label: "hcpetcdbackups",
@@ -103,11 +105,21 @@ const KINDS: [Kind; 5] = [
         kind: "Secret",
         mutating: false,
     },
+    Kind {
+        target: Target::EtcdBackupJobs,
+        label: "etcd-backup-jobs",
+        group: "batch",
+        plural: "jobs",
+        resource: "jobs.batch",
+        kind: "Job",
+        mutating: true,
+    },
 ];
 
 impl Target {
     /// Every webhook, in the order the README lists them.
-    pub const ALL: [Target; 5] = [KINDS[0].target, KINDS[1].target, KINDS[2].target, KINDS[3].target, KINDS[4].target];
+    pub const ALL: [Target; 6] =
+        [KINDS[0].target, KINDS[1].target, KINDS[2].target, KINDS[3].target, KINDS[4].target, KINDS[5].target];
 
     fn row(self) -> &'static Kind {
         // Every target has its row (`tests::every_target_has_its_row`); the
@@ -120,9 +132,14 @@ impl Target {
         self.row().label
     }
 
+    /// Whether this webhook mutates (a MutatingWebhookConfiguration's).
+    pub fn mutating(self) -> bool {
+        self.row().mutating
+    }
+
     /// The server's path for this webhook (`/validate/…`, `/mutate/…`).
     pub fn path(self) -> String {
-        let verb = if self.row().mutating { "mutate" } else { "validate" };
+        let verb = if self.mutating() { "mutate" } else { "validate" };
         format!("/{verb}/{}", self.label())
     }
 
@@ -251,13 +268,13 @@ pub fn decide(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> Decision 
 /// the endpoint it came in on; the read plan and the decision both follow it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Route {
-    /// The etcd StatefulSet mutation.
-    Mutation,
+    /// A mutating webhook of this target (the etcd StatefulSet, the backup Job).
+    Mutation(Target),
     /// A validating webhook of this target.
     Validation(Target),
-    /// The mutating endpoint got another resource (`None`: an unknown one):
+    /// A mutating endpoint got another resource (`None`: an unknown one):
     /// allowed unchanged with a warning, never blocked.
-    MisroutedToMutation(Option<Target>),
+    MisroutedToMutation(Target, Option<Target>),
     /// A validating endpoint got another resource: 400, naming both.
     WrongEndpoint(Target),
     /// No endpoint given and a resource nobody here judges: 400.
@@ -268,8 +285,9 @@ pub(crate) enum Route {
 pub(crate) fn route(req: &AdmissionRequest, expect: Option<Target>) -> Route {
     let target = Target::of(&req.resource);
     match (expect, target) {
-        (None | Some(Target::EtcdStatefulSets), Some(Target::EtcdStatefulSets)) => Route::Mutation,
-        (Some(Target::EtcdStatefulSets), other) => Route::MisroutedToMutation(other),
+        (None, Some(t)) if t.mutating() => Route::Mutation(t),
+        (Some(e), Some(t)) if e == t && t.mutating() => Route::Mutation(t),
+        (Some(e), other) if e.mutating() => Route::MisroutedToMutation(e, other),
         (None, Some(t)) => Route::Validation(t),
         (Some(e), Some(t)) if t == e => Route::Validation(t),
         (Some(e), _) => Route::WrongEndpoint(e),
@@ -280,14 +298,16 @@ pub(crate) fn route(req: &AdmissionRequest, expect: Option<Target>) -> Route {
 /// The decision before enforcement, and whether the etcd mutation made it.
 fn unenforced(req: &AdmissionRequest, decision: &DecisionInput<'_>) -> (Decision, bool) {
     match route(req, decision.expect) {
-        Route::MisroutedToMutation(target) => {
+        Route::MisroutedToMutation(endpoint, target) => {
             let warning = format!(
-                "hcp-etcd-admission: the etcd StatefulSet mutation was called for {}; nothing changed (check the MutatingWebhookConfiguration rules)",
+                "hcp-etcd-admission: the {} mutation was called for {}; nothing changed (check the MutatingWebhookConfiguration rules)",
+                endpoint.resource(),
                 target.map_or("an unknown resource", Target::resource)
             );
             (Decision::allow(vec![crate::finding::Warning::note(warning)]), true)
         }
-        Route::Mutation => (mutating::mutation(req, decision), true),
+        Route::Mutation(Target::EtcdBackupJobs) => (mutating::backup_job(req, decision), true),
+        Route::Mutation(_) => (mutating::mutation(req, decision), true),
         Route::Validation(target) => (validate::validation(req, decision, target), false),
         Route::WrongEndpoint(expected) => (validate::wrong_endpoint(req, expected), false),
         Route::Unhandled => (validate::unhandled(req), false),
@@ -316,10 +336,15 @@ mod tests {
         };
         let sts = Some(Target::EtcdStatefulSets);
         let hc = Some(Target::HostedClusters);
-        assert_eq!(route(&req(sts), None), Route::Mutation);
-        assert_eq!(route(&req(sts), sts), Route::Mutation);
-        assert_eq!(route(&req(hc), sts), Route::MisroutedToMutation(hc));
-        assert_eq!(route(&req(None), sts), Route::MisroutedToMutation(None));
+        let jobs = Some(Target::EtcdBackupJobs);
+        assert_eq!(route(&req(sts), None), Route::Mutation(Target::EtcdStatefulSets));
+        assert_eq!(route(&req(sts), sts), Route::Mutation(Target::EtcdStatefulSets));
+        assert_eq!(route(&req(jobs), None), Route::Mutation(Target::EtcdBackupJobs));
+        assert_eq!(route(&req(jobs), jobs), Route::Mutation(Target::EtcdBackupJobs));
+        assert_eq!(route(&req(hc), sts), Route::MisroutedToMutation(Target::EtcdStatefulSets, hc));
+        assert_eq!(route(&req(sts), jobs), Route::MisroutedToMutation(Target::EtcdBackupJobs, sts));
+        assert_eq!(route(&req(None), sts), Route::MisroutedToMutation(Target::EtcdStatefulSets, None));
+        assert_eq!(route(&req(jobs), hc), Route::WrongEndpoint(Target::HostedClusters));
         assert_eq!(route(&req(hc), None), Route::Validation(Target::HostedClusters));
         assert_eq!(route(&req(hc), hc), Route::Validation(Target::HostedClusters));
         assert_eq!(route(&req(sts), hc), Route::WrongEndpoint(Target::HostedClusters));
@@ -338,6 +363,7 @@ mod tests {
             assert_eq!(Target::for_kind(t.kind()), Some(t));
         }
         assert_eq!(Target::EtcdStatefulSets.path(), "/mutate/etcd-statefulsets");
+        assert_eq!(Target::EtcdBackupJobs.path(), "/mutate/etcd-backup-jobs");
         assert_eq!(Target::HcpEtcdBackups.path(), "/validate/hcpetcdbackups");
         let other = GroupVersionResource { group: "x.io".into(), version: "v1".into(), resource: "secrets".into() };
         assert_eq!(Target::of(&other), None);

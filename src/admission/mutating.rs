@@ -1,4 +1,6 @@
-//! The mutating decision: etcd-init injection into the etcd StatefulSet.
+//! The mutating decisions: etcd-init injection into the etcd StatefulSet,
+//! and the verify step into HyperShift's etcd backup Job (never denied: a
+//! backup Job this webhook cannot read is left as it is, with a note).
 //! Fails closed: an etcd StatefulSet whose restore decision cannot be
 //! established is denied with what is missing (the control-plane-operator
 //! retries; the MutatingWebhookConfiguration's failurePolicy `Fail` covers an
@@ -31,4 +33,20 @@ pub fn mutation(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
         (None, None) => Decision::allow(m.warnings),
     };
     decision.with_etcd_init(m.outcome)
+}
+
+/// The verify step for HyperShift's etcd backup Job, on CREATE (a Job's pod
+/// template is immutable afterwards).
+pub fn backup_job(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
+    let Some(job) = req.object.as_ref().filter(|o| o.is_object() && req.creates_main_resource()) else {
+        return Decision::allow(Vec::new());
+    };
+    let enforcement = &input.settings.enforcement;
+    let exempt = !enforcement.is_default() && enforcement.exemption(&super::enforce::requester(req)).is_some();
+    let m = mutate::backup_job::verify_at(job, input.settings, exempt);
+    let decision = match m.patch {
+        Some(patch) => Decision::mutate(patch, m.warnings),
+        None => Decision::allow(m.warnings),
+    };
+    decision.with_backup_verify(m.verify)
 }

@@ -90,7 +90,7 @@ pub fn plan(req: &AdmissionRequest, settings: &Settings, expect: Option<Target>)
     let Some(object) = req.object.as_ref().filter(|o| o.is_object()) else { return plan };
     let namespace = req.namespace_or_object();
     match super::route(req, expect) {
-        super::Route::Mutation => {
+        super::Route::Mutation(Target::EtcdStatefulSets) => {
             let freshness = crate::mutate::reads(object, req.operation == super::Operation::Create);
             plan.hosted_control_planes = freshness.map(|f| (namespace.to_string(), f));
         }

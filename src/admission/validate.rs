@@ -30,7 +30,7 @@ fn compiled(target: Target) -> Option<&'static Compiled> {
         Target::HostedControlPlanes => HCP.get_or_init(|| {
             crd::hostedcontrolplane_schema().map(|s| CompiledCrdSchema::compile_named(s, upstream_rules::hostedcluster))
         }),
-        Target::EtcdStatefulSets | Target::EtcdBackupSecrets => return None,
+        Target::EtcdStatefulSets | Target::EtcdBackupSecrets | Target::EtcdBackupJobs => return None,
     })
 }
 
@@ -142,7 +142,7 @@ fn judge(
     let mut findings = match target {
         Target::HcpEtcdBackups => rules::check_hcpetcdbackup(&prepared, old, &ctx),
         Target::HostedClusters | Target::HostedControlPlanes => rules::check_hosted(&prepared, old, &ctx),
-        Target::EtcdStatefulSets | Target::EtcdBackupSecrets => rules::Findings::default(),
+        Target::EtcdStatefulSets | Target::EtcdBackupSecrets | Target::EtcdBackupJobs => rules::Findings::default(),
     };
     if target == Target::HcpEtcdBackups && req.creates_main_resource() {
         let pre = rules::check_backup_preflight(&prepared, req.namespace_or_object(), input.lookup, input.settings);

@@ -33,6 +33,7 @@
 //! different object behind the same URL) meeting this one fails loudly with a
 //! cluster ID mismatch instead of merging raft logs.
 
+pub mod backup_job;
 mod container;
 pub mod identity;
 
@@ -405,6 +406,7 @@ fn the_hosted_control_plane(lookup: Option<&dyn Lookup>, namespace: &str) -> Res
     Err(Mutation::denied(reason, Refusal::Lookup(lookup_denial(namespace, &what))))
 }
 
+/// A pod template's init container list (the StatefulSet's and the Job's).
 const LIST: &str = "/spec/template/spec/initContainers";
 const LIST_TOKENS: [&str; 4] = ["spec", "template", "spec", "initContainers"];
 

@@ -19,6 +19,18 @@ pub const NAME_LENGTH: RuleInfo = RuleInfo {
     summary: "at most 63 characters: the name becomes the `hypershift.openshift.io/backup-name` label value of the backup Job",
 };
 
+/// The verify step the webhook adds to HyperShift's backup Job
+/// (`mutate::backup_job`, `backup-verify.sh`): judged when the Job runs, not
+/// at admission, so its dial is read by the mutation. Unnamed it reports
+/// (warn first); `deny` fails the Job before the upload.
+pub const VERIFIED: RuleInfo = RuleInfo {
+    id: "backup-verified",
+    objects: "etcd backup Job",
+    field: "the snapshot file",
+    severity: Severity::Deny,
+    summary: "the snapshot passes its sha256, a trial restore (with the restore's bump) and, on etcd >= 3.6, the live cluster's KV hash at its revision; warn unless set to deny (then a failed check fails the Job before the upload), off: no step",
+};
+
 pub const KEY_PREFIX_LENGTH: RuleInfo = RuleInfo {
     id: "hcpetcdbackup-key-prefix-length",
     objects: "HCPEtcdBackup",

@@ -16,6 +16,8 @@ pub mod preflight;
 mod restore_url;
 pub mod secret;
 
+/// The backup Job's verify step (its dial is read by the mutation).
+pub use backup::VERIFIED as BACKUP_VERIFIED;
 /// The rules about a restore URL's expiry (the clock, not the object).
 pub use restore_url::{sha256_fragment as restore_url_sha256_fragment, INIT_URL_EXPIRY, URL_EXPIRED, URL_EXPIRING};
 
@@ -60,6 +62,7 @@ pub const BEYOND_RULES: &[RuleInfo] = &[
     preflight::ETCD_READY,
     secret::FORMAT,
     secret::MODE,
+    backup::VERIFIED,
 ];
 
 /// What the rules found: denials and warnings.

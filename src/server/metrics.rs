@@ -213,9 +213,16 @@ pub struct Metrics {
     answers_pending: Gauge<i64, AtomicI64>,
     restores_pending: Gauge<i64, AtomicI64>,
     etcd_init: Family<EtcdInitLabels, Counter>,
+    backup_verify: Family<OutcomeLabels, Counter>,
     credentials: Family<SecretLabels, Gauge<i64, AtomicI64>>,
     credential_series: std::sync::Mutex<std::collections::BTreeSet<SecretLabels>>,
     rule_results: Family<RuleLabels, Counter>,
+}
+
+/// One outcome label from a closed set (`Verify::label`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
 }
 
 /// Rule findings: `rule` from the closed set of the rule catalog
@@ -265,6 +272,7 @@ impl Metrics {
             connections: register(r, "open_connections", "TLS connections currently open", Gauge::default()),
             draining: register(r, "draining", "1 after SIGTERM while the server drains, else 0", Gauge::default()),
             etcd_init: register(r, "etcd_init_decisions", "etcd StatefulSet mutation decisions: etcd-init injected, unchanged, removed, not needed, not applicable, or denied by reason", Family::default()),
+            backup_verify: register(r, "backup_verify_decisions", "etcd backup Job mutation decisions: the verify step injected (enforced or warn), already there, off, an unknown Job shape, or not a backup Job", Family::default()),
             credentials: register(r, "backup_credentials_valid", "1 when an etcd-backup credentials Secret fits the controller's detection, 0 when it is missing or does not fit", Family::default()),
             rule_results: register(r, "rule_results", "Rule findings by webhook, rule id and what enforcement did (denied, warned, audited, off, exempt)", Family::default()),
             credential_series: Default::default(),
@@ -290,6 +298,9 @@ impl Metrics {
             let (outcome, reason) = o.labels();
             let _ = self.etcd_init.get_or_create(&EtcdInitLabels { outcome, reason });
         }
+        for v in crate::mutate::backup_job::Verify::ALL {
+            let _ = self.backup_verify.get_or_create(&OutcomeLabels { outcome: v.label() });
+        }
         for r in ReloadResult::ALL {
             let _ = self.reloads.get_or_create(&ResultLabels { result: *r });
             let _ = self.client_ca_reloads.get_or_create(&ResultLabels { result: *r });
@@ -310,6 +321,11 @@ impl Metrics {
     /// Counts one etcd-init decision (labels from [`crate::mutate::Outcome::labels`]).
     pub fn etcd_init(&self, outcome: &'static str, reason: &'static str) {
         self.etcd_init.get_or_create(&EtcdInitLabels { outcome, reason }).inc();
+    }
+
+    /// Counts one backup Job mutation decision.
+    pub fn backup_verify(&self, verify: crate::mutate::backup_job::Verify) {
+        self.backup_verify.get_or_create(&OutcomeLabels { outcome: verify.label() }).inc();
     }
 
     /// Counts every finding of one decision.

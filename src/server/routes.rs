@@ -213,7 +213,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 /// as an answer: a caller without a certificate is not a webhook client.
 fn authorize(app: &App, req: &Request<Body>, target: Target) -> Result<(), Refused> {
     let Some(auth) = &app.client_auth else { return Ok(()) };
-    if auth.scope == ClientAuthScope::Mutating && target != Target::EtcdStatefulSets {
+    if auth.scope == ClientAuthScope::Mutating && !target.mutating() {
         return Ok(());
     }
     let peer = req.extensions().get::<Arc<PeerIdentity>>();
@@ -556,6 +556,9 @@ fn record(
         let (outcome, reason) = o.labels();
         app.metrics.etcd_init(outcome, reason);
     }
+    if let Some(v) = decision.backup_verify {
+        app.metrics.backup_verify(v);
+    }
     let dry_run = req.and_then(|r| r.dry_run).unwrap_or(false);
     // What the gauge records must be a fact about the cluster, never what a
     // caller says: a Secret the preflight read from the cluster (not from
@@ -702,8 +705,8 @@ mod tests {
             let allowed = body["response"]["allowed"].as_bool();
             match target {
                 Target::HcpEtcdBackups => assert_eq!(allowed, Some(true), "{body}"),
-                // The mutating path never blocks what it was not meant to see.
-                Target::EtcdStatefulSets => assert_eq!(allowed, Some(true), "{body}"),
+                // The mutating paths never block what they were not meant to see.
+                Target::EtcdStatefulSets | Target::EtcdBackupJobs => assert_eq!(allowed, Some(true), "{body}"),
                 _ => assert_eq!(body["response"]["status"]["code"], 400, "{}: {body}", target.path()),
             }
         }

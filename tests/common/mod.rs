@@ -106,6 +106,7 @@ fn group_version(resource: &str) -> (&'static str, &'static str, &'static str) {
         "hostedcontrolplanes" => ("hypershift.openshift.io", "v1beta1", "HostedControlPlane"),
         "statefulsets" => ("apps", "v1", "StatefulSet"),
         "secrets" => ("", "v1", "Secret"),
+        "jobs" => ("batch", "v1", "Job"),
         other => panic!("unknown resource {other}"),
     }
 }
@@ -117,6 +118,7 @@ pub fn webhook_path(resource: &str) -> String {
     let target = match resource {
         "statefulsets" => Target::EtcdStatefulSets,
         "secrets" => Target::EtcdBackupSecrets,
+        "jobs" => Target::EtcdBackupJobs,
         "hcpetcdbackups" => Target::HcpEtcdBackups,
         "hostedcontrolplanes" => Target::HostedControlPlanes,
         _ => Target::HostedClusters,

@@ -1,0 +1,199 @@
+#!/bin/sh
+# etcd-backup-verify: prove the snapshot the backup Job just saved restores,
+# and is this cluster's history, before the upload container runs. Injected
+# by hcp-etcd-admission into HyperShift's etcd backup Job (an init container
+# between `snapshot` and `upload`, with the `snapshot` container's image, so
+# the tools are the hosted cluster's own etcd version).
+#
+# Inputs (environment only; nothing from the object is pasted into this text):
+#   SNAPSHOT_PATH         the file `etcdctl snapshot save` wrote
+#   ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY
+#                         the live cluster, as the snapshot container reached it
+#                         (etcdctl reads these itself)
+#   VERIFY_ENFORCE        "true": a failed check fails this container, so the Job
+#                         fails and nothing is uploaded; otherwise (warn) the
+#                         failure is reported and the upload goes on
+#   VERIFY_SCRATCH_DIR    work dir for the trial restores (default: beside the
+#                         snapshot; needs about the snapshot's size free)
+#   RESTORE_REVISION_BUMP the bump a restore applies (etcd-init's); the second trial
+#                         restores with it and --mark-compacted, as a restore does
+#   HCP_NAMESPACE, HCP_NAME, BACKUP_NAME
+#                         whose backup this is (the Job's labels), for the manifest
+#   VERIFY_RESULT_FILE    where the manifest goes (default /dev/termination-log)
+#
+# Checks, each named in the manifest's "failures" when it fails:
+#   empty         the file is missing or empty
+#   error-document the file is text (an error page, XML, JSON), not a snapshot
+#   integrity     the sha256 etcd appends to a snapshot does not match its
+#                 content (truncated, corrupt, or a copied member/snap/db)
+#   trial-restore `snapshot restore` refuses it (with and without the bump)
+#   storage-version the snapshot's storage version is newer than the live etcd's
+#   kv-hash       the snapshot's KV hash at its revision differs from the live
+#                 members' at that revision: not this cluster's history
+#                 (etcdutl hashkv: etcd >= 3.6; older tools say "not checked")
+# Never run on the file itself: `etcdutl hashkv` and `snapshot status` open it
+# with bbolt read-write (hashkv rewrites it; status on an empty file writes),
+# so every tool reads the trial's copy.
+#
+# Output: one JSON line (the manifest, no key material, no URL) in the
+# termination message and on stdout, and beside the snapshot as
+# <snapshot>.manifest.json. Exit 1 when a check failed and VERIFY_ENFORCE=true.
+set -eu
+
+RESULT_FILE=${VERIFY_RESULT_FILE:-/dev/termination-log}
+SNAP=${SNAPSHOT_PATH:?SNAPSHOT_PATH is required}
+SCRATCH=${VERIFY_SCRATCH_DIR:-$(dirname -- "$SNAP")/verify-scratch}
+BUMP=${RESTORE_REVISION_BUMP:-}
+ENFORCE=${VERIFY_ENFORCE:-false}
+export ETCDCTL_API=3
+
+log() { printf '%s etcd-backup-verify: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
+
+FAILURES=
+# fail <check> <message>: one failed check (the run goes on, to report all).
+fail() {
+	log "FAILED $1: $2"
+	FAILURES="$FAILURES${FAILURES:+,}{\"check\":\"$1\",\"message\":\"$(json_text "$2")\"}"
+}
+# Text safe inside a JSON string: quotes, backslashes and control characters dropped.
+json_text() { printf '%s' "$1" | tr -d '"\\' | tr -d '\000-\037' | head -c 400; }
+# The first line a tool printed on error (a Go panic dump is not a message).
+first_error() { grep -m1 -i -E 'error|fatal|panic|signal|expected' "$1" 2>/dev/null | head -c 300 || true; }
+json_field() { sed -n "s/.*\"$1\":\"\\{0,1\\}\\([^,\"}]*\\).*/\\1/p" | head -n1; }
+
+if command -v etcdutl >/dev/null 2>&1; then TOOL=etcdutl; else TOOL=etcdctl; fi
+TOOL_VERSION=$("$TOOL" version 2>/dev/null | sed -n 's/.*version: *\([0-9][0-9.]*\).*/\1/p' | head -n1 || true)
+
+SIZE=0
+SHA=
+REV=
+KEYS=
+STATUS_HASH=
+STORAGE=
+KV_SNAP=
+KV_LIVE=
+KV_NOTE=
+LIVE_REV=
+LIVE_VERSION=
+ENC=
+
+rm -rf -- "$SCRATCH"
+mkdir -p -- "$SCRATCH"
+cleanup() { rm -rf -- "$SCRATCH"; }
+trap cleanup EXIT
+
+if [ ! -s "$SNAP" ]; then
+	fail empty "$SNAP is missing or empty: etcdctl snapshot save wrote nothing"
+else
+	SIZE=$(wc -c <"$SNAP" | tr -d ' ')
+	HEAD=$(head -c 64 "$SNAP" | tr -d '\357\273\277\000' | tr -d ' \t\r\n' | head -c 16)
+	case $HEAD in
+	"<"* | "{"*) fail error-document "$SNAP is a text document, not an etcd snapshot" ;;
+	esac
+fi
+
+if [ -z "$FAILURES" ]; then
+	SHA=$(sha256sum "$SNAP" | cut -d ' ' -f 1)
+	# etcd appends the sha256 of the database to every snapshot it saves.
+	if [ "$SIZE" -le 32 ]; then
+		fail integrity "$SNAP holds $SIZE bytes: too short for an etcd snapshot"
+	else
+		BODY=$(head -c $((SIZE - 32)) "$SNAP" | sha256sum | cut -d ' ' -f 1)
+		TRAILER=$(tail -c 32 "$SNAP" | od -An -v -tx1 | tr -d ' \n')
+		[ "$BODY" = "$TRAILER" ] || fail integrity "the sha256 etcd appended to the snapshot does not match its content: truncated, corrupt, or not a snapshot (a copied member/snap/db has no hash)"
+	fi
+fi
+
+trial() { # trial <dir> [restore flags...]
+	dir=$1
+	shift
+	rm -rf -- "$dir"
+	set +e
+	"$TOOL" snapshot restore "$SNAP" --data-dir "$dir" --name verify \
+		--initial-cluster verify=http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+		"$@" >"$SCRATCH/restore.log" 2>&1
+	rc=$?
+	set -e
+	return $rc
+}
+
+if [ -z "$FAILURES" ]; then
+	if trial "$SCRATCH/plain"; then
+		DB=$SCRATCH/plain/member/snap/db
+		STATUS=$("$TOOL" snapshot status "$DB" -w json 2>"$SCRATCH/status.err" || true)
+		REV=$(printf '%s' "$STATUS" | json_field revision)
+		KEYS=$(printf '%s' "$STATUS" | json_field totalKey)
+		STATUS_HASH=$(printf '%s' "$STATUS" | json_field hash)
+		STORAGE=$(printf '%s' "$STATUS" | json_field version)
+		[ -n "$REV" ] || fail trial-restore "snapshot status of the restored copy failed: $(first_error "$SCRATCH/status.err")"
+		# Which encryption keys the data is sealed with (names only): a restore
+		# needs the same keys in the hosted cluster's encryption config.
+		ENC=$(grep -a -o -E 'k8s:enc:[a-z0-9]+:v[0-9]+:[A-Za-z0-9_.-]+:' "$DB" 2>/dev/null | sort -u | head -n 8 | tr '\n' ' ' || true)
+		if [ -n "$REV" ] && "$TOOL" hashkv --help >/dev/null 2>&1; then
+			KV_SNAP=$("$TOOL" hashkv "$DB" --rev "$REV" -w json 2>/dev/null | json_field hash || true)
+		else
+			KV_NOTE="not checked: $TOOL ${TOOL_VERSION:-?} has no hashkv (etcd >= 3.6)"
+		fi
+	else
+		fail trial-restore "$TOOL snapshot restore refused the snapshot: $(first_error "$SCRATCH/restore.log")"
+	fi
+	rm -rf -- "$SCRATCH/plain"
+fi
+
+# The restore's own flags: the bump and --mark-compacted (etcd-init's).
+if [ -z "$FAILURES" ] && [ -n "$BUMP" ] && [ "$BUMP" != 0 ]; then
+	if "$TOOL" snapshot restore --help 2>&1 | grep -q -- --bump-revision; then
+		trial "$SCRATCH/bumped" --bump-revision "$BUMP" --mark-compacted ||
+			fail trial-restore "$TOOL snapshot restore --bump-revision $BUMP --mark-compacted refused the snapshot: $(first_error "$SCRATCH/restore.log")"
+		rm -rf -- "$SCRATCH/bumped"
+	fi
+fi
+
+# The live cluster: its newest revision (the input of an evidence-based bump),
+# its version, and its KV hash at the snapshot's revision.
+LIVE=$(etcdctl endpoint status -w json 2>"$SCRATCH/live.err" || true)
+LIVE_REV=$(printf '%s' "$LIVE" | json_field revision)
+LIVE_VERSION=$(printf '%s' "$LIVE" | json_field version)
+[ -n "$LIVE_REV" ] || log "the live cluster did not answer endpoint status: $(first_error "$SCRATCH/live.err")"
+
+major_minor() { printf '%s' "$1" | sed -n 's/^\([0-9]*\)\.\([0-9]*\).*/\1 \2/p'; }
+if [ -n "$STORAGE" ] && [ -n "$LIVE_VERSION" ]; then
+	set -- $(major_minor "$STORAGE") $(major_minor "$LIVE_VERSION")
+	if [ $# -eq 4 ] && { [ "$1" -gt "$3" ] || { [ "$1" -eq "$3" ] && [ "$2" -gt "$4" ]; }; }; then
+		fail storage-version "the snapshot's storage version $STORAGE is newer than the live etcd $LIVE_VERSION: it is not this cluster's, and this etcd cannot restore it"
+	fi
+fi
+
+if [ -n "$KV_SNAP" ]; then
+	LIVE_KV=$(etcdctl endpoint hashkv --rev="$REV" -w json 2>"$SCRATCH/hashkv.err" || true)
+	KV_LIVE=$(printf '%s' "$LIVE_KV" | json_field hash)
+	if [ -z "$KV_LIVE" ]; then
+		KV_NOTE="not checked: the live cluster gave no KV hash at revision $REV ($(first_error "$SCRATCH/hashkv.err"))"
+	elif [ "$KV_LIVE" != "$KV_SNAP" ]; then
+		fail kv-hash "the snapshot's KV hash at revision $REV is $KV_SNAP, the live cluster's is $KV_LIVE: the snapshot is not this cluster's history"
+	fi
+fi
+
+num() { [ -n "$1" ] && printf '%s' "$1" || printf null; }
+str() { [ -n "$1" ] && printf '"%s"' "$(json_text "$1")" || printf null; }
+VERIFIED=true
+[ -z "$FAILURES" ] || VERIFIED=false
+MANIFEST=$(printf '{"verified":%s,"enforced":%s,"backup":%s,"hostedControlPlane":{"namespace":%s,"name":%s},"file":{"bytes":%s,"sha256":%s},"snapshot":{"revision":%s,"totalKey":%s,"hash":%s,"storageVersion":%s},"kvHash":{"snapshot":%s,"live":%s,"note":%s},"live":{"revision":%s,"version":%s},"encryptionKeys":%s,"tool":%s,"failures":[%s]}' \
+	"$VERIFIED" "$([ "$ENFORCE" = true ] && echo true || echo false)" "$(str "${BACKUP_NAME:-}")" \
+	"$(str "${HCP_NAMESPACE:-}")" "$(str "${HCP_NAME:-}")" "$SIZE" "$(str "$SHA")" \
+	"$(num "$REV")" "$(num "$KEYS")" "$(num "$STATUS_HASH")" "$(str "$STORAGE")" \
+	"$(num "$KV_SNAP")" "$(num "$KV_LIVE")" "$(str "$KV_NOTE")" "$(num "$LIVE_REV")" "$(str "$LIVE_VERSION")" \
+	"$(str "$(printf '%s' "$ENC" | sed 's/ $//')")" "$(str "$TOOL ${TOOL_VERSION:-}")" "$FAILURES")
+printf '%s\n' "$MANIFEST"
+printf '%s\n' "$MANIFEST" >"$SNAP.manifest.json" 2>/dev/null || log "could not write $SNAP.manifest.json"
+printf '%s\n' "$MANIFEST" | head -c 4000 >"$RESULT_FILE" 2>/dev/null || true
+if [ "$VERIFIED" = true ]; then
+	log "verified: revision $REV, $KEYS keys, sha256 $SHA"
+	exit 0
+fi
+if [ "$ENFORCE" = true ]; then
+	log "the snapshot did not verify: the backup fails and nothing is uploaded"
+	exit 1
+fi
+log "the snapshot did not verify (warn mode: the upload goes on; set the rule backup-verified to deny to stop it)"
+exit 0

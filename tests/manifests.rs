@@ -87,8 +87,12 @@ fn registrations_are_explicit_and_safe() {
                     // Only HyperShift's backup Jobs, only on CREATE.
                     assert_eq!(w["objectSelector"]["matchLabels"], serde_json::json!({"app": "etcd-backup"}), "{name}");
                     assert!(w["objectSelector"].to_string().contains("hypershift.openshift.io/backup-name"), "{name}");
-                    assert_eq!(w["rules"], serde_json::json!([{"apiGroups": ["batch"], "apiVersions": ["v1"],
-                        "operations": ["CREATE"], "resources": ["jobs"], "scope": "Namespaced"}]), "{name}");
+                    assert_eq!(
+                        w["rules"],
+                        serde_json::json!([{"apiGroups": ["batch"], "apiVersions": ["v1"],
+                        "operations": ["CREATE"], "resources": ["jobs"], "scope": "Namespaced"}]),
+                        "{name}"
+                    );
                 } else {
                     assert!(w["matchConditions"].to_string().contains("object.metadata.name == 'etcd'"));
                     assert!(w["namespaceSelector"].is_object(), "mutation scoped to HCP namespaces");

@@ -28,6 +28,8 @@
 #                 content (truncated, corrupt, or a copied member/snap/db)
 #   trial-restore `snapshot restore` refuses it (with and without the bump)
 #   storage-version the snapshot's storage version is newer than the live etcd's
+#   revision      the snapshot's revision is above the live cluster's newest:
+#                 not this cluster's history (its revisions never go back)
 #   kv-hash       the snapshot's KV hash at its revision differs from the live
 #                 members' at that revision: not this cluster's history
 #                 (etcdutl hashkv: etcd >= 3.6; older tools say "not checked")
@@ -56,13 +58,31 @@ fail() {
 	FAILURES="$FAILURES${FAILURES:+,}{\"check\":\"$1\",\"message\":\"$(json_text "$2")\"}"
 }
 # Text safe inside a JSON string: quotes, backslashes and control characters dropped.
-json_text() { printf '%s' "$1" | tr -d '"\\' | tr -d '\000-\037' | head -c 400; }
+json_text() { printf '%s' "$1" | tr -d '\042\134\000-\037' | head -c 400; }
 # The first line a tool printed on error (a Go panic dump is not a message).
 first_error() { grep -m1 -i -E 'error|fatal|panic|signal|expected' "$1" 2>/dev/null | head -c 300 || true; }
 json_field() { sed -n "s/.*\"$1\":\"\\{0,1\\}\\([^,\"}]*\\).*/\\1/p" | head -n1; }
 
 if command -v etcdutl >/dev/null 2>&1; then TOOL=etcdutl; else TOOL=etcdctl; fi
 TOOL_VERSION=$("$TOOL" version 2>/dev/null | sed -n 's/.*version: *\([0-9][0-9.]*\).*/\1/p' | head -n1 || true)
+
+# BEGIN storage-version: the same block in etcd-init.sh and backup-verify.sh
+# (tests/backup_verify.rs holds them equal).
+# The storage version a snapshot was written with ("" before etcd 3.6):
+# `snapshot status` says it from 3.6 on; older tools do not, so then the meta
+# bucket's key is read from the bytes (a bbolt leaf keeps a key next to its value).
+snapshot_storage_version() {
+	sv=$("$TOOL" snapshot status "$1" -w json 2>/dev/null | sed -n 's/.*"version":"\([0-9][0-9.]*\)".*/\1/p' | head -n 1 || true)
+	[ -n "$sv" ] || sv=$(grep -a -o -m 1 -E 'storageVersion[0-9]+\.[0-9]+\.[0-9]+' "$1" 2>/dev/null | head -n 1 | sed 's/^storageVersion//' || true)
+	printf '%s' "$sv"
+}
+# Whether version $1 is newer than version $2 (major.minor).
+newer_than() {
+	# shellcheck disable=SC2046
+	set -- $(printf '%s' "$1" | sed -n 's/^\([0-9]*\)\.\([0-9]*\).*/\1 \2/p') $(printf '%s' "$2" | sed -n 's/^\([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
+	[ $# -eq 4 ] && { [ "$1" -gt "$3" ] || { [ "$1" -eq "$3" ] && [ "$2" -gt "$4" ]; }; }
+}
+# END storage-version
 
 SIZE=0
 SHA=
@@ -79,8 +99,7 @@ ENC=
 
 rm -rf -- "$SCRATCH"
 mkdir -p -- "$SCRATCH"
-cleanup() { rm -rf -- "$SCRATCH"; }
-trap cleanup EXIT
+trap 'rm -rf -- "$SCRATCH"' EXIT
 
 if [ ! -s "$SNAP" ]; then
 	fail empty "$SNAP is missing or empty: etcdctl snapshot save wrote nothing"
@@ -124,7 +143,7 @@ if [ -z "$FAILURES" ]; then
 		REV=$(printf '%s' "$STATUS" | json_field revision)
 		KEYS=$(printf '%s' "$STATUS" | json_field totalKey)
 		STATUS_HASH=$(printf '%s' "$STATUS" | json_field hash)
-		STORAGE=$(printf '%s' "$STATUS" | json_field version)
+		STORAGE=$(snapshot_storage_version "$DB")
 		[ -n "$REV" ] || fail trial-restore "snapshot status of the restored copy failed: $(first_error "$SCRATCH/status.err")"
 		# Which encryption keys the data is sealed with (names only): a restore
 		# needs the same keys in the hosted cluster's encryption config.
@@ -156,14 +175,14 @@ LIVE_REV=$(printf '%s' "$LIVE" | json_field revision)
 LIVE_VERSION=$(printf '%s' "$LIVE" | json_field version)
 [ -n "$LIVE_REV" ] || log "the live cluster did not answer endpoint status: $(first_error "$SCRATCH/live.err")"
 
-major_minor() { printf '%s' "$1" | sed -n 's/^\([0-9]*\)\.\([0-9]*\).*/\1 \2/p'; }
-if [ -n "$STORAGE" ] && [ -n "$LIVE_VERSION" ]; then
-	set -- $(major_minor "$STORAGE") $(major_minor "$LIVE_VERSION")
-	if [ $# -eq 4 ] && { [ "$1" -gt "$3" ] || { [ "$1" -eq "$3" ] && [ "$2" -gt "$4" ]; }; }; then
-		fail storage-version "the snapshot's storage version $STORAGE is newer than the live etcd $LIVE_VERSION: it is not this cluster's, and this etcd cannot restore it"
-	fi
+if [ -n "$STORAGE" ] && [ -n "$LIVE_VERSION" ] && newer_than "$STORAGE" "$LIVE_VERSION"; then
+	fail storage-version "the snapshot's storage version $STORAGE is newer than the live etcd $LIVE_VERSION: it is not this cluster's, and this etcd cannot run it"
 fi
 
+if [ -n "$REV" ] && [ -n "$LIVE_REV" ] && [ "$REV" -gt "$LIVE_REV" ]; then
+	fail revision "the snapshot's revision $REV is above the live cluster's newest revision $LIVE_REV: it is not this cluster's history (revisions never go back)"
+	KV_SNAP=
+fi
 if [ -n "$KV_SNAP" ]; then
 	LIVE_KV=$(etcdctl endpoint hashkv --rev="$REV" -w json 2>"$SCRATCH/hashkv.err" || true)
 	KV_LIVE=$(printf '%s' "$LIVE_KV" | json_field hash)

@@ -130,9 +130,14 @@ pub fn verify_at(job: &Value, settings: &Settings, exempt: bool) -> JobMutation 
     let container = verify_container(job, snapshot, &saved, settings, enforce);
     let path = super::list_pointer(Some((at + 1).to_string()));
     let patch = Patch(vec![PatchOperation::Add(AddOperation { path, value: container })]);
-    let mode = if enforce { "a failed check fails the Job" } else { "warn: a failed check is reported, the upload goes on" };
+    let mode =
+        if enforce { "a failed check fails the Job" } else { "warn: a failed check is reported, the upload goes on" };
     let note = format!("hcp-etcd-admission: added the init container \"{VERIFY_CONTAINER}\" after \"snapshot\": the snapshot is trial-restored and compared with the live cluster before the upload ({RULE}: {mode})");
-    JobMutation { patch: Some(patch), warnings: vec![Warning::note(note)], verify: Verify::Injected { enforced: enforce } }
+    JobMutation {
+        patch: Some(patch),
+        warnings: vec![Warning::note(note)],
+        verify: Verify::Injected { enforced: enforce },
+    }
 }
 
 fn unknown_shape(why: &str) -> Warning {
@@ -155,12 +160,8 @@ impl Saved {
     /// Reads `etcdctl … snapshot save <file>` from the container's command
     /// and args (`--flag=v` and `--flag v`); `None` without a save.
     fn of(c: &Value) -> Option<Self> {
-        let argv: Vec<&str> = ["command", "args"]
-            .iter()
-            .filter_map(|k| c[*k].as_array())
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let argv: Vec<&str> =
+            ["command", "args"].iter().filter_map(|k| c[*k].as_array()).flatten().filter_map(Value::as_str).collect();
         let at = argv.windows(2).position(|w| w == ["snapshot", "save"])?;
         let file = argv.get(at + 2).filter(|f| !f.starts_with('-'))?.to_string();
         let flag = |name: &str| {
@@ -325,8 +326,8 @@ mod tests {
     fn flags_in_either_form_and_dollars_stay_literal() {
         let mut j = job();
         j["spec"]["template"]["spec"]["initContainers"][1]["command"] = json!(["etcdctl"]);
-        j["spec"]["template"]["spec"]["initContainers"][1]["args"] = json!([
-            "--endpoints=https://e:2379", "--cacert=/c/$(X)ca", "snapshot", "save", "/b/s.db"]);
+        j["spec"]["template"]["spec"]["initContainers"][1]["args"] =
+            json!(["--endpoints=https://e:2379", "--cacert=/c/$(X)ca", "snapshot", "save", "/b/s.db"]);
         let out = applied(&j, &verify_at(&j, &Settings::default(), false));
         let v = &out["spec"]["template"]["spec"]["initContainers"][2];
         assert_eq!(env(v, "ETCDCTL_ENDPOINTS"), Some("https://e:2379"));

@@ -813,6 +813,24 @@ SNAPSHOT="$STAGE/snapshot.db"
 # error document, the #sha256= fragment), marked complete for this
 # generation. Run in the background (`run`): a failure ends it with FAILED
 # and a non-zero RC, not the whole run.
+# BEGIN storage-version: the same block in etcd-init.sh and backup-verify.sh
+# (tests/backup_verify.rs holds them equal).
+# The storage version a snapshot was written with ("" before etcd 3.6):
+# `snapshot status` says it from 3.6 on; older tools do not, so then the meta
+# bucket's key is read from the bytes (a bbolt leaf keeps a key next to its value).
+snapshot_storage_version() {
+	sv=$("$TOOL" snapshot status "$1" -w json 2>/dev/null | sed -n 's/.*"version":"\([0-9][0-9.]*\)".*/\1/p' | head -n 1 || true)
+	[ -n "$sv" ] || sv=$(grep -a -o -m 1 -E 'storageVersion[0-9]+\.[0-9]+\.[0-9]+' "$1" 2>/dev/null | head -n 1 | sed 's/^storageVersion//' || true)
+	printf '%s' "$sv"
+}
+# Whether version $1 is newer than version $2 (major.minor).
+newer_than() {
+	# shellcheck disable=SC2046
+	set -- $(printf '%s' "$1" | sed -n 's/^\([0-9]*\)\.\([0-9]*\).*/\1 \2/p') $(printf '%s' "$2" | sed -n 's/^\([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
+	[ $# -eq 4 ] && { [ "$1" -gt "$3" ] || { [ "$1" -eq "$3" ] && [ "$2" -gt "$4" ]; }; }
+}
+# END storage-version
+
 download_and_verify() {
 	trap 'kill "$CHILD" 2>/dev/null || true; exit 143' TERM
 	# 7. Optional integrity: #sha256=<hex> (the fragment is never sent to the server).
@@ -910,6 +928,14 @@ download_and_verify() {
 			fail "sha256 of the download is $ACTUAL_SHA, the URL fragment expects $EXPECTED_SHA"
 		fi
 		log "sha256 verified"
+	fi
+	# A snapshot saved by a newer etcd (its storage version) is refused before
+	# the barrier: etcdutl restores it without a word, and this etcd cannot run it.
+	SNAP_STORAGE=$(snapshot_storage_version "$SNAPSHOT")
+	ETCD_VERSION=$(etcd --version 2>/dev/null | sed -n 's/^etcd Version: *//p' | head -n 1 || true)
+	if [ -n "$SNAP_STORAGE" ] && [ -n "$ETCD_VERSION" ] && newer_than "$SNAP_STORAGE" "$ETCD_VERSION"; then
+		rm -f -- "$SNAPSHOT"
+		fail "the snapshot's storage version is $SNAP_STORAGE, newer than this etcd $ETCD_VERSION: it was saved by a newer etcd, which this one cannot run (restore with an etcd-init image of etcd $SNAP_STORAGE or later)"
 	fi
 	printf '%s\n' "$GEN" >"$STAGE/download-complete"
 }

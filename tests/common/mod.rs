@@ -9,6 +9,7 @@ pub mod env;
 pub mod fake_apiserver;
 pub mod https;
 pub mod kube_apiserver;
+pub mod kubelet;
 pub mod running;
 pub mod snapshot_server;
 pub mod tools;

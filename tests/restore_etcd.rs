@@ -1804,6 +1804,11 @@ impl FailureRig {
     /// The rig with etcd version `e` (its tools in the image's PATH, its
     /// etcd making the snapshot and answering as peers).
     async fn new_with(tag: &str, subnet: u8, e: Etcd) -> Self {
+        Self::new_serving(tag, subnet, e, HashMap::new()).await
+    }
+
+    /// [`Self::new_with`], the store also serving `extra` files under /snapshots/.
+    async fn new_serving(tag: &str, subnet: u8, e: Etcd, extra: HashMap<String, Vec<u8>>) -> Self {
         let root = tmp(tag);
         let snapshot = make_snapshot(&root, &e, subnet);
         let sha = {
@@ -1815,11 +1820,12 @@ impl FailureRig {
         let mut flipped = snapshot.clone();
         let mid = flipped.len() / 2;
         flipped[mid] ^= 0x40;
-        let files = HashMap::from([
+        let mut files = HashMap::from([
             ("snap.db".to_string(), snapshot),
             ("trunc.db".to_string(), truncated),
             ("flip.db".to_string(), flipped),
         ]);
+        files.extend(extra);
         let store = SnapshotServer::start(&root, files).await;
         let ns = "clusters-fail".to_string();
         let sts = etcd_statefulset(&ns, 1, Template::Env);
@@ -1994,6 +2000,28 @@ async fn failed_downloads_and_bad_snapshots_leave_the_data_dir_empty() {
     assert_eq!(rig.store.requests().len(), downloads, "the retry downloaded again");
     assert!(m.pv.join("data/member").is_dir() && !m.pv.join(".etcd-init-restore").exists());
     let _ = std::fs::remove_dir_all(&rig.root);
+}
+
+/// A snapshot saved by a newer etcd (its storage version, issue #33) is
+/// refused before the barrier: etcdutl 3.6 restores a 3.7 snapshot without a
+/// word, and etcd 3.6 cannot run it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_of_a_newer_etcd_is_refused_before_the_barrier_etcd36() {
+    let name = "a_snapshot_of_a_newer_etcd_is_refused_before_the_barrier_etcd36";
+    let Some(e36) = etcd_for(name, "3.6") else { return };
+    let Some(e37) = etcd_for(name, "3.7") else { return };
+    let newer_root = tmp("newer-source");
+    let newer = make_snapshot(&newer_root, &e37, 72);
+    let extra = HashMap::from([("newer.db".to_string(), newer)]);
+    let rig = FailureRig::new_serving("newer", 72, e36, extra).await;
+    let (code, log, pv) = rig.run("newer", &rig.store.url("/snapshots/newer.db"));
+    assert_untouched("newer", code, &log, &pv);
+    assert!(log.contains("storage version is 3.7.0, newer than this etcd 3.6"), "{log}");
+    // The same etcd restores its own version's snapshot.
+    let (code, log, _) = rig.run("same", &rig.store.url("/snapshots/snap.db"));
+    assert_eq!(code, 0, "{log}");
+    let _ = std::fs::remove_dir_all(&rig.root);
+    let _ = std::fs::remove_dir_all(&newer_root);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

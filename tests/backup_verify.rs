@@ -167,29 +167,7 @@ fn other_snapshot(t: &Tools, root: &Path, subnet: u8, tag: &str, keys: usize) ->
 
 /// HyperShift's backup Job (reconciler.go), mutated by the webhook's decision.
 fn mutated_job(settings: &Value) -> Value {
-    let job = json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"generateName": "etcd-backup-daily-", "namespace": "hypershift", "labels": {
-            "app": "etcd-backup", "hypershift.openshift.io/hcp": "hc1",
-            "hypershift.openshift.io/backup-name": "daily", "hypershift.openshift.io/hcp-namespace": NS}},
-        "spec": {"backoffLimit": 0, "activeDeadlineSeconds": 900, "ttlSecondsAfterFinished": 600,
-            "template": {"spec": {"restartPolicy": "Never",
-                "initContainers": [
-                    {"name": "fetch-certs", "image": "cpo",
-                     "command": ["control-plane-operator", "fetch-etcd-certs", "--hcp-namespace", NS, "--output-dir", "/etc/etcd-certs"],
-                     "volumeMounts": [{"name": "etcd-certs", "mountPath": "/etc/etcd-certs"}]},
-                    {"name": "snapshot", "image": "etcd", "env": [{"name": "ETCDCTL_API", "value": "3"}],
-                     "command": ["/usr/bin/etcdctl", "--endpoints", format!("https://{SERVICE}:2379"),
-                        "--cacert", "/etc/etcd-certs/ca.crt", "--cert", "/etc/etcd-certs/etcd-client.crt",
-                        "--key", "/etc/etcd-certs/etcd-client.key", "snapshot", "save", "/etc/etcd-backup/snapshot.db"],
-                     "volumeMounts": [{"name": "etcd-certs", "mountPath": "/etc/etcd-certs"},
-                                      {"name": "etcd-backup", "mountPath": "/etc/etcd-backup"}]}],
-                "containers": [{"name": "upload", "image": "cpo",
-                    "command": ["control-plane-operator", "etcd-upload", "--snapshot-path", "/etc/etcd-backup/snapshot.db",
-                                "--storage-type", "S3", "--aws-bucket", "b", "--key-prefix", "hc1"],
-                    "volumeMounts": [{"name": "etcd-backup", "mountPath": "/etc/etcd-backup"}]}],
-                "volumes": [{"name": "etcd-certs", "emptyDir": {}}, {"name": "etcd-backup", "emptyDir": {}}]}}}
-    });
+    let job = common::hypershift_backup_job("hypershift", NS, "etcd-backup-daily-x7k2p");
     let rev = common::admission_review("b-1", "jobs", None, "CREATE", Some(&job), None);
     let settings = Settings::from_json(settings).expect("settings");
     let input = DecisionInput { settings: &settings, lookup: None, now: Ok(0), expect: None };

@@ -481,6 +481,57 @@ async fn secret_webhook_1_34() {
 /// The webhooks of the manifests' configurations, each with the object that
 /// the shared registrations allow in `ns` (set up by the caller) and that
 /// reaches the webhook: what a copy pointed at a slow or dead server gets.
+/// The verify step (issue #33) as the apiserver stores it: HyperShift's
+/// backup Job gets the library's `verify` init container after `snapshot`
+/// (plus the apiserver's defaults); a Job without the operator's labels is
+/// stored as sent; the stored Job, reviewed again, needs no patch.
+async fn backup_job_mutation_stored(v: Kube) {
+    let Some(env) = env("backup_job_mutation_stored", v) else { return };
+    let ns = setup::labelled_namespace(&env.api, "backup-job", &[]).await;
+    let job = common::hypershift_backup_job(&ns, "clusters-hc1", "etcd-backup-daily-x7k2p");
+    let lib = library(&env.settings, "CREATE", &job, None, &[]);
+    assert_eq!(lib["allowed"], true, "{lib}");
+    let want = common::patched_request_object(&job, &lib).expect("the patch applies").expect("a patch");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let a = env.create(&job, false).await;
+        if a.status == 201 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not created: {} {}", a.status, a.text);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let got = stored(env, &job).await;
+    let inits = |o: &Value| -> Vec<String> {
+        o["spec"]["template"]["spec"]["initContainers"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|c| c["name"].as_str().map(str::to_string)).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(inits(&got), ["fetch-certs", "snapshot", "verify"], "{}", got["spec"]["template"]);
+    let verify = |o: &Value| o["spec"]["template"]["spec"]["initContainers"][2].clone();
+    common::subset(&verify(&want), &verify(&got), "verify").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(got["spec"]["template"]["spec"]["containers"][0]["name"], "upload");
+    let again = library(&env.settings, "CREATE", &got, None, &[]);
+    assert!(again.get("patch").is_none(), "the stored Job needs no second step: {again}");
+
+    let mut other = common::hypershift_backup_job(&ns, "clusters-hc1", "not-a-backup");
+    other["metadata"]["labels"] = json!({"app": "something-else"});
+    assert_eq!(env.create(&other, false).await.status, 201);
+    assert_eq!(inits(&stored(env, &other).await), ["fetch-certs", "snapshot"]);
+    env.assert_never_forbidden();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_job_mutation_stored_1_35() {
+    backup_job_mutation_stored(Kube::V1_35).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_job_mutation_stored_1_37() {
+    backup_job_mutation_stored(Kube::V1_37).await;
+}
+
 fn allowed_objects(env: &Env, ns: &str, creds: &str) -> Vec<(Value, Value)> {
     let mut out = Vec::new();
     for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
@@ -492,6 +543,7 @@ fn allowed_objects(env: &Env, ns: &str, creds: &str) -> Vec<(Value, Value)> {
                     "hostedcontrolplanes" => hosted("HostedControlPlane", ns, "second", Some(&presigned_url("b"))),
                     "secrets" => secret(ns, "role", true, ROLE_ARN),
                     "statefulsets" => etcd_sts(ns, "etcd", 3),
+                    "jobs" => common::hypershift_backup_job(ns, ns, "etcd-backup-daily"),
                     other => panic!("no allowed object for {other}"),
                 };
                 out.push((w.clone(), obj));

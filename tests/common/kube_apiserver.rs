@@ -738,6 +738,7 @@ pub fn plural(kind: &str) -> Option<&'static str> {
         "HostedCluster" => "hostedclusters",
         "HostedControlPlane" => "hostedcontrolplanes",
         "StatefulSet" => "statefulsets",
+        "Job" => "jobs",
         "Secret" => "secrets",
         "ConfigMap" => "configmaps",
         "Namespace" => "namespaces",

@@ -636,3 +636,39 @@ pub fn render_etcd_init(sts: &mut Value, url: &str) {
     list.insert(at, init);
     spec["initContainers"] = Value::Array(list);
 }
+
+/// HyperShift's etcd backup Job as `hypershift-operator/controllers/etcdbackup/
+/// reconciler.go` builds it (`../shared/reference/hypershift-facts.md` §2,
+/// "The Job"), named `name` in the operator's namespace `namespace`, for the
+/// hosted control plane `hc1` in `hcp_namespace`.
+pub fn hypershift_backup_job(namespace: &str, hcp_namespace: &str, name: &str) -> Value {
+    let service = format!("https://etcd-client.{hcp_namespace}.svc:2379");
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": {
+            "app": "etcd-backup", "hypershift.openshift.io/hcp": "hc1",
+            "hypershift.openshift.io/backup-name": "daily", "hypershift.openshift.io/hcp-namespace": hcp_namespace}},
+        "spec": {"backoffLimit": 0, "activeDeadlineSeconds": 900, "ttlSecondsAfterFinished": 600,
+            "template": {"metadata": {"labels": {"app": "etcd-backup"}}, "spec": {"restartPolicy": "Never",
+                "serviceAccountName": "etcd-backup-job",
+                "initContainers": [
+                    {"name": "fetch-certs", "image": "quay.io/hypershift/hypershift:latest",
+                     "command": ["control-plane-operator", "fetch-etcd-certs", "--hcp-namespace", hcp_namespace, "--output-dir", "/etc/etcd-certs"],
+                     "volumeMounts": [{"name": "etcd-certs", "mountPath": "/etc/etcd-certs"}]},
+                    {"name": "snapshot", "image": "quay.io/openshift-release-dev/etcd:4.20",
+                     "env": [{"name": "ETCDCTL_API", "value": "3"}],
+                     "command": ["/usr/bin/etcdctl", "--endpoints", service,
+                        "--cacert", "/etc/etcd-certs/ca.crt", "--cert", "/etc/etcd-certs/etcd-client.crt",
+                        "--key", "/etc/etcd-certs/etcd-client.key", "snapshot", "save", "/etc/etcd-backup/snapshot.db"],
+                     "volumeMounts": [{"name": "etcd-certs", "mountPath": "/etc/etcd-certs"},
+                                      {"name": "etcd-backup", "mountPath": "/etc/etcd-backup"}]}],
+                "containers": [{"name": "upload", "image": "quay.io/hypershift/hypershift:latest",
+                    "command": ["control-plane-operator", "etcd-upload", "--snapshot-path", "/etc/etcd-backup/snapshot.db",
+                                "--storage-type", "S3", "--aws-bucket", "b", "--aws-region", "us-east-1", "--key-prefix", "hc1",
+                                "--credentials-file", "/etc/etcd-backup-creds/credentials"],
+                    "volumeMounts": [{"name": "etcd-backup", "mountPath": "/etc/etcd-backup"},
+                                     {"name": "backup-credentials", "mountPath": "/etc/etcd-backup-creds"}]}],
+                "volumes": [{"name": "etcd-certs", "emptyDir": {}}, {"name": "etcd-backup", "emptyDir": {}},
+                            {"name": "backup-credentials", "secret": {"secretName": "aws-creds"}}]}}}
+    })
+}

@@ -676,13 +676,14 @@ fn kubewarden_metadata_and_policies_agree() {
     let objects = all_objects();
     let policies: Vec<&Value> =
         objects.iter().map(|(_, d)| d).filter(|d| d["kind"] == "ClusterAdmissionPolicy").collect();
-    assert_eq!(policies.len(), 3);
+    assert_eq!(policies.len(), 4);
     let server =
         objects.iter().map(|(_, d)| d).find(|d| d["kind"] == "PolicyServer").expect("a dedicated PolicyServer");
     for (file, policy) in [
         ("validate", "hcp-etcd-admission-validate"),
         ("mutate-etcd", "hcp-etcd-admission-etcd-init"),
         ("validate-secrets", "hcp-etcd-admission-backup-secrets"),
+        ("mutate-backup-jobs", "hcp-etcd-admission-backup-verify"),
     ] {
         let m = &docs(&root.join(format!("kubewarden/{file}.metadata.yml")))[0];
         for k in m.as_object().expect("mapping").keys() {
@@ -782,6 +783,7 @@ fn one_version_everywhere() {
         "webhooks/kubewarden/validate.yaml",
         "webhooks/kubewarden/mutate-etcd.yaml",
         "webhooks/kubewarden/validate-secrets.yaml",
+        "webhooks/kubewarden/mutate-backup-jobs.yaml",
     ] {
         assert!(text(f).contains(&format!(":v{version}\n")), "{f}");
     }

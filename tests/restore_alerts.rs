@@ -232,6 +232,43 @@ fn etcd_init_alerts_fire_on_real_series_and_stay_silent_otherwise() {
     promtool_test(&promtool, &dir, tests);
 }
 
+/// The backup verify alert on kube-state-metrics series: a verify step that
+/// terminated with an error fires at once and stays up for the hour after
+/// the Job's pod is gone (ttlSecondsAfterFinished); one that completed, or
+/// another container's error, does not.
+#[test]
+fn the_backup_verify_alert_fires_on_a_failed_step_and_outlives_the_pod() {
+    let needs = [common::tools::go_tool("promtool", "promtool")];
+    if !common::env::ready("the_backup_verify_alert_fires_on_a_failed_step_and_outlives_the_pod", &needs) {
+        return;
+    }
+    let promtool = common::tools::go_bin("promtool", "promtool");
+    let dir = std::env::temp_dir().join(format!("hcp-backup-alerts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (rules, spec) = rule_file(&dir);
+    let name = "HcpEtcdBackupNotVerified";
+    let series = |pod: &str, container: &str, reason: &str| {
+        format!(r#"namespace="hypershift",pod="{pod}",container="{container}",reason="{reason}""#)
+    };
+    let metric = "kube_pod_init_container_status_terminated_reason";
+    let fired = expected(&spec, name, "critical", &[("namespace", "hypershift"), ("pod", "etcd-backup-a-x1")]);
+    let tests = serde_json::json!({
+        "rule_files": [rules],
+        "evaluation_interval": "1m",
+        "tests": [group(
+            "a failed verify step fires, and stays up an hour after its pod is deleted; a completed one does not",
+            &[
+                // The failed pod exists for 10 minutes (the Job's TTL), then its series ends.
+                (metric, series("etcd-backup-a-x1", "verify", "Error"), "1x10"),
+                (metric, series("etcd-backup-b-x2", "verify", "Completed"), "1x10"),
+                (metric, series("etcd-backup-c-x3", "snapshot", "Error"), "1x10"),
+            ],
+            &[("5m", name, vec![fired.clone()]), ("40m", name, vec![fired]), ("80m", name, vec![])],
+        )]
+    });
+    promtool_test(&promtool, &dir, tests);
+}
+
 /// Every alert has a `runbook_url` at its own section of docs/alerts.md,
 /// and every link of that page to another doc's section lands on a heading.
 #[test]

@@ -549,15 +549,17 @@ fn check_patch(case: &Case, resp: &Value) -> Vec<String> {
     if !case.init_containers.is_empty() && names != case.init_containers {
         problems.push(format!("initContainers {names:?}, expected {:?}", case.init_containers));
     }
-    let found = inits.iter().find(|c| c["name"] == "etcd-init");
+    // The container the mutation adds: etcd-init, or the backup Job's verify step.
+    let injected = if case.review["request"]["resource"]["resource"] == "jobs" { "verify" } else { "etcd-init" };
+    let found = inits.iter().find(|c| c["name"] == injected);
     if case.no_etcd_init {
         if found.is_some() {
-            problems.push("an etcd-init container remains after the patch".to_string());
+            problems.push(format!("an {injected} container remains after the patch"));
         }
         return problems;
     }
     let Some(init) = found else {
-        problems.push("no etcd-init container after the patch".to_string());
+        problems.push(format!("no {injected} container after the patch"));
         return problems;
     };
     let env: Vec<(String, Value)> = init["env"]
@@ -567,7 +569,7 @@ fn check_patch(case: &Case, resp: &Value) -> Vec<String> {
     for (k, v) in &case.env {
         match env.iter().find(|(n, _)| n == k) {
             Some((_, e)) if e["value"].as_str() == Some(v.as_str()) => {}
-            other => problems.push(format!("etcd-init env {k} = {:?}, expected {v:?}", other.map(|o| &o.1))),
+            other => problems.push(format!("{injected} env {k} = {:?}, expected {v:?}", other.map(|o| &o.1))),
         }
     }
     for k in &case.no_env {

@@ -92,7 +92,7 @@ fn tmp(tag: &str) -> PathBuf {
 }
 
 /// A CA, a server certificate for the Service name and the address, and a client certificate.
-fn certs(dir: &Path, ip: Ipv4Addr) {
+fn certs(dir: &Path, ips: &[Ipv4Addr]) {
     use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
     let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -102,7 +102,11 @@ fn certs(dir: &Path, ip: Ipv4Addr) {
     let issuer = Issuer::new(ca, ca_key);
     std::fs::write(dir.join("ca.crt"), ca_cert.pem()).expect("ca");
     for (name, sans, usage) in [
-        ("server", vec![SERVICE.to_string(), ip.to_string()], ExtendedKeyUsagePurpose::ServerAuth),
+        (
+            "server",
+            std::iter::once(SERVICE.to_string()).chain(ips.iter().map(Ipv4Addr::to_string)).collect(),
+            ExtendedKeyUsagePurpose::ServerAuth,
+        ),
         ("etcd-client", vec![], ExtendedKeyUsagePurpose::ClientAuth),
     ] {
         let mut p = CertificateParams::new(sans).expect("params");
@@ -115,31 +119,42 @@ fn certs(dir: &Path, ip: Ipv4Addr) {
     }
 }
 
-/// A one-member etcd on 127.0.`subnet`.`host`: TLS with client certificates
-/// when `tls` holds the certificates, plain HTTP otherwise.
-fn etcd(t: &Tools, dir: &Path, subnet: u8, host: u8, tls: Option<&Path>) -> (Proc, String) {
-    let ip = Ipv4Addr::new(127, 0, subnet, host);
+/// An etcd cluster of `members` on 127.0.`subnet`.`host`.. (one address
+/// each): clients over TLS with client certificates when `tls` holds the
+/// certificates, plain HTTP otherwise; the first member's client URL.
+fn etcd(t: &Tools, dir: &Path, subnet: u8, host: u8, members: u8, tls: Option<&Path>) -> (Vec<Proc>, String) {
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let client = format!("{scheme}://{ip}:2379");
-    let peer = format!("http://{ip}:2380");
-    let mut cmd = Command::new(&t.etcd);
-    cmd.args(["--name", "etcd-0", "--data-dir"])
-        .arg(dir)
-        .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-        .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
-        .args(["--initial-cluster", &format!("etcd-0={peer}")])
-        .args(["--listen-metrics-urls", &format!("http://{ip}:2381")]);
-    if let Some(c) = tls {
-        cmd.arg("--cert-file").arg(c.join("server.crt")).arg("--key-file").arg(c.join("server.key"));
-        cmd.arg("--trusted-ca-file").arg(c.join("ca.crt")).arg("--client-cert-auth");
+    let ip = |i: u8| Ipv4Addr::new(127, 0, subnet, host + i);
+    let initial: Vec<String> = (0..members).map(|i| format!("etcd-{i}=http://{}:2380", ip(i))).collect();
+    let mut procs = Vec::new();
+    for i in 0..members {
+        let client = format!("{scheme}://{}:2379", ip(i));
+        let peer = format!("http://{}:2380", ip(i));
+        let mut cmd = Command::new(&t.etcd);
+        cmd.args(["--name", &format!("etcd-{i}"), "--data-dir"])
+            .arg(dir.join(format!("etcd-{i}")))
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args([
+                "--initial-cluster",
+                &initial.join(","),
+                "--initial-cluster-token",
+                &format!("live-{subnet}-{host}"),
+            ])
+            .args(["--listen-metrics-urls", &format!("http://{}:2381", ip(i))]);
+        if let Some(c) = tls {
+            cmd.arg("--cert-file").arg(c.join("server.crt")).arg("--key-file").arg(c.join("server.key"));
+            cmd.arg("--trusted-ca-file").arg(c.join("ca.crt")).arg("--client-cert-auth");
+        }
+        procs.push(Proc(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("etcd")));
     }
-    let p = Proc(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("etcd"));
+    let client = format!("{scheme}://{}:2379", ip(0));
     let start = Instant::now();
-    while !ctl(t, &client, tls, &["endpoint", "health"]).0 {
-        assert!(start.elapsed() < Duration::from_secs(40), "etcd at {client} never became healthy");
-        std::thread::sleep(Duration::from_millis(150));
+    while !ctl(t, &client, tls, &["endpoint", "health", "--cluster"]).0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "etcd at {client} never became healthy");
+        std::thread::sleep(Duration::from_millis(200));
     }
-    (p, client)
+    (procs, client)
 }
 
 fn ctl(t: &Tools, endpoint: &str, tls: Option<&Path>, args: &[&str]) -> (bool, String) {
@@ -156,7 +171,7 @@ fn ctl(t: &Tools, endpoint: &str, tls: Option<&Path>, args: &[&str]) -> (bool, S
 /// A snapshot of another cluster (other keys), or of another etcd version.
 fn other_snapshot(t: &Tools, root: &Path, subnet: u8, tag: &str, keys: usize) -> Vec<u8> {
     let dir = root.join(format!("other-{tag}"));
-    let (_p, client) = etcd(t, &dir.join("data"), subnet, 2, None);
+    let (_p, client) = etcd(t, &dir.join("data"), subnet, 10, 1, None);
     for i in 1..=keys {
         assert!(ctl(t, &client, None, &["put", &format!("/registry/other/{i}"), "x"]).0);
     }
@@ -284,12 +299,15 @@ fn sha256_hex(b: &[u8]) -> String {
     String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap_or_default().to_string()
 }
 
-fn rig<'a>(t: &'a Tools, root: &Path, subnet: u8) -> (Pod<'a>, Proc, String) {
+/// The live cluster (three members; the `etcd-client` Service name resolves
+/// to the first), its keys, the pod's hosts file and the image's tools.
+fn rig<'a>(t: &'a Tools, root: &Path, subnet: u8) -> (Pod<'a>, Vec<Proc>, String) {
     let ip = Ipv4Addr::new(127, 0, subnet, 1);
     let certs = root.join("pki");
     std::fs::create_dir_all(&certs).expect("pki");
-    self::certs(&certs, ip);
-    let (live, client) = etcd(t, &root.join("live"), subnet, 1, Some(&certs));
+    let ips: Vec<Ipv4Addr> = (1..=3).map(|h| Ipv4Addr::new(127, 0, subnet, h)).collect();
+    self::certs(&certs, &ips);
+    let (live, client) = etcd(t, &root.join("live"), subnet, 1, 3, Some(&certs));
     for i in 1..=5 {
         assert!(ctl(t, &client, Some(&certs), &["put", &format!("/registry/test/key{i}"), &format!("v{i}")]).0);
     }
@@ -338,10 +356,14 @@ fn good_and_bad_snapshots(label: &'static str, newer: Option<&'static str>, subn
     assert!(m["encryptionKeys"].as_str().is_some_and(|k| k.contains("k8s:enc:aescbc:v1:key1:")), "{m}");
     assert!(!m.to_string().contains("sealed"), "names only, never data: {m}");
     if has_hashkv {
-        let (_, kv) =
-            ctl(&t, &client, Some(&pod.certs), &["endpoint", "hashkv", &format!("--rev={live_rev}"), "-w", "json"]);
+        let rev = format!("--rev={live_rev}");
+        let (_, kv) = ctl(&t, &client, Some(&pod.certs), &["endpoint", "hashkv", "--cluster", &rev, "-w", "json"]);
         let kv: Value = serde_json::from_str(&kv).expect("hashkv json");
-        assert_eq!(m["kvHash"]["live"], kv[0]["HashKV"]["hash"], "{m}");
+        let members = kv.as_array().expect("members");
+        assert_eq!(members.len(), 3, "{kv}");
+        for member in members {
+            assert_eq!(m["kvHash"]["live"], member["HashKV"]["hash"], "every member: {m} {kv}");
+        }
         assert_eq!(m["kvHash"]["snapshot"], m["kvHash"]["live"], "{m}");
         assert_eq!(m["snapshot"]["storageVersion"].as_str().map(|v| v.starts_with(label)), Some(true), "{m}");
     } else {

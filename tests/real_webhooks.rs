@@ -514,6 +514,15 @@ async fn backup_job_mutation_stored(v: Kube) {
     assert_eq!(got["spec"]["template"]["spec"]["containers"][0]["name"], "upload");
     let again = library(&env.settings, "CREATE", &got, None, &[]);
     assert!(again.get("patch").is_none(), "the stored Job needs no second step: {again}");
+    // Nothing can take the step out again (or fight over it): a Job's pod
+    // template is immutable, and the HyperShift Operator never updates it.
+    let mut without = got.clone();
+    if let Some(list) = without.pointer_mut("/spec/template/spec/initContainers").and_then(Value::as_array_mut) {
+        list.retain(|c| c["name"] != "verify");
+    }
+    let a = env.update(&without, None, false).await;
+    assert_eq!(a.status, 422, "{}", a.text);
+    assert!(a.text.contains("field is immutable"), "{}", a.text);
 
     let mut other = common::hypershift_backup_job(&ns, "clusters-hc1", "not-a-backup");
     other["metadata"]["labels"] = json!({"app": "something-else"});

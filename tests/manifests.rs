@@ -244,7 +244,11 @@ fn the_mutation_skips_statefulsets_being_deleted() {
     for (_, doc) in all_objects() {
         let conds = match doc["kind"].as_str() {
             Some("MutatingWebhookConfiguration") => doc["webhooks"][0]["matchConditions"].clone(),
-            Some("ClusterAdmissionPolicy") if doc["spec"]["mutating"] == true => doc["spec"]["matchConditions"].clone(),
+            Some("ClusterAdmissionPolicy")
+                if doc["spec"]["mutating"] == true && doc["spec"]["rules"][0]["resources"][0] == "statefulsets" =>
+            {
+                doc["spec"]["matchConditions"].clone()
+            }
             _ => continue,
         };
         let send = |op: &str, o: &Value| {
@@ -1232,7 +1236,7 @@ fn kubewarden_module_and_operator_namespace_are_set_once() {
         .filter(|o| o["kind"] == "ClusterAdmissionPolicy")
         .filter_map(|o| o["spec"]["module"].as_str())
         .collect();
-    assert_eq!(modules.len(), 3, "{modules:?}");
+    assert_eq!(modules.len(), 4, "{modules:?}");
     assert!(modules.iter().all(|m| m.starts_with("registry://registry.example.internal/p:")), "{modules:?}");
     for kind in ["Role", "RoleBinding"] {
         let o = objects.iter().find(|o| o["kind"] == kind).unwrap_or_else(|| panic!("no {kind}"));

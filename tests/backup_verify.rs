@@ -43,6 +43,8 @@ const NS: &str = "clusters-hc1";
 const SERVICE: &str = "etcd-client.clusters-hc1.svc";
 
 struct Tools {
+    /// Whether etcd writes a storage version (3.6 and later), a moment after it starts.
+    storage_version: bool,
     etcd: PathBuf,
     etcdctl: PathBuf,
     etcdutl: PathBuf,
@@ -51,6 +53,7 @@ struct Tools {
 fn tools(label: &'static str) -> Tools {
     let tool = format!("etcd-{label}");
     Tools {
+        storage_version: label != "3.5",
         etcd: common::tools::go_bin(&tool, "etcd"),
         etcdctl: common::tools::go_bin(&tool, "etcdctl"),
         etcdutl: common::tools::go_bin(&tool, "etcdutl"),
@@ -154,6 +157,13 @@ fn etcd(t: &Tools, dir: &Path, subnet: u8, host: u8, members: u8, tls: Option<&P
         assert!(start.elapsed() < Duration::from_secs(60), "etcd at {client} never became healthy");
         std::thread::sleep(Duration::from_millis(200));
     }
+    // etcd >= 3.6 records its storage version a moment after the cluster
+    // version is decided: a snapshot saved before has none.
+    while t.storage_version && !ctl(t, &client, tls, &["endpoint", "status", "-w", "json"]).1.contains("storageVersion")
+    {
+        assert!(start.elapsed() < Duration::from_secs(60), "etcd at {client} never recorded its storage version");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     (procs, client)
 }
 
@@ -212,6 +222,11 @@ impl Pod<'_> {
 
     /// Runs container `c` as the kubelet would: (exit code, stderr, termination message).
     fn run(&self, c: &Value) -> (i32, String, String) {
+        self.run_with(c, &[])
+    }
+
+    /// [`Self::run`], with `extra` mount steps after the volumes' (a full volume).
+    fn run_with(&self, c: &Value, extra: &[String]) -> (i32, String, String) {
         let mut env: Vec<(String, String)> = Vec::new();
         for e in c["env"].as_array().cloned().unwrap_or_default() {
             let value = expand(e["value"].as_str().expect("literal env values only"), &env);
@@ -236,6 +251,7 @@ impl Pod<'_> {
             setup.push(format!("mkdir -p '{target}'"));
             setup.push(format!("mount --bind '{}' '{target}'", source.display()));
         }
+        setup.extend(extra.iter().cloned());
         setup.extend(private_dev(&term));
         let args: Vec<&str> = argv.iter().map(String::as_str).collect();
         let mut cmd = in_namespace(&setup, &args);
@@ -261,6 +277,11 @@ struct Ran {
 /// `snapshot`, then `tamper` on the saved file, `verify`, and `upload` (a
 /// copy into the bucket directory) only when every init container exited 0.
 fn run_job(pod: &Pod<'_>, job: &Value, tamper: &dyn Fn(&Path)) -> Ran {
+    run_job_with(pod, job, tamper, &[])
+}
+
+/// [`run_job`], with `verify_setup` as extra mount steps of the verify container.
+fn run_job_with(pod: &Pod<'_>, job: &Value, tamper: &dyn Fn(&Path), verify_setup: &[String]) -> Ran {
     let _ = std::fs::remove_dir_all(pod.root.join("volumes"));
     let _ = std::fs::remove_dir_all(pod.root.join("bucket"));
     let certs = pod.volume("etcd-certs");
@@ -274,7 +295,7 @@ fn run_job(pod: &Pod<'_>, job: &Value, tamper: &dyn Fn(&Path)) -> Ran {
     let (code, log, _) = pod.run(&inits[1]);
     assert_eq!(code, 0, "snapshot save: {log}");
     tamper(&pod.volume("etcd-backup").join("snapshot.db"));
-    let (verify_code, verify_log, message) = pod.run(&inits[2]);
+    let (verify_code, verify_log, message) = pod.run_with(&inits[2], verify_setup);
     let manifest: Value = serde_json::from_str(message.trim())
         .unwrap_or_else(|e| panic!("the termination message is one JSON manifest ({e}): {message:?}\n{verify_log}"));
     let uploaded = (verify_code == 0).then(|| {
@@ -367,7 +388,7 @@ fn good_and_bad_snapshots(label: &'static str, newer: Option<&'static str>, subn
         assert_eq!(m["kvHash"]["snapshot"], m["kvHash"]["live"], "{m}");
         assert_eq!(m["snapshot"]["storageVersion"].as_str().map(|v| v.starts_with(label)), Some(true), "{m}");
     } else {
-        assert!(m["kvHash"]["note"].as_str().is_some_and(|n| n.contains("not checked")), "said so: {m}");
+        assert!(m["notChecked"].to_string().contains("has no hashkv"), "said so: {m}");
     }
     let beside = std::fs::read_to_string(pod.volume("etcd-backup").join("snapshot.db.manifest.json")).expect("beside");
     assert_eq!(serde_json::from_str::<Value>(&beside).ok().as_ref(), Some(m), "the manifest beside the snapshot");
@@ -436,7 +457,7 @@ fn good_and_bad_snapshots(label: &'static str, newer: Option<&'static str>, subn
         let bytes = foreign;
         let ran = run_job(&pod, &job, &move |f: &Path| std::fs::write(f, &bytes).expect("w"));
         assert_eq!(ran.verify_code, 0, "{}", ran.verify_log);
-        assert!(ran.manifest["kvHash"]["note"].as_str().is_some_and(|n| n.contains("no hashkv")), "{}", ran.manifest);
+        assert!(ran.manifest["notChecked"].to_string().contains("no hashkv"), "{}", ran.manifest);
     }
 
     // Warn mode: the failure is reported, the upload goes on.
@@ -448,6 +469,36 @@ fn good_and_bad_snapshots(label: &'static str, newer: Option<&'static str>, subn
     assert_eq!((ran.verify_code, ran.manifest["verified"].as_bool()), (0, Some(false)), "{}", ran.manifest);
     assert!(ran.uploaded.is_some(), "warn mode uploads");
     assert!(ran.verify_log.contains("warn mode"), "{}", ran.verify_log);
+
+    // What the step cannot judge is "not checked", never a failure, even enforced.
+    let job = mutated_job(&enforced());
+    // No room for a trial restore (a 512 KiB scratch volume).
+    let scratch = "/etc/etcd-backup/verify-scratch";
+    let full = [format!("mkdir -p '{scratch}' && mount -t tmpfs -o size=512k tmpfs '{scratch}'")];
+    let ran = run_job_with(&pod, &job, &|_| {}, &full);
+    assert_eq!(ran.verify_code, 0, "{}\n{}", ran.manifest, ran.verify_log);
+    assert!(ran.uploaded.is_some() && ran.manifest["verified"] == true, "{}", ran.manifest);
+    assert!(ran.manifest["notChecked"].to_string().contains("no trial restore"), "{}", ran.manifest);
+    if has_hashkv {
+        // The live cluster compacts between the save and the check (kube-apiserver
+        // compacts every 5 minutes): the KV hashes are not comparable, not different.
+        let certs = pod.certs.clone();
+        let ran = run_job(&pod, &job, &|_| {
+            let (_, status) = ctl(&t, &client, Some(&certs), &["endpoint", "status", "-w", "json"]);
+            let rev = serde_json::from_str::<Value>(&status).expect("status")[0]["Status"]["header"]["revision"]
+                .as_u64()
+                .expect("revision");
+            for i in 0..3 {
+                assert!(ctl(&t, &client, Some(&certs), &["put", &format!("/registry/later/{i}"), "x"]).0);
+            }
+            // Below the snapshot's revision, as kube-apiserver compacts (to 5 minutes ago).
+            assert!(ctl(&t, &client, Some(&certs), &["compaction", &(rev - 2).to_string()]).0, "compaction");
+        });
+        assert_eq!(ran.verify_code, 0, "{}\n{}", ran.manifest, ran.verify_log);
+        assert_eq!(ran.manifest["verified"], true, "{}", ran.manifest);
+        assert!(ran.manifest["notChecked"].to_string().contains("since the save"), "{}", ran.manifest);
+        assert_eq!(ran.manifest["kvHash"]["live"], Value::Null, "{}", ran.manifest);
+    }
     let _ = std::fs::remove_dir_all(&root);
 }
 
@@ -474,13 +525,13 @@ fn a_backup_verifies_before_upload_and_bad_snapshots_fail_the_job_etcd35() {
     }
 }
 
-/// The storage-version block is one piece of code in both scripts.
+/// The snapshot-facts block (free space, storage version) is one piece of code in both scripts.
 #[test]
-fn the_storage_version_check_is_the_same_in_etcd_init_and_the_verify_step() {
+fn the_snapshot_facts_are_the_same_in_etcd_init_and_the_verify_step() {
     let block = |file: &str| {
         let s = std::fs::read_to_string(common::root().join("src/mutate").join(file)).expect("script");
-        let a = s.find("# BEGIN storage-version").expect("begin");
-        let b = s.find("# END storage-version").expect("end");
+        let a = s.find("# BEGIN snapshot-facts").expect("begin");
+        let b = s.find("# END snapshot-facts").expect("end");
         s[a..b].to_string()
     };
     assert_eq!(block("etcd-init.sh"), block("backup-verify.sh"));

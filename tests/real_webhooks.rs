@@ -512,6 +512,12 @@ async fn backup_job_mutation_stored(v: Kube) {
     let verify = |o: &Value| o["spec"]["template"]["spec"]["initContainers"][2].clone();
     common::subset(&verify(&want), &verify(&got), "verify").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(got["spec"]["template"]["spec"]["containers"][0]["name"], "upload");
+    // The apiserver takes the podFailurePolicy rule that names the step.
+    assert_eq!(
+        got["spec"]["podFailurePolicy"]["rules"][0]["onExitCodes"]["containerName"], "verify",
+        "{}",
+        got["spec"]
+    );
     let again = library(&env.settings, "CREATE", &got, None, &[]);
     assert!(again.get("patch").is_none(), "the stored Job needs no second step: {again}");
     // Nothing can take the step out again (or fight over it): a Job's pod

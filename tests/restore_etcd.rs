@@ -163,6 +163,16 @@ fn make_snapshot_of(root: &Path, e: &Etcd, subnet: u8, keys: usize) -> Vec<u8> {
             .expect("source etcd"),
     );
     wait_healthy(&e.etcdctl, &client);
+    // etcd >= 3.6 records its storage version a moment after it starts: a
+    // snapshot saved before has none (as no real cluster's has).
+    let start = Instant::now();
+    while matches!(e.label, "3.6" | "3.7")
+        && !String::from_utf8_lossy(&ctl(e, &client, &["endpoint", "status", "-w", "json"]).stdout)
+            .contains("storageVersion")
+    {
+        assert!(start.elapsed() < Duration::from_secs(30), "etcd {} never recorded its storage version", e.label);
+        std::thread::sleep(Duration::from_millis(100));
+    }
     for i in 1..=keys {
         assert!(ctl(e, &client, &["put", &format!("/registry/test/key{i}"), &format!("value-{i}")]).status.success());
     }

@@ -11,10 +11,10 @@
 #                         the live cluster, as the snapshot container reached it
 #                         (etcdctl reads these itself)
 #   VERIFY_ENFORCE        "true": a failed check fails this container, so the Job
-#                         fails and nothing is uploaded; otherwise (warn) the
-#                         failure is reported and the upload goes on
+#                         fails and nothing is uploaded; otherwise (warn) this
+#                         step always exits 0: it reports, the upload goes on
 #   VERIFY_SCRATCH_DIR    work dir for the trial restores (default: beside the
-#                         snapshot; needs about the snapshot's size free)
+#                         snapshot; needs the snapshot's size + 64 MiB free)
 #   RESTORE_REVISION_BUMP the bump a restore applies (etcd-init's); the second trial
 #                         restores with it and --mark-compacted, as a restore does
 #   HCP_NAMESPACE, HCP_NAME, BACKUP_NAME
@@ -26,20 +26,25 @@
 #   error-document the file is text (an error page, XML, JSON), not a snapshot
 #   integrity     the sha256 etcd appends to a snapshot does not match its
 #                 content (truncated, corrupt, or a copied member/snap/db)
-#   trial-restore `snapshot restore` refuses it (with and without the bump)
-#   storage-version the snapshot's storage version is newer than the live etcd's
+#   trial-restore `snapshot restore` refuses it (plain, and with the restore's bump)
+#   storage-version the snapshot's storage version is newer than the oldest live etcd's
 #   revision      the snapshot's revision is above the live cluster's newest:
 #                 not this cluster's history (its revisions never go back)
-#   kv-hash       the snapshot's KV hash at its revision differs from the live
-#                 members' at that revision: not this cluster's history
+#   kv-hash       the snapshot's KV hash at its revision differs from a live
+#                 member's at that revision, both compacted to the same
+#                 revision: not this cluster's history, or a member diverged
 #                 (etcdutl hashkv: etcd >= 3.6; older tools say "not checked")
+# What this step cannot judge is "not checked" in the manifest's notes, never
+# a failure: no room for the trial (scratch), the live cluster compacted since
+# the save (a KV hash depends on the compact revision), a member that does not
+# answer, a tool without hashkv.
 # Never run on the file itself: `etcdutl hashkv` and `snapshot status` open it
 # with bbolt read-write (hashkv rewrites it; status on an empty file writes),
 # so every tool reads the trial's copy.
 #
 # Output: one JSON line (the manifest, no key material, no URL) in the
 # termination message and on stdout, and beside the snapshot as
-# <snapshot>.manifest.json. Exit 1 when a check failed and VERIFY_ENFORCE=true.
+# <snapshot>.manifest.json. Exit 1 only when a check failed and VERIFY_ENFORCE=true.
 set -eu
 
 RESULT_FILE=${VERIFY_RESULT_FILE:-/dev/termination-log}
@@ -47,27 +52,60 @@ SNAP=${SNAPSHOT_PATH:?SNAPSHOT_PATH is required}
 SCRATCH=${VERIFY_SCRATCH_DIR:-$(dirname -- "$SNAP")/verify-scratch}
 BUMP=${RESTORE_REVISION_BUMP:-}
 ENFORCE=${VERIFY_ENFORCE:-false}
+[ "$ENFORCE" = true ] || ENFORCE=false
 export ETCDCTL_API=3
 
 log() { printf '%s etcd-backup-verify: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
 
+# The manifest is written once, at the end. Whatever stops the script before
+# (a tool killed, a bug), warn mode still exits 0 and enforce mode fails closed.
+DONE=
+# shellcheck disable=SC2317 # called by the EXIT trap
+finish() {
+	rc=$?
+	rm -rf -- "$SCRATCH" 2>/dev/null || true
+	if [ -z "$DONE" ]; then
+		log "stopped before the manifest (exit $rc)"
+		printf '{"verified":false,"enforced":%s,"failures":[{"check":"internal","message":"the verify step stopped before its manifest (exit %s); see its log"}]}\n' \
+			"$ENFORCE" "$rc" >"$RESULT_FILE" 2>/dev/null || true
+		[ "$ENFORCE" = true ] || exit 0
+		exit 1
+	fi
+}
+trap finish EXIT
+
+# Text safe inside a JSON string: printable ASCII without quotes or backslashes, at most 300 bytes.
+json_text() { printf '%s' "$1" | tr -cd ' !#-[]-~' | head -c 300; }
 FAILURES=
 # fail <check> <message>: one failed check (the run goes on, to report all).
 fail() {
 	log "FAILED $1: $2"
 	FAILURES="$FAILURES${FAILURES:+,}{\"check\":\"$1\",\"message\":\"$(json_text "$2")\"}"
 }
-# Text safe inside a JSON string: quotes, backslashes and control characters dropped.
-json_text() { printf '%s' "$1" | tr -d '\042\134\000-\037' | head -c 400; }
+NOTES=
+# note <message>: something this step could not judge ("not checked").
+note() {
+	log "not checked: $1"
+	NOTES="$NOTES${NOTES:+,}\"$(json_text "$1")\""
+}
 # The first line a tool printed on error (a Go panic dump is not a message).
-first_error() { grep -m1 -i -E 'error|fatal|panic|signal|expected' "$1" 2>/dev/null | head -c 300 || true; }
-json_field() { sed -n "s/.*\"$1\":\"\\{0,1\\}\\([^,\"}]*\\).*/\\1/p" | head -n1; }
+first_error() {
+	{ grep -m1 -E '^(Error|fatal error):' "$1" || grep -m1 -i -E 'error|fatal|panic|signal|expected|no space' "$1"; } 2>/dev/null | head -c 300 || true
+}
+# A field of a one-line JSON object (the last occurrence).
+json_field() { sed -n "s/.*\"$1\":\"\\{0,1\\}\\([^,\"}]*\\).*/\\1/p" | head -n 1; }
+# Digits only (anything else is empty).
+digits() { case $1 in '' | *[!0-9]*) ;; *) printf '%s' "$1" ;; esac; }
+# A write the scratch volume refused: no verdict on the snapshot.
+scratch_failed() { grep -q -i -E 'no space left|input/output error|read-only file system|disk quota' "$1" 2>/dev/null; }
 
 if command -v etcdutl >/dev/null 2>&1; then TOOL=etcdutl; else TOOL=etcdctl; fi
-TOOL_VERSION=$("$TOOL" version 2>/dev/null | sed -n 's/.*version: *\([0-9][0-9.]*\).*/\1/p' | head -n1 || true)
+TOOL_VERSION=$("$TOOL" version 2>/dev/null | sed -n 's/.*version: *\([0-9][0-9.]*\).*/\1/p' | head -n 1 || true)
 
-# BEGIN storage-version: the same block in etcd-init.sh and backup-verify.sh
+# BEGIN snapshot-facts: the same block in etcd-init.sh and backup-verify.sh
 # (tests/backup_verify.rs holds them equal).
+# Free KiB on the filesystem holding $1.
+avail_kib() { df -Pk "$1" 2>/dev/null | awk 'END { print $(NF - 2) }'; }
 # The storage version a snapshot was written with ("" before etcd 3.6):
 # `snapshot status` says it from 3.6 on; older tools do not, so then the meta
 # bucket's key is read from the bytes (a bbolt leaf keeps a key next to its value).
@@ -82,7 +120,7 @@ newer_than() {
 	set -- $(printf '%s' "$1" | sed -n 's/^\([0-9]*\)\.\([0-9]*\).*/\1 \2/p') $(printf '%s' "$2" | sed -n 's/^\([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
 	[ $# -eq 4 ] && { [ "$1" -gt "$3" ] || { [ "$1" -eq "$3" ] && [ "$2" -gt "$4" ]; }; }
 }
-# END storage-version
+# END snapshot-facts
 
 SIZE=0
 SHA=
@@ -90,17 +128,19 @@ REV=
 KEYS=
 STATUS_HASH=
 STORAGE=
+SNAP_COMPACT=
 KV_SNAP=
 KV_LIVE=
-KV_NOTE=
 LIVE_REV=
 LIVE_VERSION=
+CLUSTER_ID=
 ENC=
 
-rm -rf -- "$SCRATCH"
+# (A scratch dir that is a mount point of its own stays; its contents go.)
+rm -rf -- "$SCRATCH" 2>/dev/null || rm -rf -- "${SCRATCH:?}"/* 2>/dev/null || true
 mkdir -p -- "$SCRATCH"
-trap 'rm -rf -- "$SCRATCH"' EXIT
 
+# 1. The file: present, a snapshot, etcd's own sha256 trailer.
 if [ ! -s "$SNAP" ]; then
 	fail empty "$SNAP is missing or empty: etcdctl snapshot save wrote nothing"
 else
@@ -110,7 +150,6 @@ else
 	"<"* | "{"*) fail error-document "$SNAP is a text document, not an etcd snapshot" ;;
 	esac
 fi
-
 if [ -z "$FAILURES" ]; then
 	SHA=$(sha256sum "$SNAP" | cut -d ' ' -f 1)
 	# etcd appends the sha256 of the database to every snapshot it saves.
@@ -120,6 +159,18 @@ if [ -z "$FAILURES" ]; then
 		BODY=$(head -c $((SIZE - 32)) "$SNAP" | sha256sum | cut -d ' ' -f 1)
 		TRAILER=$(tail -c 32 "$SNAP" | od -An -v -tx1 | tr -d ' \n')
 		[ "$BODY" = "$TRAILER" ] || fail integrity "the sha256 etcd appended to the snapshot does not match its content: truncated, corrupt, or not a snapshot (a copied member/snap/db has no hash)"
+	fi
+fi
+
+# 2. Room for a trial: the restored copy and etcd's 64 MiB of preallocated WAL.
+TRIAL=
+if [ -z "$FAILURES" ]; then
+	NEED=$((SIZE / 1024 + 65536 + 1024))
+	AVAIL=$(digits "$(avail_kib "$SCRATCH" || true)")
+	if [ -n "$AVAIL" ] && [ "$AVAIL" -lt "$NEED" ]; then
+		note "no trial restore: $AVAIL KiB free in $SCRATCH, $NEED KiB needed (the snapshot + 64 MiB of WAL); size the etcd-backup volume for 2 x the snapshot + 64 MiB"
+	else
+		TRIAL=yes
 	fi
 fi
 
@@ -135,44 +186,48 @@ trial() { # trial <dir> [restore flags...]
 	set -e
 	return $rc
 }
+# trial_refused <what>: a refusal of the data, or of the scratch volume (not checked).
+trial_refused() {
+	if scratch_failed "$SCRATCH/restore.log"; then
+		note "no trial restore: the scratch volume refused a write ($(first_error "$SCRATCH/restore.log"))"
+	else
+		fail trial-restore "$1 refused the snapshot: $(first_error "$SCRATCH/restore.log")"
+	fi
+}
 
-if [ -z "$FAILURES" ]; then
+# 3. A plain trial restore: what the snapshot holds (revision, keys, storage
+#    version, the compact revision and KV hash at its revision, the encryption
+#    key names), read from the restored copy.
+if [ -n "$TRIAL" ]; then
 	if trial "$SCRATCH/plain"; then
 		DB=$SCRATCH/plain/member/snap/db
 		STATUS=$("$TOOL" snapshot status "$DB" -w json 2>"$SCRATCH/status.err" || true)
-		REV=$(printf '%s' "$STATUS" | json_field revision)
-		KEYS=$(printf '%s' "$STATUS" | json_field totalKey)
-		STATUS_HASH=$(printf '%s' "$STATUS" | json_field hash)
+		REV=$(digits "$(printf '%s' "$STATUS" | json_field revision)")
+		KEYS=$(digits "$(printf '%s' "$STATUS" | json_field totalKey)")
+		STATUS_HASH=$(digits "$(printf '%s' "$STATUS" | json_field hash)")
 		STORAGE=$(snapshot_storage_version "$DB")
 		[ -n "$REV" ] || fail trial-restore "snapshot status of the restored copy failed: $(first_error "$SCRATCH/status.err")"
 		# Which encryption keys the data is sealed with (names only): a restore
 		# needs the same keys in the hosted cluster's encryption config.
 		ENC=$(grep -a -o -E 'k8s:enc:[a-z0-9]+:v[0-9]+:[A-Za-z0-9_.-]+:' "$DB" 2>/dev/null | sort -u | head -n 8 | tr '\n' ' ' || true)
 		if [ -n "$REV" ] && "$TOOL" hashkv --help >/dev/null 2>&1; then
-			KV_SNAP=$("$TOOL" hashkv "$DB" --rev "$REV" -w json 2>/dev/null | json_field hash || true)
-		else
-			KV_NOTE="not checked: $TOOL ${TOOL_VERSION:-?} has no hashkv (etcd >= 3.6)"
+			HKV=$("$TOOL" hashkv "$DB" --rev "$REV" -w json 2>/dev/null || true)
+			KV_SNAP=$(digits "$(printf '%s' "$HKV" | json_field hash)")
+			SNAP_COMPACT=$(printf '%s' "$HKV" | json_field compactRevision)
+		elif [ -n "$REV" ]; then
+			note "kv-hash: $TOOL ${TOOL_VERSION:-?} has no hashkv (etcd >= 3.6)"
 		fi
 	else
-		fail trial-restore "$TOOL snapshot restore refused the snapshot: $(first_error "$SCRATCH/restore.log")"
+		trial_refused "$TOOL snapshot restore"
 	fi
 	rm -rf -- "$SCRATCH/plain"
 fi
 
-# The restore's own flags: the bump and --mark-compacted (etcd-init's).
-if [ -z "$FAILURES" ] && [ -n "$BUMP" ] && [ "$BUMP" != 0 ]; then
-	if "$TOOL" snapshot restore --help 2>&1 | grep -q -- --bump-revision; then
-		trial "$SCRATCH/bumped" --bump-revision "$BUMP" --mark-compacted ||
-			fail trial-restore "$TOOL snapshot restore --bump-revision $BUMP --mark-compacted refused the snapshot: $(first_error "$SCRATCH/restore.log")"
-		rm -rf -- "$SCRATCH/bumped"
-	fi
-fi
-
-# The live cluster, every member of it (`--cluster`: the member list's client
-# URLs, which the etcd-client certificate is valid for; the Service's one
-# member when the list cannot be used): its newest revision (the input of an
-# evidence-based bump), its oldest version, each member's KV hash at the
-# snapshot's revision.
+# 4. The live cluster, every member of it (`--cluster`: the member list's
+#    client URLs; the Service's one member when the list cannot be used):
+#    its ID, newest revision (the input of an evidence-based bump), oldest
+#    version, and each member's KV hash at the snapshot's revision. Read
+#    right after the plain trial: the live cluster compacts every few minutes.
 # live <file> <etcdctl args...>: one JSON object per member per line.
 live() {
 	out=$1
@@ -185,54 +240,74 @@ live() {
 endpoint_of() { sed -n 's/^{"Endpoint":"\([^"]*\)".*/\1/p'; }
 live "$SCRATCH/status" endpoint status
 while IFS= read -r line; do
-	r=$(printf '%s' "$line" | json_field revision)
+	r=$(digits "$(printf '%s' "$line" | json_field revision)")
 	v=$(printf '%s' "$line" | sed -n 's/.*"version":"\([0-9][0-9.]*\)".*/\1/p')
-	case $r in
-	'' | *[!0-9]*) ;;
-	*) if [ -z "$LIVE_REV" ] || [ "$r" -gt "$LIVE_REV" ]; then LIVE_REV=$r; fi ;;
-	esac
+	[ -n "$CLUSTER_ID" ] || CLUSTER_ID=$(digits "$(printf '%s' "$line" | json_field cluster_id)")
+	if [ -n "$r" ] && { [ -z "$LIVE_REV" ] || [ "$r" -gt "$LIVE_REV" ]; }; then LIVE_REV=$r; fi
 	[ -z "$v" ] || { [ -n "$LIVE_VERSION" ] && ! newer_than "$LIVE_VERSION" "$v"; } || LIVE_VERSION=$v
 done <"$SCRATCH/status"
-[ -n "$LIVE_REV" ] || log "the live cluster did not answer endpoint status: $(first_error "$SCRATCH/status.err")"
+[ -n "$LIVE_REV" ] || note "the live cluster: no member answered endpoint status ($(first_error "$SCRATCH/status.err"))"
 
 if [ -n "$STORAGE" ] && [ -n "$LIVE_VERSION" ] && newer_than "$STORAGE" "$LIVE_VERSION"; then
 	fail storage-version "the snapshot's storage version $STORAGE is newer than the live etcd $LIVE_VERSION: it is not this cluster's, and this etcd cannot run it"
 fi
-
 if [ -n "$REV" ] && [ -n "$LIVE_REV" ] && [ "$REV" -gt "$LIVE_REV" ]; then
 	fail revision "the snapshot's revision $REV is above the live cluster's newest revision $LIVE_REV: it is not this cluster's history (revisions never go back)"
 	KV_SNAP=
 fi
+# A KV hash covers the keys between the compact revision and the revision
+# asked for: it compares only between the same two revisions (etcd's own
+# corruption check skips members compacted elsewhere).
 if [ -n "$KV_SNAP" ]; then
 	live "$SCRATCH/hashkv" endpoint hashkv --rev="$REV"
 	DIFFER=
+	COMPARED=0
 	while IFS= read -r line; do
-		h=$(printf '%s' "$line" | json_field hash)
+		h=$(digits "$(printf '%s' "$line" | json_field hash)")
+		c=$(printf '%s' "$line" | json_field compact_revision)
 		[ -n "$h" ] || continue
+		if [ "$c" != "$SNAP_COMPACT" ]; then
+			note "kv-hash of $(printf '%s' "$line" | endpoint_of): compacted to $c since the save (the snapshot's compact revision is $SNAP_COMPACT)"
+			continue
+		fi
+		COMPARED=$((COMPARED + 1))
 		KV_LIVE=$h
 		[ "$h" = "$KV_SNAP" ] || DIFFER="$DIFFER${DIFFER:+, }$(printf '%s' "$line" | endpoint_of) has $h"
 	done <"$SCRATCH/hashkv"
-	if [ -z "$KV_LIVE" ]; then
-		KV_NOTE="not checked: no live member gave a KV hash at revision $REV ($(first_error "$SCRATCH/hashkv.err"))"
-	elif [ -n "$DIFFER" ]; then
+	if [ -n "$DIFFER" ]; then
 		KV_LIVE=
-		fail kv-hash "the snapshot's KV hash at revision $REV is $KV_SNAP, and live members differ ($DIFFER): the snapshot is not this cluster's history, or a member diverged"
+		fail kv-hash "the snapshot's KV hash at revision $REV is $KV_SNAP, and live members at the same compact revision differ ($DIFFER): the snapshot is not this cluster's history, or a member diverged"
+	elif [ "$COMPARED" -eq 0 ]; then
+		note "kv-hash: no live member gave a comparable KV hash at revision $REV ($(first_error "$SCRATCH/hashkv.err"))"
 	fi
 fi
 
-num() { [ -n "$1" ] && printf '%s' "$1" || printf null; }
-str() { [ -n "$1" ] && printf '"%s"' "$(json_text "$1")" || printf null; }
+# 5. The restore's own flags: the bump and --mark-compacted (etcd-init's).
+if [ -n "$TRIAL" ] && [ -z "$FAILURES" ] && [ -n "$BUMP" ] && [ "$BUMP" != 0 ]; then
+	if "$TOOL" snapshot restore --help 2>&1 | grep -q -- --bump-revision; then
+		trial "$SCRATCH/bumped" --bump-revision "$BUMP" --mark-compacted ||
+			trial_refused "$TOOL snapshot restore --bump-revision $BUMP --mark-compacted"
+		rm -rf -- "$SCRATCH/bumped"
+	fi
+fi
+
+num() { if [ -n "$1" ]; then printf '%s' "$1"; else printf null; fi; }
+str() { if [ -n "$1" ]; then printf '"%s"' "$(json_text "$1")"; else printf null; fi; }
 VERIFIED=true
 [ -z "$FAILURES" ] || VERIFIED=false
-MANIFEST=$(printf '{"verified":%s,"enforced":%s,"backup":%s,"hostedControlPlane":{"namespace":%s,"name":%s},"file":{"bytes":%s,"sha256":%s},"snapshot":{"revision":%s,"totalKey":%s,"hash":%s,"storageVersion":%s},"kvHash":{"snapshot":%s,"live":%s,"note":%s},"live":{"revision":%s,"version":%s},"encryptionKeys":%s,"tool":%s,"failures":[%s]}' \
-	"$VERIFIED" "$([ "$ENFORCE" = true ] && echo true || echo false)" "$(str "${BACKUP_NAME:-}")" \
+MANIFEST=$(printf '{"verified":%s,"enforced":%s,"backup":%s,"hostedControlPlane":{"namespace":%s,"name":%s},"file":{"bytes":%s,"sha256":%s},"snapshot":{"revision":%s,"totalKey":%s,"hash":%s,"storageVersion":%s},"kvHash":{"snapshot":%s,"live":%s},"live":{"clusterId":%s,"revision":%s,"version":%s},"encryptionKeys":%s,"tool":%s,"failures":[%s],"notChecked":[%s]}' \
+	"$VERIFIED" "$ENFORCE" "$(str "${BACKUP_NAME:-}")" \
 	"$(str "${HCP_NAMESPACE:-}")" "$(str "${HCP_NAME:-}")" "$SIZE" "$(str "$SHA")" \
 	"$(num "$REV")" "$(num "$KEYS")" "$(num "$STATUS_HASH")" "$(str "$STORAGE")" \
-	"$(num "$KV_SNAP")" "$(num "$KV_LIVE")" "$(str "$KV_NOTE")" "$(num "$LIVE_REV")" "$(str "$LIVE_VERSION")" \
-	"$(str "$(printf '%s' "$ENC" | sed 's/ $//')")" "$(str "$TOOL ${TOOL_VERSION:-}")" "$FAILURES")
+	"$(num "$KV_SNAP")" "$(num "$KV_LIVE")" "$(str "$CLUSTER_ID")" "$(num "$LIVE_REV")" "$(str "$LIVE_VERSION")" \
+	"$(str "$(printf '%s' "$ENC" | sed 's/ $//')")" "$(str "$TOOL ${TOOL_VERSION:-}")" "$FAILURES" "$NOTES")
 printf '%s\n' "$MANIFEST"
 printf '%s\n' "$MANIFEST" >"$SNAP.manifest.json" 2>/dev/null || log "could not write $SNAP.manifest.json"
-printf '%s\n' "$MANIFEST" | head -c 4000 >"$RESULT_FILE" 2>/dev/null || true
+# The termination message holds 4096 bytes: the notes go first when it is longer.
+SHORT=$MANIFEST
+[ ${#SHORT} -le 4000 ] || SHORT=$(printf '%s' "$MANIFEST" | sed 's/,"notChecked":\[.*\]}$/,"notChecked":["see the log"]}/')
+printf '%s\n' "$SHORT" >"$RESULT_FILE" 2>/dev/null || true
+DONE=yes
 if [ "$VERIFIED" = true ]; then
 	log "verified: revision $REV, $KEYS keys, sha256 $SHA"
 	exit 0

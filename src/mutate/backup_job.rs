@@ -129,7 +129,14 @@ pub fn verify_at(job: &Value, settings: &Settings, exempt: bool) -> JobMutation 
     };
     let container = verify_container(job, snapshot, &saved, settings, enforce);
     let path = super::list_pointer(Some((at + 1).to_string()));
-    let patch = Patch(vec![PatchOperation::Add(AddOperation { path, value: container })]);
+    let mut ops = vec![PatchOperation::Add(AddOperation { path, value: container })];
+    ops.push(fail_job_rule(job));
+    // A Job with a podFailurePolicy must replace pods only once they have
+    // failed (the apiserver defaulted `TerminatingOrFailed` before this
+    // mutation and refuses it with a policy; backoffLimit 0 makes it moot).
+    let path = json_patch::jsonptr::PointerBuf::from_tokens(["spec", "podReplacementPolicy"]);
+    ops.push(PatchOperation::Add(AddOperation { path, value: json!("Failed") }));
+    let patch = Patch(ops);
     let mode =
         if enforce { "a failed check fails the Job" } else { "warn: a failed check is reported, the upload goes on" };
     let note = format!("hcp-etcd-admission: added the init container \"{VERIFY_CONTAINER}\" after \"snapshot\": the snapshot is trial-restored and compared with the live cluster before the upload ({RULE}: {mode})");
@@ -137,6 +144,24 @@ pub fn verify_at(job: &Value, settings: &Settings, exempt: bool) -> JobMutation 
         patch: Some(patch),
         warnings: vec![Warning::note(note)],
         verify: Verify::Injected { enforced: enforce },
+    }
+}
+
+/// A `podFailurePolicy` rule: the step's exit 1 fails the Job with a
+/// condition that names it ("Container verify … failed with exit code 1
+/// matching FailJob rule"), which the HyperShift Operator copies into the
+/// HCPEtcdBackup's `BackupFailed` message; the Job's own rules stay after it.
+fn fail_job_rule(job: &Value) -> PatchOperation {
+    let rule = json!({"action": "FailJob", "onExitCodes": {"containerName": VERIFY_CONTAINER, "operator": "In", "values": [1]}});
+    let tokens = ["spec", "podFailurePolicy"];
+    if job.pointer("/spec/podFailurePolicy/rules").is_some_and(Value::is_array) {
+        let mut path = json_patch::jsonptr::PointerBuf::from_tokens(tokens);
+        path.push_back("rules");
+        path.push_back("0");
+        PatchOperation::Add(AddOperation { path, value: rule })
+    } else {
+        let path = json_patch::jsonptr::PointerBuf::from_tokens(tokens);
+        PatchOperation::Add(AddOperation { path, value: json!({"rules": [rule]}) })
     }
 }
 
@@ -177,17 +202,14 @@ impl Saved {
     }
 }
 
-/// A literal for an env value: the kubelet expands `$(VAR)` and turns `$$` into `$`.
-fn literal(s: &str) -> String {
-    s.replace('$', "$$")
-}
-
 fn verify_container(job: &Value, snapshot: &Value, saved: &Saved, settings: &Settings, enforce: bool) -> Value {
     let labels = &job["metadata"]["labels"];
     let label = |k: &str| labels[k].as_str().unwrap_or_default().to_string();
     let mut env: Vec<Value> = snapshot["env"].as_array().cloned().unwrap_or_default();
     env.retain(|e| e["name"].as_str().is_some_and(|n| !n.starts_with("ETCDCTL_") || n == "ETCDCTL_API"));
-    let mut set = |name: &str, value: String| env.push(json!({"name": name, "value": literal(&value)}));
+    // Values as the snapshot container has them: the kubelet expands a
+    // `$(VAR)` in them from the same env (copied first), as it does there.
+    let mut set = |name: &str, value: String| env.push(json!({"name": name, "value": value}));
     set("SNAPSHOT_PATH", saved.file.clone());
     for (name, value) in [
         ("ETCDCTL_ENDPOINTS", &saved.endpoints),
@@ -283,6 +305,21 @@ mod tests {
         assert_eq!(env(v, "BACKUP_NAME"), Some("daily"));
         assert_eq!(v["command"][2], VERIFY_SCRIPT);
         assert_eq!(out["spec"]["template"]["spec"]["containers"], job()["spec"]["template"]["spec"]["containers"]);
+        let rule = &out["spec"]["podFailurePolicy"]["rules"][0];
+        assert_eq!(
+            (rule["action"].as_str(), rule["onExitCodes"]["containerName"].as_str()),
+            (Some("FailJob"), Some("verify"))
+        );
+        // A Job with rules of its own keeps them, after the step's.
+        let mut own = job();
+        own["spec"]["podFailurePolicy"] =
+            json!({"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]});
+        let out = applied(&own, &verify_at(&own, &Settings::default(), false));
+        let rules = out["spec"]["podFailurePolicy"]["rules"].as_array().expect("rules");
+        assert_eq!(
+            (rules.len(), rules[0]["action"].as_str(), rules[1]["action"].as_str()),
+            (2, Some("FailJob"), Some("Ignore"))
+        );
     }
 
     #[test]
@@ -323,7 +360,7 @@ mod tests {
     }
 
     #[test]
-    fn flags_in_either_form_and_dollars_stay_literal() {
+    fn flags_in_either_form_and_references_expand_as_in_the_snapshot_container() {
         let mut j = job();
         j["spec"]["template"]["spec"]["initContainers"][1]["command"] = json!(["etcdctl"]);
         j["spec"]["template"]["spec"]["initContainers"][1]["args"] =
@@ -331,7 +368,7 @@ mod tests {
         let out = applied(&j, &verify_at(&j, &Settings::default(), false));
         let v = &out["spec"]["template"]["spec"]["initContainers"][2];
         assert_eq!(env(v, "ETCDCTL_ENDPOINTS"), Some("https://e:2379"));
-        assert_eq!(env(v, "ETCDCTL_CACERT"), Some("/c/$$(X)ca"), "the kubelet must not expand it");
+        assert_eq!(env(v, "ETCDCTL_CACERT"), Some("/c/$(X)ca"), "the kubelet expands it as in the snapshot container");
         assert_eq!(env(v, "ETCDCTL_CERT"), None);
         assert_eq!(env(v, "SNAPSHOT_PATH"), Some("/b/s.db"));
     }

@@ -807,14 +807,15 @@ EOF
 
 # Free KiB on the filesystem holding $1 (the 4th field from the end is
 # robust against spaces in the filesystem name).
-avail_kib() { df -Pk "$1" 2>/dev/null | awk 'END { print $(NF - 2) }'; }
 SNAPSHOT="$STAGE/snapshot.db"
 # download_and_verify: the snapshot into $SNAPSHOT, checked (size, not an
 # error document, the #sha256= fragment), marked complete for this
 # generation. Run in the background (`run`): a failure ends it with FAILED
 # and a non-zero RC, not the whole run.
-# BEGIN storage-version: the same block in etcd-init.sh and backup-verify.sh
+# BEGIN snapshot-facts: the same block in etcd-init.sh and backup-verify.sh
 # (tests/backup_verify.rs holds them equal).
+# Free KiB on the filesystem holding $1.
+avail_kib() { df -Pk "$1" 2>/dev/null | awk 'END { print $(NF - 2) }'; }
 # The storage version a snapshot was written with ("" before etcd 3.6):
 # `snapshot status` says it from 3.6 on; older tools do not, so then the meta
 # bucket's key is read from the bytes (a bbolt leaf keeps a key next to its value).
@@ -829,7 +830,7 @@ newer_than() {
 	set -- $(printf '%s' "$1" | sed -n 's/^\([0-9]*\)\.\([0-9]*\).*/\1 \2/p') $(printf '%s' "$2" | sed -n 's/^\([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
 	[ $# -eq 4 ] && { [ "$1" -gt "$3" ] || { [ "$1" -eq "$3" ] && [ "$2" -gt "$4" ]; }; }
 }
-# END storage-version
+# END snapshot-facts
 
 download_and_verify() {
 	trap 'kill "$CHILD" 2>/dev/null || true; exit 143' TERM

@@ -24,11 +24,12 @@
 //! cluster's snapshot, a newer etcd's): what a failing save or disk gives.
 
 mod common;
+use common::Proc;
 
 use std::{
     net::Ipv4Addr,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -79,19 +80,8 @@ fn ready(test: &str, labels: &[&'static str]) -> bool {
     common::env::ready(test, &needs)
 }
 
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn tmp(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hcp-backup-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("tmp");
-    d
+    common::fresh_dir("hcp-backup", tag)
 }
 
 /// A CA, a server certificate for the Service name and the address, and a client certificate.

@@ -18,6 +18,7 @@
 
 mod common;
 use common::kubelet::{expand, in_namespace, private_dev};
+use common::Proc;
 #[path = "restore_etcd/faults.rs"]
 mod faults;
 
@@ -96,19 +97,8 @@ fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn tmp(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hcp-restore-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("tmp");
-    d
+    common::fresh_dir("hcp-restore", tag)
 }
 
 fn wait_healthy(etcdctl: &Path, endpoints: &str) {

@@ -674,3 +674,21 @@ pub fn hypershift_backup_job(namespace: &str, hcp_namespace: &str, name: &str) -
                             {"name": "backup-credentials", "secret": {"secretName": "aws-creds"}}]}}}
     })
 }
+
+/// A child process, killed and reaped when dropped (a test's etcd, serve, …).
+pub struct Proc(pub std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An empty directory `<tmp>/<prefix>-<tag>-<pid>` (emptied when it exists).
+pub fn fresh_dir(prefix: &str, tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("{prefix}-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmp");
+    d
+}

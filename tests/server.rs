@@ -630,8 +630,9 @@ async fn connections_end_at_their_maximum_age_so_a_client_ca_rotation_reaches_th
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `--require-client-cert mutating`: only the path whose answer carries a
-/// restore URL needs a client certificate; the validating paths answer any caller.
+/// `--require-client-cert mutating`: only the mutating paths (the etcd
+/// StatefulSet's, whose answer carries a restore URL, and the backup Job's)
+/// need a client certificate; the validating paths answer any caller.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_can_be_required_on_the_mutating_path_only() {
     let dir = tempdir("mutonly");
@@ -648,11 +649,13 @@ async fn client_certificates_can_be_required_on_the_mutating_path_only() {
     let review = review_file("hcpetcdbackup-create-s3.json");
     let r = anonymous.post_json(srv.addr, "/validate/hcpetcdbackups", &review).await.expect("validating");
     assert_eq!(r.json()["response"]["allowed"], true, "validating paths answer any caller: {}", r.text());
-    let r = anonymous.post_json(srv.addr, "/mutate/etcd-statefulsets", &review).await.expect("mutating");
-    assert_eq!(r.status, 401, "{}", r.text());
     let ok = Client::new(&[&serving.ca_pem], Some((&apiserver.cert_pem, &apiserver.key_pem)));
-    let r = ok.post_json(srv.addr, "/mutate/etcd-statefulsets", &review).await.expect("apiserver");
-    assert_eq!(r.status, 200, "{}", r.text());
+    for path in ["/mutate/etcd-statefulsets", "/mutate/etcd-backup-jobs"] {
+        let r = anonymous.post_json(srv.addr, path, &review).await.expect("mutating");
+        assert_eq!(r.status, 401, "{path}: {}", r.text());
+        let r = ok.post_json(srv.addr, path, &review).await.expect("apiserver");
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
     srv.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -50,8 +50,9 @@ pub struct ServeArgs {
     #[arg(long = "allowed-client-names", value_name = "NAME", value_delimiter = ',', requires = "client_ca")]
     pub allowed_client_names: Vec<String>,
     /// With --client-ca: which admission paths need a client certificate.
-    /// `mutating`: only /mutate/etcd-statefulsets (whose answer carries the
-    /// restore URL); the validating paths then answer any caller.
+    /// `mutating`: only the mutating paths (/mutate/etcd-statefulsets, whose
+    /// answer carries the restore URL, and /mutate/etcd-backup-jobs); the
+    /// validating paths then answer any caller.
     #[arg(long, value_enum, default_value_t = ClientCertPaths::All, requires = "client_ca")]
     pub require_client_cert: ClientCertPaths,
     /// With --client-ca: match --allowed-client-names against the

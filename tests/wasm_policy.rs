@@ -191,7 +191,10 @@ fn without_the_host_capability_the_policy_denies_the_etcd_statefulset() {
     if !common::env::ready("without_the_host_capability_the_policy_denies_the_etcd_statefulset", &[wasm_module()]) {
         return;
     }
-    let case = common::load_cases().into_iter().find(|c| c.patched).expect("a mutation case");
+    let case = common::load_cases()
+        .into_iter()
+        .find(|c| c.patched && c.review["request"]["resource"]["resource"] == "statefulsets")
+        .expect("an etcd-init mutation case");
     let refusing: HostCallHandler =
         Box::new(|_, _, _, _| Err("context-aware calls are not allowed for this policy".to_string()));
     let now = parse_rfc3339(&case.now).expect("now");
@@ -219,7 +222,11 @@ fn a_stale_list_cache_never_decides_the_etcd_statefulset_create() {
     }
     let case = common::load_cases()
         .into_iter()
-        .find(|c| c.patched && c.review["request"]["operation"] == "CREATE")
+        .find(|c| {
+            c.patched
+                && c.review["request"]["operation"] == "CREATE"
+                && c.review["request"]["resource"]["resource"] == "statefulsets"
+        })
         .expect("an injecting CREATE case");
     let live = case.context.clone();
     let hcp = live.iter().find(|o| o["kind"] == "HostedControlPlane").expect("its HostedControlPlane").clone();

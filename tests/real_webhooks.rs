@@ -308,6 +308,19 @@ fn etcd_init(sts: &Value) -> Value {
 /// The etcd StatefulSet the apiserver stores after the mutation and its own
 /// StatefulSet validation: etcd-init as the library computes it, before
 /// reset-member; an UPDATE keeps exactly one; another StatefulSet is left alone.
+/// Creates `obj`, retrying while serve's caches catch up (a denial first), for 30 s.
+async fn created_once_allowed(env: &Env, obj: &Value) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let a = env.create(obj, false).await;
+        if a.status == 201 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "not created: {} {}", a.status, a.text);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn mutation_stored(v: Kube, replicas: u32) {
     let Some(env) = env("mutation_stored", v) else { return };
     let ns = hcp_namespace(env, &format!("mutate-{replicas}")).await;
@@ -324,15 +337,7 @@ async fn mutation_stored(v: Kube, replicas: u32) {
     let lib = library(&env.settings, "CREATE", &sts, None, std::slice::from_ref(&hcp));
     assert_eq!(lib["allowed"], true, "{lib}");
     let want = common::patched_request_object(&sts, &lib).expect("the patch applies").expect("a patch");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let a = env.create(&sts, false).await;
-        if a.status == 201 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "not created: {} {}", a.status, a.text);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    created_once_allowed(env, &sts).await;
     let got = stored(env, &sts).await;
     let expected_order: Vec<&str> =
         if replicas == 1 { vec!["etcd-init"] } else { vec!["ensure-dns", "etcd-init", "reset-member"] };
@@ -492,15 +497,7 @@ async fn backup_job_mutation_stored(v: Kube) {
     let lib = library(&env.settings, "CREATE", &job, None, &[]);
     assert_eq!(lib["allowed"], true, "{lib}");
     let want = common::patched_request_object(&job, &lib).expect("the patch applies").expect("a patch");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let a = env.create(&job, false).await;
-        if a.status == 201 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "not created: {} {}", a.status, a.text);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    created_once_allowed(env, &job).await;
     let got = stored(env, &job).await;
     let inits = |o: &Value| -> Vec<String> {
         o["spec"]["template"]["spec"]["initContainers"]

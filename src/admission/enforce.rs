@@ -71,7 +71,7 @@ struct Relaxed {
 /// The decision with `enforcement` applied (`mutating`: the etcd StatefulSet path).
 pub fn apply(mut decision: Decision, req: &AdmissionRequest, enforcement: &Enforcement, mutating: bool) -> Decision {
     let found = findings(&decision, mutating);
-    let exemption = if enforcement.is_default() { None } else { enforcement.exemption(&requester(req)) };
+    let exemption = exemption(req, enforcement);
     let mut results = Vec::new();
     let mut relaxed = Relaxed::default();
     // The denial's findings first (the annotations list them first), then
@@ -118,7 +118,16 @@ pub fn apply(mut decision: Decision, req: &AdmissionRequest, enforcement: &Enfor
 }
 
 /// Who sent `req`, and the object's namespace.
-pub(super) fn requester(req: &AdmissionRequest) -> Requester<'_> {
+/// Why the requester of `req` is exempt from `enforcement`, if they are.
+pub(super) fn exemption(req: &AdmissionRequest, enforcement: &Enforcement) -> Option<String> {
+    if enforcement.is_default() {
+        None
+    } else {
+        enforcement.exemption(&requester(req))
+    }
+}
+
+fn requester(req: &AdmissionRequest) -> Requester<'_> {
     let user = req.user_info.as_ref();
     Requester {
         namespace: req.namespace_or_object(),

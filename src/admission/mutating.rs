@@ -41,8 +41,7 @@ pub fn backup_job(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision
     let Some(job) = req.object.as_ref().filter(|o| o.is_object() && req.creates_main_resource()) else {
         return Decision::allow(Vec::new());
     };
-    let enforcement = &input.settings.enforcement;
-    let exempt = !enforcement.is_default() && enforcement.exemption(&super::enforce::requester(req)).is_some();
+    let exempt = super::enforce::exemption(req, &input.settings.enforcement).is_some();
     let m = mutate::backup_job::verify_at(job, input.settings, exempt);
     let decision = match m.patch {
         Some(patch) => Decision::mutate(patch, m.warnings),

@@ -15,7 +15,8 @@
 //! Enforcement (`enforcement.rules.backup-verified`): unnamed, `warn` or
 //! `audit`: the step reports (its manifest) and the upload goes on; `deny`:
 //! a failed check fails the Job and nothing is uploaded; `off`: no step.
-//! An exempt requester or `mode: audit` never enforces. The one rule whose
+//! An exempt requester never enforces; the rule's own action beats `mode`, as
+//! for every rule. The one rule whose
 //! default is not `deny`: a backup lost to a check nobody has watched yet
 //! would be worse than the unverified backup.
 
@@ -23,7 +24,7 @@ use json_patch::{AddOperation, Patch, PatchOperation};
 use serde_json::{json, Value};
 
 use crate::{
-    enforcement::{Mode, RuleAction},
+    enforcement::{Enforced, RuleAction},
     finding::Warning,
     settings::Settings,
 };
@@ -96,12 +97,16 @@ pub fn is_backup_job(job: &Value) -> bool {
     labels[JOB_APP_LABEL.0].as_str() == Some(JOB_APP_LABEL.1) && labels[BACKUP_NAME_LABEL].is_string()
 }
 
-/// Whether a failed check fails the Job, or `None` for no step.
+/// Whether a failed check fails the Job, or `None` for no step: the
+/// enforcement dial every rule has (`Enforcement::outcome`: the rule's own
+/// action beats `mode`, an exempt requester is never denied), except that an
+/// unnamed rule reports instead of following `mode`.
 fn enforced(settings: &Settings, exempt: bool) -> Option<bool> {
-    match settings.enforcement.rules.get(RULE) {
+    let e = &settings.enforcement;
+    match e.rules.get(RULE) {
+        None => Some(false),
         Some(RuleAction::Off) => None,
-        Some(RuleAction::Deny) => Some(!exempt && settings.enforcement.mode != Mode::Audit),
-        Some(RuleAction::Warn | RuleAction::Audit) | None => Some(false),
+        Some(_) => Some(e.outcome(RULE, exempt) == Enforced::Denied),
     }
 }
 
@@ -244,6 +249,7 @@ fn verify_container(job: &Value, snapshot: &Value, saved: &Saved, settings: &Set
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::enforcement::Mode;
 
     /// HyperShift's backup Job, as `etcdbackup/reconciler.go` builds it
     /// (`../shared/reference/hypershift-facts.md` §2, "The Job").
@@ -337,7 +343,8 @@ mod tests {
         assert_eq!(with(Some(RuleAction::Audit), Mode::Deny, false), Verify::Injected { enforced: false });
         assert_eq!(with(Some(RuleAction::Deny), Mode::Deny, false), Verify::Injected { enforced: true });
         assert_eq!(with(Some(RuleAction::Deny), Mode::Warn, false), Verify::Injected { enforced: true });
-        assert_eq!(with(Some(RuleAction::Deny), Mode::Audit, false), Verify::Injected { enforced: false });
+        assert_eq!(with(Some(RuleAction::Deny), Mode::Audit, false), Verify::Injected { enforced: true }, "beats mode");
+        assert_eq!(with(None, Mode::Audit, false), Verify::Injected { enforced: false });
         assert_eq!(with(Some(RuleAction::Deny), Mode::Deny, true), Verify::Injected { enforced: false }, "exempt");
         assert_eq!(with(Some(RuleAction::Off), Mode::Deny, false), Verify::Off);
     }

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds the real components the test suites run: kube-apiserver (1.34, 1.35;
 # 1.35 also kubectl, whose kustomize renders the manifests in tests/manifests.rs),
-# etcd (3.5.35, 3.6, 3.7: etcd, etcdctl, etcdutl) and promtool (the alerts
-# of the PrometheusRule evaluated on test series), each as a Go tool of its own
+# etcd (3.5.35, 3.6, 3.7: etcd, etcdctl, etcdutl), promtool (the alerts
+# of the PrometheusRule evaluated on test series) and the one-node cluster of
+# tests/real_cluster.rs (kubelet, kube-controller-manager, kube-scheduler,
+# kube-proxy 1.35;
+# containerd 2.4 with ctr and its runc shim), each as a Go tool of its own
 # small module under tests/tools/<name>/ (pinned in its go.mod/go.sum), into
 #   $HOME/.cache/hcp-etcd-admission/tools/<name>/
 # and reuses what is there. No binary is ever written into the clone.
@@ -20,7 +23,7 @@ cache=${HCP_CACHE:-$HOME/.cache/hcp-etcd-admission}
 export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=mod
 export GOCACHE=${GOCACHE_OVERRIDE:-$cache/go/build} GOMODCACHE=${GOMODCACHE_OVERRIDE:-$cache/go/mod}
 
-all=(etcd-3.6 etcd-3.7 etcd-3.5 promtool kube-1.35 kube-1.34 kube-1.36 kube-1.37)
+all=(etcd-3.6 etcd-3.7 etcd-3.5 promtool kube-1.35 kube-1.34 kube-1.36 kube-1.37 node-1.35 containerd-2.4)
 if [ "${1:-}" = "--print" ]; then
   for n in "${all[@]}"; do echo "$n=$cache/tools/$n"; done
   exit 0
@@ -52,6 +55,25 @@ build_one() {
       (cd "$mod" && go build -trimpath -tags remove_all_sd -ldflags "-s -w" -o "$tmp/" \
         github.com/prometheus/prometheus/cmd/promtool)
       "$tmp/promtool" --version | head -1 ;;
+    node-*)
+      # The node's components, built like kube-apiserver (same flags, same version stamp).
+      local v; v=$(sed -n 's/^\s*k8s.io\/kubernetes v\([0-9.]*\).*/\1/p' "$mod/go.mod" | head -1)
+      local minor; minor=$(echo "$v" | cut -d. -f2)
+      local pkg=k8s.io/component-base/version
+      (cd "$mod" && go build -trimpath -tags providerless \
+        -ldflags "-s -w -X $pkg.gitVersion=v$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean" \
+        -o "$tmp/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager \
+        k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy)
+      "$tmp/kubelet" --version ;;
+    containerd-*)
+      # Static, as containerd's release builds are; no btrfs snapshotter (overlayfs here).
+      local v; v=$(sed -n 's/^\s*github.com\/containerd\/containerd\/v2 \(v[0-9.]*\).*/\1/p' "$mod/go.mod" | head -1)
+      local ld="-s -w -X github.com/containerd/containerd/v2/version.Version=$v"
+      (cd "$mod" && go build -trimpath -tags "urfave_cli_no_docs osusergo netgo static_build no_btrfs" -ldflags "$ld" \
+        -o "$tmp/" github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/ctr)
+      (cd "$mod" && go build -trimpath -tags "urfave_cli_no_docs osusergo netgo static_build no_grpc" -ldflags "$ld" \
+        -o "$tmp/" github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2)
+      "$tmp/containerd" --version ;;
     kube-*)
       local v; v=$(sed -n 's/^\s*k8s.io\/kubernetes v\([0-9.]*\).*/\1/p' "$mod/go.mod" | head -1)
       local minor; minor=$(echo "$v" | cut -d. -f2)

@@ -42,13 +42,13 @@ scripts/build-wasm.sh >/dev/null
 step "real kube-apiserver and etcd 3.5/3.6/3.7 (scripts/go-tools.sh; cached after the first build)"
 scripts/go-tools.sh
 
+step "container image: static musl binary FROM scratch, built offline with buildah and smoke-tested (tests/real_cluster.rs runs it on a real kubelet)"
+scripts/build-image.sh
+
 step "cargo test (library, binary and integration tests)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --locked --lib --bins --tests 2>&1 | tee "$log"
-
-step "container image: static musl binary FROM scratch, built offline with buildah and smoke-tested"
-scripts/build-image.sh
 
 step "benchmarks, quick mode: each runs once so they cannot rot (no timing assertions)"
 scripts/bench-decision.sh --quick

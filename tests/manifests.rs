@@ -729,6 +729,57 @@ fn kubewarden_metadata_and_policies_agree() {
         serde_yaml_ng::from_str(pkg["annotations"]["kubewarden/questions-ui"].as_str().expect("questions-ui"))
             .expect("the questions-ui annotation is YAML");
     assert_eq!(&embedded, questions, "artifacthub-pkg.yml's questions-ui differs from questions-ui.yml");
+    // kwctl scaffold artifacthub's shape; the package-level annotations are
+    // the union of the four policies' metadata (one module serves them all).
+    for key in ["homeURL", "displayName", "createdAt", "description", "license", "provider"] {
+        assert!(!pkg[key].is_null(), "artifacthub-pkg.yml: {key}");
+    }
+    let link = |name: &str| {
+        pkg["links"].as_array().and_then(|l| l.iter().find(|x| x["name"] == name)).map(|x| x["url"].clone())
+    };
+    assert_eq!(
+        link("policy"),
+        Some(Value::String(format!(
+            "{}/releases/download/v{version}/hcp-etcd-admission-{version}.wasm",
+            pkg["homeURL"].as_str().unwrap_or_default()
+        ))),
+        "the policy link is the release's module (scripts/release.sh names it)"
+    );
+    assert_eq!(link("source"), Some(pkg["homeURL"].clone()));
+    let metas: Vec<Value> = std::fs::read_dir(root.join("kubewarden"))
+        .expect("kubewarden/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".metadata.yml"))
+        .map(|p| docs(&p).remove(0))
+        .collect();
+    assert_eq!(metas.len(), 4, "one metadata file per policy");
+    let any_mutating = metas.iter().any(|m| m["mutating"] == true);
+    assert_eq!(pkg["annotations"]["kubewarden/mutation"], any_mutating.to_string());
+    let union = |key: &str| {
+        let mut all: Vec<Value> = Vec::new();
+        for m in &metas {
+            for r in m[key].as_array().cloned().unwrap_or_default() {
+                if !all.contains(&r) {
+                    all.push(r);
+                }
+            }
+        }
+        all.sort_by_key(|v| v.to_string());
+        all
+    };
+    let annotated = |key: &str| {
+        let text = pkg["annotations"][key].as_str().unwrap_or_else(|| panic!("annotation {key}"));
+        let mut v: Vec<Value> = serde_yaml_ng::from_str(text).unwrap_or_else(|e| panic!("{key}: {e}"));
+        v.sort_by_key(|v| v.to_string());
+        v
+    };
+    assert_eq!(annotated("kubewarden/rules"), union("rules"), "kubewarden/rules: the four policies' rules");
+    assert_eq!(
+        annotated("kubewarden/contextAwareResources"),
+        union("contextAwareResources"),
+        "kubewarden/contextAwareResources: what the four policies read"
+    );
     let install = pkg["install"].as_str().expect("install");
     assert!(
         install.contains("kubectl apply -k webhooks/kubewarden/"),

@@ -4,6 +4,7 @@
 //! are held to the same expectations.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod differential;
 pub mod env;
 pub mod fake_apiserver;

@@ -1,0 +1,230 @@
+//! The README's install, upgrade and uninstall, run **as written** on a
+//! one-node cluster of real components (`scripts/real-cluster.sh`: a real
+//! kubelet runs the project's own image with containerd and runc; the
+//! StatefulSet/Deployment controllers, scheduler and kube-proxy are real).
+//!
+//! The command blocks are read out of README.md at run time and run by `sh`
+//! unchanged, inside the cluster's network namespace, so a README edit that
+//! breaks an install step fails here. What the README leaves to the reader
+//! (the overlay `my-overlay/` its comments describe, HyperShift's CRDs and
+//! operator namespace being there already) is made by the test, as those
+//! comments say.
+//!
+//! The apiserver reaches the webhook the way it does in production: through
+//! the Service (`--enable-aggregator-routing`: the Service's endpoints, the
+//! pod IPs on the cluster's bridge), with the caBundle the README's
+//! `certs --patch-out` wrote. Every packet stays in the network namespace
+//! the cluster made.
+//!
+//! Not run here, and why: the OpenShift block (service-ca and the
+//! restricted-v2 SCC are OpenShift's; rendering and the SCC's rules are
+//! checked in tests/manifests.rs) and `webhooks/install/kubernetes` (it
+//! needs cert-manager; rendering is checked there too).
+
+mod common;
+
+use std::{path::Path, time::Instant};
+
+use common::cluster::{self, Cluster};
+
+/// The first ```sh block after the line of README.md containing `marker`.
+fn readme_block(marker: &str) -> String {
+    let readme = std::fs::read_to_string(common::root().join("README.md")).expect("README.md");
+    let start = readme.find(marker).unwrap_or_else(|| panic!("README.md no longer says {marker:?}"));
+    let rest = &readme[start..];
+    let open = rest.find("```sh\n").unwrap_or_else(|| panic!("no sh block after {marker:?}")) + 6;
+    let len = rest[open..].find("```").expect("an unclosed sh block");
+    rest[open..open + len].to_string()
+}
+
+/// `to` relative to `from` (kustomize wants relative paths).
+fn relative(from: &Path, to: &Path) -> String {
+    let f: Vec<_> = from.components().collect();
+    let t: Vec<_> = to.components().collect();
+    let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
+    let mut out: Vec<String> = std::iter::repeat_n("..".to_string(), f.len() - common).collect();
+    out.extend(t[common..].iter().map(|c| c.as_os_str().to_string_lossy().into_owned()));
+    out.join("/")
+}
+
+/// The overlay the README's "make the certificates yourself" block names,
+/// as its comments describe it: `workload` = base + components/kubernetes,
+/// `registration` = webhooks/registration + the `ca-bundle` Component that
+/// `certs --patch-out` writes. `settings` (when given) replaces the base's
+/// settings file (the README's Roll out section: the `enforcement` block).
+fn write_overlay(work: &Path, settings: Option<&str>) {
+    let webhooks = common::root().join("webhooks");
+    let wl = work.join("my-overlay/workload");
+    let reg = work.join("my-overlay/registration");
+    std::fs::create_dir_all(&wl).unwrap();
+    std::fs::create_dir_all(&reg).unwrap();
+    let mut k = format!(
+        "resources: [{}]\ncomponents: [{}]\n",
+        relative(&wl, &webhooks.join("base")),
+        relative(&wl, &webhooks.join("components/kubernetes"))
+    );
+    if let Some(s) = settings {
+        std::fs::write(wl.join("settings.yaml"), s).unwrap();
+        k.push_str(
+            "configMapGenerator:\n  - name: hcp-etcd-admission-settings\n    namespace: hcp-etcd-admission\n    behavior: replace\n    files: [settings.yaml]\n",
+        );
+    }
+    std::fs::write(wl.join("kustomization.yaml"), k).unwrap();
+    std::fs::write(
+        reg.join("kustomization.yaml"),
+        format!("resources: [{}]\ncomponents: [../ca-bundle]\n", relative(&reg, &webhooks.join("registration"))),
+    )
+    .unwrap();
+}
+
+/// What HyperShift has installed before this project: its CRDs (the
+/// HCPEtcdBackup one generated here, open HostedCluster/HostedControlPlane
+/// ones) and the operator's namespace.
+fn hypershift_is_installed(c: &Cluster, work: &Path) {
+    let crd = |kind: &str, plural: &str| {
+        format!(
+            r#"{{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
+"metadata":{{"name":"{plural}.hypershift.openshift.io"}},
+"spec":{{"group":"hypershift.openshift.io","scope":"Namespaced",
+"names":{{"kind":"{kind}","plural":"{plural}","singular":"{s}","listKind":"{kind}List"}},
+"versions":[{{"name":"v1beta1","served":true,"storage":true,"subresources":{{"status":{{}}}},
+"schema":{{"openAPIV3Schema":{{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}}}}]}}}}"#,
+            s = kind.to_ascii_lowercase()
+        )
+    };
+    std::fs::write(work.join("hc-crd.json"), crd("HostedCluster", "hostedclusters")).unwrap();
+    std::fs::write(work.join("hcp-crd.json"), crd("HostedControlPlane", "hostedcontrolplanes")).unwrap();
+    let backup_crd = common::root().join("crds/hypershift.openshift.io_hcpetcdbackups.yaml");
+    c.must(
+        work,
+        &format!(
+            "kubectl apply -f hc-crd.json -f hcp-crd.json -f '{}'\n\
+             kubectl wait --for=condition=Established --timeout=60s crd --all\n\
+             kubectl create namespace hypershift\n\
+             kubectl create namespace clusters",
+            backup_crd.display()
+        ),
+    );
+}
+
+/// A HostedCluster whose restore URL uses `s3://` (this project's rule
+/// `restore-url-s3-scheme` denies it; nothing in the open CRD does).
+const BAD_HOSTEDCLUSTER: &str = r#"apiVersion: hypershift.openshift.io/v1beta1
+kind: HostedCluster
+metadata: {name: s3-scheme, namespace: clusters}
+spec:
+  etcd:
+    managementType: Managed
+    managed:
+      storage:
+        type: PersistentVolume
+        restoreSnapshotURL: ["s3://bucket/snapshot.db"]
+"#;
+
+/// `kubectl create --dry-run=server` of the bad HostedCluster: the webhook's
+/// answer as kubectl shows it (stderr on a denial, stdout+warnings on an allow).
+fn try_bad_hostedcluster(c: &Cluster, work: &Path) -> (bool, String) {
+    let out = c.sh(work, "kubectl create --dry-run=server -f bad-hc.yaml");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[test]
+fn readme_install_upgrade_and_uninstall_run_as_written_on_a_real_node() {
+    let mut needs = cluster::needs();
+    needs.push(common::env::Need::Root);
+    if !common::env::ready("real_cluster", &needs) {
+        return;
+    }
+    let work = std::env::temp_dir().join(format!("hcp-rc-work-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let (image, tag) = cluster::project_image(&work).unwrap_or_else(|e| panic!("{e}"));
+    let c = Cluster::up("install", &[image]).unwrap_or_else(|e| panic!("{e}"));
+    hypershift_is_installed(&c, &work);
+    std::fs::write(work.join("bad-hc.yaml"), BAD_HOSTEDCLUSTER).unwrap();
+
+    // --- Install (Kubernetes, certificates made by hand), as written.
+    write_overlay(&work, None);
+    let install = readme_block("Without cert-manager or service-ca, make the certificates yourself");
+    assert!(install.contains("certs --out certs --patch-out my-overlay/ca-bundle"), "{install}");
+    let t0 = Instant::now();
+    c.must(&work, &install);
+    eprintln!("install block ran in {:?}", t0.elapsed());
+    let ready = c.must(
+        &work,
+        "kubectl -n hcp-etcd-admission get deployment hcp-etcd-admission -o jsonpath='{.status.readyReplicas}/{.spec.replicas} {.spec.template.spec.containers[0].image}'",
+    );
+    assert_eq!(ready.trim(), format!("2/2 {tag}"), "both replicas of the image under test are Ready");
+    let bundle = c.must(
+        &work,
+        "kubectl get validatingwebhookconfiguration hcp-etcd-admission -o jsonpath='{.webhooks[*].clientConfig.caBundle}'",
+    );
+    let ca_b64 = {
+        let ca = std::fs::read(work.join("certs/ca.crt")).expect("certs/ca.crt written by the README's certs step");
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(ca)
+    };
+    for b in bundle.split_whitespace() {
+        assert_eq!(b, ca_b64, "every webhook carries the CA `certs` made");
+    }
+
+    // The apiserver calls the pods through the Service: the webhook's answer.
+    let (allowed, text) = try_bad_hostedcluster(&c, &work);
+    assert!(!allowed, "an s3:// restore URL is denied once installed:\n{text}");
+    assert!(
+        text.contains(
+            "admission webhook \"hostedclusters.hcp-etcd-admission.hypershift.openshift.io\" denied the request"
+        ) && text.contains("restoreSnapshotURL"),
+        "the denial is this webhook's, naming the field:\n{text}"
+    );
+
+    // --- Upgrade, as the README says: new workload (here a settings change:
+    // mode warn, the Roll out section's first step), rollout status, then
+    // the registrations. Every call during the rollout is answered (PDB,
+    // maxUnavailable 0, drain): never "failed calling webhook".
+    let base_settings = std::fs::read_to_string(common::root().join("webhooks/base/settings.yaml")).unwrap();
+    let warn_settings = format!("{base_settings}\nenforcement:\n  mode: warn\n");
+    write_overlay(&work, Some(&warn_settings));
+    c.must(&work, "kubectl apply -k my-overlay/workload");
+    let mut answered = 0;
+    let mut warned = false;
+    let deadline = Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let (allowed, text) = try_bad_hostedcluster(&c, &work);
+        assert!(
+            !text.contains("failed calling webhook") && !text.contains("Internal error"),
+            "a call during the rolling update was not answered:\n{text}"
+        );
+        answered += 1;
+        if allowed {
+            assert!(text.contains("Warning:") && text.contains("restoreSnapshotURL"), "warn mode warns:\n{text}");
+            warned = true;
+        }
+        let done =
+            c.sh(&work, "kubectl -n hcp-etcd-admission rollout status deployment/hcp-etcd-admission --timeout=1s");
+        if done.status.success() && warned {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the rolling update did not finish in 300 s ({answered} calls answered)");
+    }
+    c.must(&work, "kubectl -n hcp-etcd-admission rollout status deployment/hcp-etcd-admission --timeout=5m");
+    c.must(&work, "kubectl apply -k my-overlay/registration");
+    let (allowed, text) = try_bad_hostedcluster(&c, &work);
+    assert!(allowed && text.contains("Warning:"), "after the upgrade, mode warn: allowed with a warning:\n{text}");
+    eprintln!("{answered} calls answered during the rolling update, none failed");
+
+    // --- Uninstall, as written: registrations first (the block's own
+    // alternative for an overlay install), then the workload.
+    let uninstall = readme_block("**Uninstall** in the reverse order");
+    let registrations = uninstall
+        .lines()
+        .find_map(|l| l.split_once("# or: ").map(|(_, alt)| alt.trim().to_string()))
+        .expect("the uninstall block's `# or:` alternative");
+    c.must(&work, &registrations);
+    c.must(&work, "kubectl delete -k my-overlay/workload --wait=true --timeout=2m");
+    let (allowed, text) = try_bad_hostedcluster(&c, &work);
+    assert!(allowed && !text.contains("Warning:"), "nothing judges once uninstalled:\n{text}");
+    drop(c);
+    let _ = std::fs::remove_dir_all(&work);
+}

@@ -5,7 +5,7 @@
 # of the PrometheusRule evaluated on test series) and the one-node cluster of
 # tests/real_cluster.rs (kubelet, kube-controller-manager, kube-scheduler,
 # kube-proxy 1.35;
-# containerd 2.4 with ctr and its runc shim), each as a Go tool of its own
+# containerd 2.4 with ctr and its runc shim; CoreDNS with the cluster-DNS plugins), each as a Go tool of its own
 # small module under tests/tools/<name>/ (pinned in its go.mod/go.sum), into
 #   $HOME/.cache/hcp-etcd-admission/tools/<name>/
 # and reuses what is there. No binary is ever written into the clone.
@@ -23,7 +23,7 @@ cache=${HCP_CACHE:-$HOME/.cache/hcp-etcd-admission}
 export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-mod=mod
 export GOCACHE=${GOCACHE_OVERRIDE:-$cache/go/build} GOMODCACHE=${GOMODCACHE_OVERRIDE:-$cache/go/mod}
 
-all=(etcd-3.6 etcd-3.7 etcd-3.5 promtool kube-1.35 kube-1.34 kube-1.36 kube-1.37 node-1.35 containerd-2.4)
+all=(etcd-3.6 etcd-3.7 etcd-3.5 promtool kube-1.35 kube-1.34 kube-1.36 kube-1.37 node-1.35 containerd-2.4 coredns)
 if [ "${1:-}" = "--print" ]; then
   for n in "${all[@]}"; do echo "$n=$cache/tools/$n"; done
   exit 0
@@ -38,7 +38,8 @@ names=("$@")
 
 build_one() {
   local n=$1 mod=$root/tests/tools/$1 out=$cache/tools/$1
-  local stamp; stamp=$(cat "$mod/go.mod" "$mod/go.sum" | sha256sum | cut -c1-16)
+  # A module's own Go files (coredns/main.go) are part of what is built.
+  local stamp; stamp=$(cat "$mod/go.mod" "$mod/go.sum" $(find "$mod" -maxdepth 1 -name '*.go' | sort) | sha256sum | cut -c1-16)
   if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ]; then
     echo "$n: cached in $out"; return 0
   fi
@@ -65,6 +66,10 @@ build_one() {
         -o "$tmp/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager \
         k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy)
       "$tmp/kubelet" --version ;;
+    coredns)
+      # CoreDNS with the cluster-DNS plugins only (main.go); the same server code.
+      (cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$tmp/coredns" .)
+      "$tmp/coredns" -version | sed -n 1p ;;
     containerd-*)
       # Static, as containerd's release builds are; no btrfs snapshotter (overlayfs here).
       local v; v=$(sed -n 's/^\s*github.com\/containerd\/containerd\/v2 \(v[0-9.]*\).*/\1/p' "$mod/go.mod" | head -1)

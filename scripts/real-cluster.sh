@@ -4,7 +4,7 @@
 # (tests/real_cluster.rs). Everything is built from the Go module proxy by
 # scripts/go-tools.sh (kube-1.35: kube-apiserver, kubectl; node-1.35: kubelet,
 # kube-controller-manager, kube-scheduler, kube-proxy; containerd-2.4;
-# etcd-3.6) or comes from Debian (runc, containernetworking-plugins, iptables).
+# etcd-3.6; coredns) or comes from Debian (runc, containernetworking-plugins, iptables).
 #
 #   scripts/real-cluster.sh up DIR      start, wait until the node is Ready and
 #                                       print "ready"; stop when stdin closes
@@ -42,7 +42,7 @@ name=$(basename "$dir" | tr -c 'a-zA-Z0-9\n' '-' | cut -c1-40)
 ns=hcp-$name
 cg=hcp-$name
 # Exactly these builds (kubectl and kube-apiserver 1.35, etcd 3.6), first on PATH.
-tools=$("$root/scripts/go-tools.sh" --print | grep -E '^(kube-1.35|node-1.35|containerd-2.4|etcd-3.6)=' | sed 's/^[^=]*=//' | tr '\n' ':')
+tools=$("$root/scripts/go-tools.sh" --print | grep -E '^(kube-1.35|node-1.35|containerd-2.4|etcd-3.6|coredns)=' | sed 's/^[^=]*=//' | tr '\n' ':')
 export PATH="$tools$PATH:/usr/sbin:/sbin"
 node_ip=10.250.0.1
 
@@ -50,7 +50,7 @@ if [ "$cmd" = exec ]; then
   exec ip netns exec "$ns" env KUBECONFIG="$dir/pki/admin.kubeconfig" "$@"
 fi
 [ "$cmd" = up ] || { echo "unknown command $cmd" >&2; exit 2; }
-for t in kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler kube-proxy containerd ctr containerd-shim-runc-v2 etcd runc iptables; do
+for t in kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler kube-proxy containerd ctr containerd-shim-runc-v2 etcd coredns runc iptables; do
   command -v "$t" >/dev/null || { echo "real-cluster: $t not found (scripts/go-tools.sh; apt-get install runc iptables containernetworking-plugins)" >&2; exit 3; }
 done
 [ -x /usr/lib/cni/bridge ] || { echo "real-cluster: /usr/lib/cni/bridge missing (apt-get install containernetworking-plugins)" >&2; exit 3; }
@@ -187,6 +187,23 @@ syncFrequency: 10s
 fileCheckFrequency: 0s
 EOF
 printf 'nameserver 127.0.0.1\n' > "$dir/resolv.conf"
+# Cluster DNS: CoreDNS (kubernetes plugin) on the node's address, behind the
+# Service kube-dns (10.96.0.10, the kubelet's clusterDNS) that kube-proxy
+# forwards; it reads the apiserver with the admin's credentials.
+cat > "$dir/Corefile" <<EOF
+.:53 {
+    bind $node_ip
+    errors
+    health 127.0.0.1:18080
+    ready 127.0.0.1:18181
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig $pki/admin.kubeconfig c
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    cache 5
+}
+EOF
 cat > "$dir/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
@@ -292,6 +309,7 @@ start kube-scheduler kube-scheduler --kubeconfig "$P/scheduler.kubeconfig" \
   --authentication-kubeconfig "$P/scheduler.kubeconfig" --authorization-kubeconfig "$P/scheduler.kubeconfig" \
   --leader-elect=false --bind-address 127.0.0.1
 start kube-proxy kube-proxy --config "$dir/kube-proxy.yaml"
+start coredns coredns -conf "$dir/Corefile"
 start kubelet kubelet --config "$dir/kubelet.yaml" --kubeconfig "$P/kubelet.kubeconfig" \
   --root-dir /var/lib/kubelet --node-ip 10.250.0.1 --hostname-override node0 --v 1
 wait
@@ -324,7 +342,29 @@ until kc get node node0 -o jsonpath='{.status.conditions[?(@.type=="Ready")].sta
   sleep 0.5
 done
 until kc -n default get serviceaccount default >/dev/null 2>&1; do sleep 0.5; done
+kc apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: kube-dns, namespace: kube-system, labels: {k8s-app: kube-dns}}
+spec:
+  clusterIP: 10.96.0.10
+  ports: [{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: kube-dns-node, namespace: kube-system, labels: {kubernetes.io/service-name: kube-dns}}
+addressType: IPv4
+endpoints: [{addresses: ["$node_ip"], conditions: {ready: true}}]
+ports: [{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]
+EOF
+until ip netns exec "$ns" curl -fsS http://127.0.0.1:18181/ready >/dev/null 2>&1; do
+  if [ $((SECONDS - t0)) -gt 240 ]; then log "CoreDNS not ready"; tail -n 20 "$dir/logs/coredns.log" >&2; exit 1; fi
+  sleep 0.5
+done
 log "node Ready in $((SECONDS - t0)) s"
 echo ready
-# Until the caller closes stdin (or a signal).
-cat >/dev/null || true
+# Until the caller closes stdin (or a signal: `wait` is interrupted by the
+# traps, a foreground `cat` would hold them back). The explicit <&0 keeps
+# stdin, which a background command would otherwise get as /dev/null.
+cat <&0 >/dev/null &
+wait $! || true

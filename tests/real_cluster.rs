@@ -27,13 +27,18 @@ use std::{path::Path, time::Instant};
 
 use common::cluster::{self, Cluster};
 
-/// The first ```sh block after the line of README.md containing `marker`.
+/// The first ```sh block after the text `marker` of README.md.
 fn readme_block(marker: &str) -> String {
+    readme_block_of(marker, "```sh\n")
+}
+
+/// The first block opened by `fence` after the text `marker` of README.md.
+fn readme_block_of(marker: &str, fence: &str) -> String {
     let readme = std::fs::read_to_string(common::root().join("README.md")).expect("README.md");
     let start = readme.find(marker).unwrap_or_else(|| panic!("README.md no longer says {marker:?}"));
     let rest = &readme[start..];
-    let open = rest.find("```sh\n").unwrap_or_else(|| panic!("no sh block after {marker:?}")) + 6;
-    let len = rest[open..].find("```").expect("an unclosed sh block");
+    let open = rest.find(fence).unwrap_or_else(|| panic!("no {fence:?} block after {marker:?}")) + fence.len();
+    let len = rest[open..].find("```").expect("an unclosed block");
     rest[open..open + len].to_string()
 }
 
@@ -107,26 +112,59 @@ fn hypershift_is_installed(c: &Cluster, work: &Path) {
     );
 }
 
-/// A HostedCluster whose restore URL uses `s3://` (this project's rule
-/// `restore-url-s3-scheme` denies it; nothing in the open CRD does).
-const BAD_HOSTEDCLUSTER: &str = r#"apiVersion: hypershift.openshift.io/v1beta1
-kind: HostedCluster
-metadata: {name: s3-scheme, namespace: clusters}
-spec:
-  etcd:
-    managementType: Managed
-    managed:
-      storage:
-        type: PersistentVolume
-        restoreSnapshotURL: ["s3://bucket/snapshot.db"]
-"#;
+/// A HostedCluster in `ns` whose restore URL is `url`: only this project's
+/// rules judge it (the HostedCluster CRD here is open).
+fn hostedcluster(name: &str, ns: &str, url: &str) -> String {
+    format!(
+        "apiVersion: hypershift.openshift.io/v1beta1\nkind: HostedCluster\nmetadata: {{name: {name}, namespace: {ns}}}\n\
+         spec:\n  etcd:\n    managementType: Managed\n    managed:\n      storage:\n        type: PersistentVolume\n        \
+         restoreSnapshotURL: [\"{url}\"]\n"
+    )
+}
 
-/// `kubectl create --dry-run=server` of the bad HostedCluster: the webhook's
-/// answer as kubectl shows it (stderr on a denial, stdout+warnings on an allow).
-fn try_bad_hostedcluster(c: &Cluster, work: &Path) -> (bool, String) {
-    let out = c.sh(work, "kubectl create --dry-run=server -f bad-hc.yaml");
+/// `s3://` (rule `restore-url-s3-scheme`).
+const S3_URL: &str = "s3://bucket/snapshot.db";
+/// A presigned URL that expired in 2020 (rule `restore-url-expired`).
+const EXPIRED_URL: &str = "https://bucket.s3.us-east-1.amazonaws.com/snapshot.db?X-Amz-Algorithm=AWS4-HMAC-SHA256\
+&X-Amz-Credential=AKIAEXAMPLE%2F20200101%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20200101T000000Z\
+&X-Amz-Expires=900&X-Amz-SignedHeaders=host&X-Amz-Signature=0123456789abcdef";
+
+/// `kubectl create --dry-run=server -f FILE`: whether it was allowed, and
+/// what kubectl printed (the denial on stderr, warnings on stderr).
+fn try_create(c: &Cluster, work: &Path, file: &str) -> (bool, String) {
+    let out = c.sh(work, &format!("kubectl create --dry-run=server -f {file}"));
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
+}
+
+/// Whether `text` is this project's denial by the HostedCluster webhook
+/// naming the field and `rule`.
+fn denied_by(text: &str, rule: &str) -> bool {
+    text.contains("admission webhook \"hostedclusters.hcp-etcd-admission.hypershift.openshift.io\" denied the request")
+        && text.contains("spec.etcd.managed.storage.restoreSnapshotURL[0]")
+        && text.contains(&format!("(rule {rule})"))
+}
+
+/// The base settings with their `enforcement` block replaced by `block`
+/// (the README's Roll out block, as written).
+fn settings_with(block: &str) -> String {
+    let base = std::fs::read_to_string(common::root().join("webhooks/base/settings.yaml")).unwrap();
+    let mut out = String::new();
+    let mut skipping = false;
+    for line in base.lines() {
+        if line.starts_with("enforcement:") {
+            skipping = true;
+            continue;
+        }
+        if skipping && (line.starts_with(' ') || line.is_empty()) {
+            continue;
+        }
+        skipping = false;
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.push_str(block);
+    out
 }
 
 #[test]
@@ -142,7 +180,14 @@ fn readme_install_upgrade_and_uninstall_run_as_written_on_a_real_node() {
     let (image, tag) = cluster::project_image(&work).unwrap_or_else(|e| panic!("{e}"));
     let c = Cluster::up("install", &[image]).unwrap_or_else(|e| panic!("{e}"));
     hypershift_is_installed(&c, &work);
-    std::fs::write(work.join("bad-hc.yaml"), BAD_HOSTEDCLUSTER).unwrap();
+    for (file, name, ns, url) in [
+        ("s3.yaml", "s3-scheme", "clusters", S3_URL),
+        ("expired.yaml", "expired-url", "clusters", EXPIRED_URL),
+        ("sandbox-s3.yaml", "s3-scheme", "clusters-sandbox", S3_URL),
+    ] {
+        std::fs::write(work.join(file), hostedcluster(name, ns, url)).unwrap();
+    }
+    c.must(&work, "kubectl create namespace clusters-sandbox");
 
     // --- Install (Kubernetes, certificates made by hand), as written.
     write_overlay(&work, None);
@@ -169,38 +214,38 @@ fn readme_install_upgrade_and_uninstall_run_as_written_on_a_real_node() {
         assert_eq!(b, ca_b64, "every webhook carries the CA `certs` made");
     }
 
-    // The apiserver calls the pods through the Service: the webhook's answer.
-    let (allowed, text) = try_bad_hostedcluster(&c, &work);
-    assert!(!allowed, "an s3:// restore URL is denied once installed:\n{text}");
-    assert!(
-        text.contains(
-            "admission webhook \"hostedclusters.hcp-etcd-admission.hypershift.openshift.io\" denied the request"
-        ) && text.contains("restoreSnapshotURL"),
-        "the denial is this webhook's, naming the field:\n{text}"
-    );
+    // The apiserver calls the pods through the Service: the webhook's answers,
+    // in deny mode (the default).
+    for file in ["s3.yaml", "expired.yaml", "sandbox-s3.yaml"] {
+        let (allowed, text) = try_create(&c, &work, file);
+        assert!(!allowed, "{file} is denied once installed:\n{text}");
+    }
+    let (_, text) = try_create(&c, &work, "s3.yaml");
+    assert!(denied_by(&text, "restore-url-s3-scheme"), "the denial is this webhook's:\n{text}");
+    let (_, text) = try_create(&c, &work, "expired.yaml");
+    assert!(denied_by(&text, "restore-url-expired"), "the denial is this webhook's:\n{text}");
+    assert!(!text.contains("X-Amz-Signature"), "a presigned URL's query is never echoed:\n{text}");
 
-    // --- Upgrade, as the README says: new workload (here a settings change:
-    // mode warn, the Roll out section's first step), rollout status, then
-    // the registrations. Every call during the rollout is answered (PDB,
+    // --- Roll out (the README's enforcement block, as written) as an upgrade,
+    // as the README says: the new workload, rollout status, then the
+    // registrations. Every call during the rolling update is answered (PDB,
     // maxUnavailable 0, drain): never "failed calling webhook".
-    let base_settings = std::fs::read_to_string(common::root().join("webhooks/base/settings.yaml")).unwrap();
-    let warn_settings = format!("{base_settings}\nenforcement:\n  mode: warn\n");
-    write_overlay(&work, Some(&warn_settings));
+    let rollout = readme_block_of("## Roll out: warn, then deny", "```yaml\n");
+    assert!(rollout.starts_with("enforcement:"), "{rollout}");
+    write_overlay(&work, Some(&settings_with(&rollout)));
     c.must(&work, "kubectl apply -k my-overlay/workload");
     let mut answered = 0;
     let mut warned = false;
     let deadline = Instant::now() + std::time::Duration::from_secs(300);
     loop {
-        let (allowed, text) = try_bad_hostedcluster(&c, &work);
+        let (allowed, text) = try_create(&c, &work, "expired.yaml");
         assert!(
             !text.contains("failed calling webhook") && !text.contains("Internal error"),
             "a call during the rolling update was not answered:\n{text}"
         );
+        assert!(allowed || denied_by(&text, "restore-url-expired"), "{text}");
         answered += 1;
-        if allowed {
-            assert!(text.contains("Warning:") && text.contains("restoreSnapshotURL"), "warn mode warns:\n{text}");
-            warned = true;
-        }
+        warned |= allowed;
         let done =
             c.sh(&work, "kubectl -n hcp-etcd-admission rollout status deployment/hcp-etcd-admission --timeout=1s");
         if done.status.success() && warned {
@@ -210,9 +255,18 @@ fn readme_install_upgrade_and_uninstall_run_as_written_on_a_real_node() {
     }
     c.must(&work, "kubectl -n hcp-etcd-admission rollout status deployment/hcp-etcd-admission --timeout=5m");
     c.must(&work, "kubectl apply -k my-overlay/registration");
-    let (allowed, text) = try_bad_hostedcluster(&c, &work);
-    assert!(allowed && text.contains("Warning:"), "after the upgrade, mode warn: allowed with a warning:\n{text}");
     eprintln!("{answered} calls answered during the rolling update, none failed");
+    // mode: warn: the same text as a warning; the rule named `deny` still
+    // denies; the exempt namespace is allowed, silently.
+    let (allowed, text) = try_create(&c, &work, "expired.yaml");
+    assert!(
+        allowed && text.contains("Warning:") && text.contains("(rule restore-url-expired)"),
+        "mode warn: allowed with the denial's text as a warning:\n{text}"
+    );
+    let (allowed, text) = try_create(&c, &work, "s3.yaml");
+    assert!(!allowed && denied_by(&text, "restore-url-s3-scheme"), "a rule named deny still denies:\n{text}");
+    let (allowed, text) = try_create(&c, &work, "sandbox-s3.yaml");
+    assert!(allowed && !text.contains("Warning:"), "an exempt namespace is allowed:\n{text}");
 
     // --- Uninstall, as written: registrations first (the block's own
     // alternative for an overlay install), then the workload.
@@ -223,7 +277,7 @@ fn readme_install_upgrade_and_uninstall_run_as_written_on_a_real_node() {
         .expect("the uninstall block's `# or:` alternative");
     c.must(&work, &registrations);
     c.must(&work, "kubectl delete -k my-overlay/workload --wait=true --timeout=2m");
-    let (allowed, text) = try_bad_hostedcluster(&c, &work);
+    let (allowed, text) = try_create(&c, &work, "s3.yaml");
     assert!(allowed && !text.contains("Warning:"), "nothing judges once uninstalled:\n{text}");
     drop(c);
     let _ = std::fs::remove_dir_all(&work);

@@ -1,6 +1,6 @@
 //! A one-node cluster of real components (`scripts/real-cluster.sh`):
 //! kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kube-proxy,
-//! a kubelet with containerd and runc, CNI bridge; in a network namespace and
+//! CoreDNS, a kubelet with containerd and runc, CNI bridge; in a network namespace and
 //! a mount namespace of its own, so every packet stays inside the namespace
 //! the test made. The test talks to it with kubectl, run inside that network
 //! namespace ([`Cluster::sh`]). Dropping the value stops the cluster and
@@ -19,7 +19,7 @@ use super::{env::Need, tools};
 
 /// What a cluster needs on this machine, with how to get it.
 pub fn needs() -> Vec<Need> {
-    let how = "scripts/go-tools.sh (kube-1.35, node-1.35, containerd-2.4, etcd-3.6)";
+    let how = "scripts/go-tools.sh (kube-1.35, node-1.35, containerd-2.4, etcd-3.6, coredns)";
     let mut n = vec![Need::Root, Need::Program("runc", "apt-get install runc")];
     n.push(Need::Program("iptables", "apt-get install iptables"));
     n.push(Need::Program("buildah", "apt-get install buildah"));
@@ -33,6 +33,7 @@ pub fn needs() -> Vec<Need> {
         ("node-1.35", "kube-proxy"),
         ("containerd-2.4", "containerd"),
         ("etcd-3.6", "etcd"),
+        ("coredns", "coredns"),
     ] {
         n.push(Need::File(tools::go_bin(t, b), how));
     }

@@ -71,7 +71,7 @@ teardown() {
     kill -KILL $pids 2>/dev/null || true
     sleep 0.1
   done
-  [ -n "$inner_pid" ] && wait "$inner_pid" 2>/dev/null || true
+  [ -n "$inner_pid" ] && { wait "$inner_pid"; } 2>/dev/null || true
   for h in /sys/fs/cgroup/*/; do
     [ -d "$h$cg" ] && find "$h$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done

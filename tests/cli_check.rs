@@ -740,3 +740,67 @@ fn the_fleet_report_marks_ratcheted_findings_and_filters_failures() {
     assert_eq!(shown.status.code(), Some(3));
     assert!(out(&shown).contains("sovereign.json#1:"), "the object behind exit 3 is not shown: {}", out(&shown));
 }
+
+/// The README's fleet check before an upgrade: a HostedControlPlane with a
+/// restore in progress (restoreSnapshotURL set, EtcdSnapshotRestored not
+/// True) is named as such, in text and JSON, with or without --audit; a
+/// restored one, one whose restore failed to set True yet, a HostedCluster
+/// and unmanaged etcd are told apart. The exit code is the judgement's.
+#[test]
+fn a_pending_restore_is_named_by_check() {
+    let hcp = |name: &str, status: Value, managed: bool| {
+        let etcd = if managed {
+            json!({"managementType": "Managed", "managed": {"storage": {"type": "PersistentVolume",
+                "restoreSnapshotURL": ["https://bucket.s3.amazonaws.com/snapshot.db"]}}})
+        } else {
+            json!({"managementType": "Unmanaged", "unmanaged": {"endpoint": "https://etcd:2379", "tls": {"clientSecret": {"name": "c"}}}})
+        };
+        json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HostedControlPlane",
+            "metadata": {"name": name, "namespace": "clusters"}, "spec": {"etcd": etcd}, "status": status})
+    };
+    let cond = |status: &str| {
+        json!({"conditions": [{"type": "EtcdSnapshotRestored", "status": status,
+        "reason": "AsExpected", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+    };
+    let mut hc = hcp("hc", json!({}), true);
+    hc["kind"] = json!("HostedCluster");
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+        hcp("pending", json!({}), true),
+        hcp("failed", cond("False"), true),
+        hcp("restored", cond("True"), true),
+        hcp("unmanaged", json!({}), false),
+        hc,
+    ]});
+    let t = Tmp::new("pending");
+    let f = t.file("hcps.json", &list.to_string());
+    for audit in [true, false] {
+        let args: Vec<&str> = if audit { vec!["check", "--audit", s(&f)] } else { vec!["check", s(&f)] };
+        let o = run(&args);
+        let text = out(&o);
+        assert_eq!(o.status.code(), Some(0), "{text}");
+        let pending: Vec<&str> = text
+            .lines()
+            .zip(text.lines().skip(1))
+            .filter(|(_, next)| {
+                next.starts_with("  restore pending: restoreSnapshotURL is set and EtcdSnapshotRestored is not True")
+            })
+            .map(|(line, _)| line)
+            .collect();
+        assert_eq!(
+            pending,
+            [
+                "hcps.json#1.items[0]: HostedControlPlane/clusters/pending: allowed".replace("hcps.json", s(&f)),
+                format!("{}#1.items[1]: HostedControlPlane/clusters/failed: allowed", s(&f)),
+            ],
+            "{text}"
+        );
+        assert!(
+            text.contains(", 2 restores pending (not the moment to upgrade: README, Upgrade and uninstall)"),
+            "{text}"
+        );
+    }
+    let json = run(&["check", "--audit", "-o", "json", s(&f)]);
+    let v: Value = serde_json::from_slice(&json.stdout).expect("json");
+    let flags: Vec<bool> = (0..5).map(|i| v[i]["restorePending"] == true).collect();
+    assert_eq!(flags, [true, true, false, false, false], "{v}");
+}

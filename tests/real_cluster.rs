@@ -42,6 +42,17 @@ fn readme_block_of(marker: &str, fence: &str) -> String {
     rest[open..open + len].to_string()
 }
 
+/// The inline command (between backticks) of README.md that starts with
+/// `start` after the text `marker`, its line breaks read as spaces.
+fn readme_inline_after(marker: &str, start: &str) -> String {
+    let readme = std::fs::read_to_string(common::root().join("README.md")).expect("README.md");
+    let at = readme.find(marker).unwrap_or_else(|| panic!("README.md no longer says {marker:?}"));
+    let rest = &readme[at..];
+    let open = rest.find(start).unwrap_or_else(|| panic!("no {start:?} after {marker:?}")) + 1;
+    let len = rest[open..].find('`').expect("an unclosed inline command");
+    rest[open..open + len].split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// `to` relative to `from` (kustomize wants relative paths).
 fn relative(from: &Path, to: &Path) -> String {
     let f: Vec<_> = from.components().collect();
@@ -137,11 +148,13 @@ fn try_create(c: &Cluster, work: &Path, file: &str) -> (bool, String) {
     (out.status.success(), text)
 }
 
-/// Whether `text` is this project's denial by the HostedCluster webhook
-/// naming the field and `rule`.
+/// Whether `text` is this project's denial of the HostedCluster as kubectl
+/// prints it: the webhook's Invalid status with causes, shown as
+/// `The HostedCluster "NAME" is invalid: FIELD: Invalid value: ... (rule ID)`
+/// (only this project's rules carry `(rule ID)`; the CRD here is open).
 fn denied_by(text: &str, rule: &str) -> bool {
-    text.contains("admission webhook \"hostedclusters.hcp-etcd-admission.hypershift.openshift.io\" denied the request")
-        && text.contains("spec.etcd.managed.storage.restoreSnapshotURL[0]")
+    text.contains("The HostedCluster \"")
+        && text.contains("is invalid: spec.etcd.managed.storage.restoreSnapshotURL[0]: Invalid value:")
         && text.contains(&format!("(rule {rule})"))
 }
 
@@ -226,6 +239,39 @@ fn readme_install_upgrade_and_uninstall_run_as_written_on_a_real_node() {
     assert!(denied_by(&text, "restore-url-expired"), "the denial is this webhook's:\n{text}");
     assert!(!text.contains("X-Amz-Signature"), "a presigned URL's query is never echoed:\n{text}");
 
+    // --- Before an upgrade: "not while a restore is pending", checked across
+    // the fleet both ways the README gives, as written.
+    std::fs::write(
+        work.join("pending-hcp.yaml"),
+        "apiVersion: hypershift.openshift.io/v1beta1\nkind: HostedControlPlane\nmetadata: {name: pending, namespace: clusters}\n\
+         spec:\n  etcd:\n    managementType: Managed\n    managed:\n      storage:\n        type: PersistentVolume\n        \
+         restoreSnapshotURL: [\"https://bucket.s3.amazonaws.com/snapshot.db\"]\n",
+    )
+    .unwrap();
+    c.must(&work, "kubectl create -f pending-hcp.yaml");
+    let audit = readme_inline_after("across a fleet:", "`kubectl get hostedcontrolplanes");
+    assert!(audit.ends_with("check --audit"), "{audit}");
+    let out = c.sh(&work, &audit);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("HostedControlPlane/clusters/pending: allowed\n  restore pending:")
+            && text.contains("1 restore pending"),
+        "the README's fleet check names the pending restore:\n{text}"
+    );
+    let metric = "hcp_etcd_admission_restores_pending 1";
+    let scrape = "for p in $(kubectl -n hcp-etcd-admission get pods -o name); do \
+        kubectl get --raw \"/api/v1/namespaces/hcp-etcd-admission/pods/${p#pod/}:8080/proxy/metrics\"; done";
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let scraped = c.must(&work, scrape);
+        if scraped.matches(metric).count() == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "both replicas report {metric}:\n{scraped}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    c.must(&work, "kubectl delete -f pending-hcp.yaml");
+
     // --- Roll out (the README's enforcement block, as written) as an upgrade,
     // as the README says: the new workload, rollout status, then the
     // registrations. Every call during the rolling update is answered (PDB,
@@ -234,28 +280,38 @@ fn readme_install_upgrade_and_uninstall_run_as_written_on_a_real_node() {
     assert!(rollout.starts_with("enforcement:"), "{rollout}");
     write_overlay(&work, Some(&settings_with(&rollout)));
     c.must(&work, "kubectl apply -k my-overlay/workload");
-    let mut answered = 0;
-    let mut warned = false;
-    let deadline = Instant::now() + std::time::Duration::from_secs(300);
-    loop {
-        let (allowed, text) = try_create(&c, &work, "expired.yaml");
-        assert!(
-            !text.contains("failed calling webhook") && !text.contains("Internal error"),
-            "a call during the rolling update was not answered:\n{text}"
-        );
-        assert!(allowed || denied_by(&text, "restore-url-expired"), "{text}");
-        answered += 1;
-        warned |= allowed;
-        let done =
-            c.sh(&work, "kubectl -n hcp-etcd-admission rollout status deployment/hcp-etcd-admission --timeout=1s");
-        if done.status.success() && warned {
-            break;
+    // The README's `rollout status` runs on a thread of its own while this
+    // one sends calls back to back (bounded: until it returns, at most 300 s),
+    // through the old replicas' drain and the new ones' start.
+    let (mut answered, mut denied, mut warned) = (0, 0, 0);
+    let rolled = std::thread::scope(|scope| {
+        let status = scope.spawn(|| {
+            c.sh(&work, "kubectl -n hcp-etcd-admission rollout status deployment/hcp-etcd-admission --timeout=5m")
+        });
+        let deadline = Instant::now() + std::time::Duration::from_secs(300);
+        while !status.is_finished() && Instant::now() < deadline {
+            let (allowed, text) = try_create(&c, &work, "expired.yaml");
+            assert!(
+                !text.contains("failed calling webhook") && !text.contains("Internal error"),
+                "a call during the rolling update was not answered:\n{text}"
+            );
+            if allowed {
+                assert!(text.contains("(rule restore-url-expired)"), "a new replica warns:\n{text}");
+                warned += 1;
+            } else {
+                assert!(denied_by(&text, "restore-url-expired"), "an old replica denies:\n{text}");
+                denied += 1;
+            }
+            answered += 1;
         }
-        assert!(Instant::now() < deadline, "the rolling update did not finish in 300 s ({answered} calls answered)");
-    }
-    c.must(&work, "kubectl -n hcp-etcd-admission rollout status deployment/hcp-etcd-admission --timeout=5m");
+        status.join().expect("the rollout status thread")
+    });
+    assert!(rolled.status.success(), "rollout status: {}", String::from_utf8_lossy(&rolled.stderr));
     c.must(&work, "kubectl apply -k my-overlay/registration");
-    eprintln!("{answered} calls answered during the rolling update, none failed");
+    eprintln!(
+        "{answered} calls answered during the rolling update ({denied} by old replicas, {warned} by new), none failed"
+    );
+    assert!(answered >= 3, "calls were sent during the rolling update ({answered})");
     // mode: warn: the same text as a warning; the rule named `deny` still
     // denies; the exempt namespace is allowed, silently.
     let (allowed, text) = try_create(&c, &work, "expired.yaml");

@@ -19,6 +19,14 @@ pub fn restore_snapshot_url(hcp: &Value) -> Option<&str> {
     hcp.pointer("/spec/etcd/managed/storage/restoreSnapshotURL/0").and_then(Value::as_str).filter(|u| !u.is_empty())
 }
 
+/// Whether a restore is pending on the HostedControlPlane: a
+/// `restoreSnapshotURL` on managed etcd and `EtcdSnapshotRestored` not True
+/// (the server's `restores_pending` gauge and `check`'s "restore pending"
+/// both ask this).
+pub fn restore_pending(hcp: &Value) -> bool {
+    restore_snapshot_url(hcp).is_some() && !snapshot_restored(hcp)
+}
+
 /// Whether the HostedControlPlane's `EtcdSnapshotRestored` condition is True.
 pub fn snapshot_restored(hcp: &Value) -> bool {
     hcp.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| {

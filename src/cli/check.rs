@@ -144,6 +144,11 @@ pub struct Report {
     /// admitted, a new one like it would be refused or warned about.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ratcheted: Vec<CauseReport>,
+    /// A HostedControlPlane with a restore in progress (`restoreSnapshotURL`
+    /// set, `EtcdSnapshotRestored` not True): not the moment to upgrade or
+    /// bypass this project (README, Upgrade and uninstall).
+    #[serde(rename = "restorePending", skip_serializing_if = "std::ops::Not::not")]
+    restore_pending: bool,
 }
 
 impl Report {
@@ -191,6 +196,8 @@ pub struct Summary {
     warned: usize,
     /// Objects with ratcheted findings (`--audit`).
     ratcheted: usize,
+    /// HostedControlPlanes with a restore pending.
+    restores_pending: usize,
     audit: bool,
 }
 
@@ -458,6 +465,8 @@ impl Judge<'_> {
             let copy = Object { file: String::new(), document: 0, item: None, line: 0, value: o.value.clone() };
             self.decide(&self.request_for(copy, target, served, false), inline)
         });
+        report.restore_pending =
+            kind == "HostedControlPlane" && hcp_etcd_admission::api::readers::restore_pending(&o.value);
         let mut req = self.request_for(o, target, served, self.args.audit);
         let decided = self.decide(&req, inline);
         if let Some(create) = create {
@@ -498,6 +507,7 @@ fn count(r: &Report, s: &mut Summary) {
     let tool = hcp_etcd_admission::rules::preflight::UNAVAILABLE.id;
     s.warned += usize::from(r.warnings.iter().any(|w| w.rule != Some(tool)));
     s.ratcheted += usize::from(!r.ratcheted.is_empty());
+    s.restores_pending += usize::from(r.restore_pending);
     match r.result {
         "allowed" => s.allowed += 1,
         "denied" => s.denied += 1,

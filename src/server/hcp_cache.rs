@@ -41,12 +41,7 @@ pub const LIVE_READ_TIMEOUT: Duration = Duration::from_secs(3);
 /// whose `EtcdSnapshotRestored` is not True (linear in the objects).
 pub fn restores_pending<'a>(objects: impl Iterator<Item = &'a DynamicObject>) -> usize {
     // `data` holds everything but apiVersion, kind and metadata: spec and status as stored.
-    objects
-        .map(|o| &o.data)
-        .filter(|v| {
-            crate::api::readers::restore_snapshot_url(v).is_some() && !crate::api::readers::snapshot_restored(v)
-        })
-        .count()
+    objects.map(|o| &o.data).filter(|v| crate::api::readers::restore_pending(v)).count()
 }
 
 /// The HostedControlPlane cache.

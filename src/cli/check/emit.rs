@@ -105,6 +105,10 @@ fn uri(file: &str) -> String {
     out
 }
 
+/// What the text output says under a HostedControlPlane with a restore in progress.
+const RESTORE_PENDING: &str = "restore pending: restoreSnapshotURL is set and EtcdSnapshotRestored is not True; \
+upgrading this project or deleting its mutating webhook now can stall the restore (README: Upgrade and uninstall)";
+
 /// The synthetic SARIF rules (results that no catalog rule names).
 const SYNTHETIC: [(&str, &str); 5] = [
     ("schema", "the object violates its OpenAPI schema (required, type, enum, length, pattern ...)"),
@@ -238,6 +242,9 @@ impl<'a, W: Write> Emitter<'a, W> {
                 None => writeln!(self.out, "  ratcheted: {field}{}", c.message)?,
             }
         }
+        if r.restore_pending {
+            writeln!(self.out, "  {RESTORE_PENDING}")?;
+        }
         if let Some(patched) = &r.patched {
             writeln!(self.out, "  patched:")?;
             let yaml = serde_yaml_ng::to_string(patched).map_err(std::io::Error::other)?;
@@ -365,9 +372,14 @@ impl<'a, W: Write> Emitter<'a, W> {
                         ", {n} with ratcheted findings (admitted as they are; a new object like them would meet them)"
                     ),
                 };
+                let pending = match s.restores_pending {
+                    0 => String::new(),
+                    1 => ", 1 restore pending (not the moment to upgrade: README, Upgrade and uninstall)".to_string(),
+                    n => format!(", {n} restores pending (not the moment to upgrade: README, Upgrade and uninstall)"),
+                };
                 writeln!(
                     self.out,
-                    "{} allowed, {} denied, {} skipped{errors}{ratcheted}{audit}",
+                    "{} allowed, {} denied, {} skipped{errors}{ratcheted}{pending}{audit}",
                     s.allowed, s.denied, s.skipped
                 )?;
             }

@@ -9,6 +9,8 @@
 #   scripts/real-cluster.sh up DIR      start, wait until the node is Ready and
 #                                       print "ready"; stop when stdin closes
 #                                       (or on SIGTERM/SIGINT) and undo it all
+#   scripts/real-cluster.sh down DIR    undo what an instance in DIR changed on the
+#                                       host (`up` does it for killed instances)
 #   scripts/real-cluster.sh exec DIR CMD...   run CMD inside the cluster's network
 #                                       namespace with kubectl on PATH and
 #                                       KUBECONFIG set (admin)
@@ -33,8 +35,8 @@
 # beneath it); the cgroups are removed at the end.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-cmd=${1:?usage: real-cluster.sh up|exec DIR ...}
-dir=${2:?usage: real-cluster.sh up|exec DIR ...}
+cmd=${1:?usage: real-cluster.sh up|down|exec DIR ...}
+dir=${2:?usage: real-cluster.sh up|down|exec DIR ...}
 shift 2
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
@@ -46,38 +48,97 @@ tools=$("$root/scripts/go-tools.sh" --print | grep -E '^(kube-1.35|node-1.35|con
 export PATH="$tools$PATH:/usr/sbin:/sbin"
 node_ip=10.250.0.1
 
+# kubectl's discovery and HTTP caches per cluster (every cluster is 10.250.0.1:6443).
+export KUBECACHEDIR=$dir/kube-cache
 if [ "$cmd" = exec ]; then
-  exec ip netns exec "$ns" env KUBECONFIG="$dir/pki/admin.kubeconfig" "$@"
+  exec ip netns exec "$ns" env KUBECONFIG="$dir/pki/admin.kubeconfig" KUBECACHEDIR="$KUBECACHEDIR" "$@"
 fi
-[ "$cmd" = up ] || { echo "unknown command $cmd" >&2; exit 2; }
-for t in kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler kube-proxy containerd ctr containerd-shim-runc-v2 etcd coredns runc iptables; do
-  command -v "$t" >/dev/null || { echo "real-cluster: $t not found (scripts/go-tools.sh; apt-get install runc iptables containernetworking-plugins)" >&2; exit 3; }
-done
-[ -x /usr/lib/cni/bridge ] || { echo "real-cluster: /usr/lib/cni/bridge missing (apt-get install containernetworking-plugins)" >&2; exit 3; }
 
 log() { printf '%s real-cluster %s: %s\n' "$(date +%T.%3N)" "$name" "$*" >&2; }
 
 # ---------------------------------------------------------------- teardown
-sysctls="vm.overcommit_memory kernel.panic kernel.panic_on_oops"
-saved=$(for s in $sysctls; do printf '%s=%s ' "$s" "$(sysctl -n "$s")"; done)
-inner_pid=""
-teardown() {
-  trap - EXIT INT TERM
-  log "stopping"
+# What an instance changed on the host is written to DIR/.state before it is
+# changed, so `down DIR` undoes it: from the EXIT trap, or for an instance
+# whose script was killed outright (`up` sweeps those first).
+down() {
+  local d=$1 cg="" ns="" saved="" created="" pids
+  [ -f "$d/.state" ] || return 0
+  # Undo as much as can be undone: no step's failure stops the rest.
+  set +e
+  # shellcheck disable=SC1091
+  . "$d/.state"
   # Everything in the cluster's cgroup: components, shims, containers.
-  for _ in $(seq 1 50); do
+  for _ in $(seq 1 100); do
     pids=$(find "/sys/fs/cgroup/pids/$cg" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)
     [ -n "$pids" ] || break
+    # shellcheck disable=SC2086
     kill -KILL $pids 2>/dev/null || true
     sleep 0.1
   done
-  [ -n "$inner_pid" ] && { wait "$inner_pid"; } 2>/dev/null || true
+  local left=0
   for h in /sys/fs/cgroup/*/; do
-    [ -d "$h$cg" ] && find "$h$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    [ -d "$h$cg" ] && { find "$h$cg" -depth -type d -exec rmdir {} + 2>/dev/null || left=1; }
   done
-  for kv in $saved; do sysctl -q -w "$kv" >/dev/null 2>&1 || true; done
+  for kv in $saved; do sysctl -q -w "$kv" >/dev/null 2>&1 || left=1; done
   ip netns del "$ns" 2>/dev/null || true
-  log "stopped"
+  # The mount points made on the host for the private mounts (empty ones only).
+  for m in $created; do rmdir "$m" 2>/dev/null || true; done
+  rm -f "$d/.state"
+  return "$left"
+}
+
+if [ "$cmd" = down ]; then
+  down "$dir"
+  exit
+fi
+[ "$cmd" = up ] || { echo "unknown command $cmd" >&2; exit 2; }
+for t in kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler kube-proxy containerd ctr containerd-shim-runc-v2 etcd coredns runc iptables sysctl; do
+  command -v "$t" >/dev/null || { echo "real-cluster: $t not found (scripts/go-tools.sh; apt-get install runc iptables containernetworking-plugins procps)" >&2; exit 3; }
+done
+[ -x /usr/lib/cni/bridge ] || { echo "real-cluster: /usr/lib/cni/bridge missing (apt-get install containernetworking-plugins)" >&2; exit 3; }
+for h in pids memory cpu cpuset; do
+  [ -d "/sys/fs/cgroup/$h" ] || { echo "real-cluster: needs the cgroup v1 hierarchy /sys/fs/cgroup/$h (this harness is written for the cgroup v1 hosts CI runs on; a cgroup v2-only host is not supported)" >&2; exit 3; }
+done
+
+# One cluster at a time on a machine: the kubelet's sysctls and the mount
+# points are the host's. The lock is the script's own (closed for the
+# components), so a killed script frees it; its leftovers are swept next.
+cache=${HCP_CACHE:-$HOME/.cache/hcp-etcd-admission}/real-cluster
+mkdir -p "$cache/instances"
+exec 8>"$cache/lock"
+flock -w 900 8 || { echo "real-cluster: another cluster has run on this machine for 15 minutes; not starting" >&2; exit 3; }
+for f in "$cache"/instances/*; do
+  [ -f "$f" ] || continue
+  owner=$(sed -n 1p "$f"); stale=$(sed -n 2p "$f")
+  # Alive: a running process (a zombie left unreaped by the machine's init is dead).
+  if ! { [ -r "/proc/$owner/stat" ] && [ "$(sed 's/.*) //' "/proc/$owner/stat" | cut -d' ' -f1)" != Z ]; }; then
+    log "sweeping what a killed instance left ($stale)"
+    down "$stale" || log "could not undo all of $stale"
+    rm -f "$f"
+  fi
+done
+printf '%s\n%s\n' "$$" "$dir" > "$cache/instances/$name"
+
+sysctls="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes"
+saved=$(for s in $sysctls; do printf '%s=%s ' "$s" "$(sysctl -n "$s")"; done)
+created=""
+for m in /var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /run/containerd /run/runc /run/netns; do
+  [ -d "$m" ] || { mkdir -p "$m"; created="$created $m"; }
+done
+printf 'cg=%q\nns=%q\nsaved=%q\ncreated=%q\n' "$cg" "$ns" "$saved" "$created" > "$dir/.state"
+inner_pid=""
+waiter=""
+teardown() {
+  set +e
+  # A second signal must not cut the undoing short.
+  trap '' INT TERM
+  trap - EXIT
+  log "stopping"
+  [ -z "$waiter" ] || kill "$waiter" 2>/dev/null || true
+  local rc=0
+  down "$dir" || rc=1
+  rm -f "$cache/instances/$name"
+  if [ "$rc" = 0 ]; then log "stopped"; else log "stopped, but some of it could not be undone (cgroups or sysctls)"; fi
 }
 trap teardown EXIT
 trap 'exit 1' INT TERM
@@ -134,6 +195,11 @@ root = "$dir/containerd/root"
 state = "$dir/containerd/state"
 [grpc]
   address = "$dir/containerd.sock"
+# Nothing outside the cluster's directory: no NRI socket (/run/nri), plugins' /opt/containerd.
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$dir/containerd/opt"
 [ttrpc]
   address = "$dir/containerd.sock.ttrpc"
 [plugins."io.containerd.cri.v1.runtime"]
@@ -222,8 +288,7 @@ EOF
 # The sandbox ("pause") image, built offline: a static C program that waits
 # for a signal and reaps children, FROM scratch (buildah, vfs storage in the
 # cache). Other images (the webhook's) are put into DIR/images by the caller.
-cache=${HCP_CACHE:-$HOME/.cache/hcp-etcd-admission}/real-cluster
-mkdir -p "$cache" "$dir/images"
+mkdir -p "$dir/images"
 if [ ! -s "$cache/pause.tar" ]; then
   tmp=$(mktemp -d)
   cat > "$tmp/pause.c" <<'CEOF'
@@ -330,8 +395,10 @@ done
 # hides the cgroup mounts the kubelet needs.
 # The inner script and all it starts are in the cluster's cgroup from the start.
 sh -c 'echo $$ > "/sys/fs/cgroup/pids/$1/cgroup.procs"; exec nsenter --net="/run/netns/$2" unshare -m --propagation private sh "$3/inner.sh" "$3"' \
-  sh "$cg" "$ns" "$dir" >"$dir/logs/inner.log" 2>&1 </dev/null &
+  sh "$cg" "$ns" "$dir" >"$dir/logs/inner.log" 2>&1 </dev/null 8>&- &
 inner_pid=$!
+# The teardown kills it through the cgroup; no job notice ("Killed") for it.
+disown "$inner_pid"
 
 kc() { ip netns exec "$ns" kubectl --kubeconfig "$pki/admin.kubeconfig" "$@"; }
 t0=$SECONDS
@@ -341,7 +408,10 @@ until kc get node node0 -o jsonpath='{.status.conditions[?(@.type=="Ready")].sta
   fi
   sleep 0.5
 done
-until kc -n default get serviceaccount default >/dev/null 2>&1; do sleep 0.5; done
+until kc -n default get serviceaccount default >/dev/null 2>&1; do
+  if [ $((SECONDS - t0)) -gt 240 ]; then log "no default ServiceAccount"; tail -n 20 "$dir/logs/kube-controller-manager.log" >&2; exit 1; fi
+  sleep 0.5
+done
 kc apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Service
@@ -366,5 +436,6 @@ echo ready
 # Until the caller closes stdin (or a signal: `wait` is interrupted by the
 # traps, a foreground `cat` would hold them back). The explicit <&0 keeps
 # stdin, which a background command would otherwise get as /dev/null.
-cat <&0 >/dev/null &
-wait $! || true
+cat <&0 >/dev/null 8>&- &
+waiter=$!
+wait "$waiter" || true

@@ -148,6 +148,21 @@ fn try_create(c: &Cluster, work: &Path, file: &str) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// Calls `try_create(file)` until `want(allowed, text)` holds (at most 60 s:
+/// a new registration or the last old replica's endpoint takes the
+/// apiserver a moment to drop), and returns the last answer.
+fn eventually(c: &Cluster, work: &Path, file: &str, want: impl Fn(bool, &str) -> bool, what: &str) -> (bool, String) {
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (allowed, text) = try_create(c, work, file);
+        if want(allowed, &text) {
+            return (allowed, text);
+        }
+        assert!(Instant::now() < deadline, "{what}: still, after 60 s:\n{text}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
 /// Whether `text` is this project's denial of the HostedCluster as kubectl
 /// prints it: the webhook's Invalid status with causes, shown as
 /// `The HostedCluster "NAME" is invalid: FIELD: Invalid value: ... (rule ID)`
@@ -214,24 +229,30 @@ fn readme_install_upgrade_and_uninstall_run_as_written_on_a_real_node() {
         "kubectl -n hcp-etcd-admission get deployment hcp-etcd-admission -o jsonpath='{.status.readyReplicas}/{.spec.replicas} {.spec.template.spec.containers[0].image}'",
     );
     assert_eq!(ready.trim(), format!("2/2 {tag}"), "both replicas of the image under test are Ready");
-    let bundle = c.must(
-        &work,
-        "kubectl get validatingwebhookconfiguration hcp-etcd-admission -o jsonpath='{.webhooks[*].clientConfig.caBundle}'",
-    );
     let ca_b64 = {
         let ca = std::fs::read(work.join("certs/ca.crt")).expect("certs/ca.crt written by the README's certs step");
         use base64::Engine as _;
         base64::engine::general_purpose::STANDARD.encode(ca)
     };
-    for b in bundle.split_whitespace() {
-        assert_eq!(b, ca_b64, "every webhook carries the CA `certs` made");
+    for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+        let bundles = c.must(
+            &work,
+            &format!(
+                "kubectl get {kind} hcp-etcd-admission -o jsonpath='{{range .webhooks[*]}}{{.name}}={{.clientConfig.caBundle}}{{\"\\n\"}}{{end}}'"
+            ),
+        );
+        let lines: Vec<&str> = bundles.lines().collect();
+        assert!(lines.len() >= 2, "{kind}: its webhooks: {bundles}");
+        for l in lines {
+            let (name, bundle) = l.split_once('=').unwrap_or((l, ""));
+            assert_eq!(bundle, ca_b64, "{kind} {name} carries the CA `certs` made");
+        }
     }
 
     // The apiserver calls the pods through the Service: the webhook's answers,
     // in deny mode (the default).
     for file in ["s3.yaml", "expired.yaml", "sandbox-s3.yaml"] {
-        let (allowed, text) = try_create(&c, &work, file);
-        assert!(!allowed, "{file} is denied once installed:\n{text}");
+        eventually(&c, &work, file, |allowed, _| !allowed, &format!("{file} is denied once installed"));
     }
     let (_, text) = try_create(&c, &work, "s3.yaml");
     assert!(denied_by(&text, "restore-url-s3-scheme"), "the denial is this webhook's:\n{text}");
@@ -253,6 +274,7 @@ fn readme_install_upgrade_and_uninstall_run_as_written_on_a_real_node() {
     assert!(audit.ends_with("check --audit"), "{audit}");
     let out = c.sh(&work, &audit);
     let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "nothing in the fleet is denied: {text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(
         text.contains("HostedControlPlane/clusters/pending: allowed\n  restore pending:")
             && text.contains("1 restore pending"),
@@ -263,7 +285,7 @@ fn readme_install_upgrade_and_uninstall_run_as_written_on_a_real_node() {
         kubectl get --raw \"/api/v1/namespaces/hcp-etcd-admission/pods/${p#pod/}:8080/proxy/metrics\"; done";
     let deadline = Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let scraped = c.must(&work, scrape);
+        let scraped = String::from_utf8_lossy(&c.sh(&work, scrape).stdout).into_owned();
         if scraped.matches(metric).count() == 2 {
             break;
         }
@@ -314,27 +336,46 @@ fn readme_install_upgrade_and_uninstall_run_as_written_on_a_real_node() {
     assert!(answered >= 3, "calls were sent during the rolling update ({answered})");
     // mode: warn: the same text as a warning; the rule named `deny` still
     // denies; the exempt namespace is allowed, silently.
-    let (allowed, text) = try_create(&c, &work, "expired.yaml");
-    assert!(
-        allowed && text.contains("Warning:") && text.contains("(rule restore-url-expired)"),
-        "mode warn: allowed with the denial's text as a warning:\n{text}"
+    eventually(
+        &c,
+        &work,
+        "expired.yaml",
+        |allowed, text| allowed && text.contains("Warning:") && text.contains("(rule restore-url-expired)"),
+        "mode warn: allowed with the denial's text as a warning",
     );
     let (allowed, text) = try_create(&c, &work, "s3.yaml");
     assert!(!allowed && denied_by(&text, "restore-url-s3-scheme"), "a rule named deny still denies:\n{text}");
-    let (allowed, text) = try_create(&c, &work, "sandbox-s3.yaml");
-    assert!(allowed && !text.contains("Warning:"), "an exempt namespace is allowed:\n{text}");
+    eventually(
+        &c,
+        &work,
+        "sandbox-s3.yaml",
+        |allowed, text| allowed && !text.contains("Warning:"),
+        "an exempt namespace is allowed, silently",
+    );
 
-    // --- Uninstall, as written: registrations first (the block's own
-    // alternative for an overlay install), then the workload.
+    // --- Uninstall, as written: registrations first (the block's own `# or:`
+    // for any install), then the workload (the block's line, the overlay's path).
     let uninstall = readme_block("**Uninstall** in the reverse order");
     let registrations = uninstall
         .lines()
         .find_map(|l| l.split_once("# or: ").map(|(_, alt)| alt.trim().to_string()))
         .expect("the uninstall block's `# or:` alternative");
     c.must(&work, &registrations);
-    c.must(&work, "kubectl delete -k my-overlay/workload --wait=true --timeout=2m");
-    let (allowed, text) = try_create(&c, &work, "s3.yaml");
-    assert!(allowed && !text.contains("Warning:"), "nothing judges once uninstalled:\n{text}");
+    // The block's workload line, with this install's overlay for its path.
+    let workload = uninstall
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .find(|l| l.starts_with("kubectl delete -k") && l.ends_with("/workload"))
+        .expect("the uninstall block's workload line");
+    let (verb, _) = workload.rsplit_once(' ').expect("a path");
+    c.must(&work, &format!("{verb} my-overlay/workload"));
+    eventually(
+        &c,
+        &work,
+        "s3.yaml",
+        |allowed, text| allowed && !text.contains("Warning:"),
+        "nothing judges once uninstalled",
+    );
     drop(c);
     let _ = std::fs::remove_dir_all(&work);
 }

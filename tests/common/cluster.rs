@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use std::{
-    io::{BufRead, BufReader, Write},
+    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, ChildStdin, Command, Output, Stdio},
     sync::mpsc,
@@ -22,6 +22,12 @@ pub fn needs() -> Vec<Need> {
     let how = "scripts/go-tools.sh (kube-1.35, node-1.35, containerd-2.4, etcd-3.6, coredns)";
     let mut n = vec![Need::Root, Need::Program("runc", "apt-get install runc")];
     n.push(Need::Program("iptables", "apt-get install iptables"));
+    n.push(Need::Program("sysctl", "apt-get install procps"));
+    n.push(Need::Program("gcc", "apt-get install gcc libc6-dev (the static pause)"));
+    n.push(Need::File(
+        "/sys/fs/cgroup/pids".into(),
+        "cgroup v1 hierarchies: scripts/real-cluster.sh is written for the cgroup v1 hosts CI runs on",
+    ));
     n.push(Need::Program("buildah", "apt-get install buildah"));
     n.push(Need::File("/usr/lib/cni/bridge".into(), "apt-get install containernetworking-plugins"));
     for (t, b) in [
@@ -33,6 +39,8 @@ pub fn needs() -> Vec<Need> {
         ("node-1.35", "kube-proxy"),
         ("containerd-2.4", "containerd"),
         ("etcd-3.6", "etcd"),
+        ("containerd-2.4", "ctr"),
+        ("containerd-2.4", "containerd-shim-runc-v2"),
         ("coredns", "coredns"),
     ] {
         n.push(Need::File(tools::go_bin(t, b), how));
@@ -124,11 +132,14 @@ impl Cluster {
 }
 
 impl Drop for Cluster {
+    /// Stops the cluster (closing the script's stdin) and removes its
+    /// directory, kept after a failure for its logs.
     fn drop(&mut self) {
-        if let Some(mut s) = self.stdin.take() {
-            let _ = s.write_all(b"");
-        }
+        drop(self.stdin.take());
         let _ = self.child.wait();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

@@ -36,9 +36,23 @@ flock 9
 names=("$@")
 [ "${#names[@]}" -gt 0 ] || names=("${all[@]}")
 
+# Kubernetes commands of module $1 into $2, built as the release builds them:
+# no cloud providers, the version stamped from the module's k8s.io/kubernetes.
+kube_build() {
+  local mod=$1 out=$2; shift 2
+  local v; v=$(sed -n 's/^\s*k8s.io\/kubernetes v\([0-9.]*\).*/\1/p' "$mod/go.mod" | head -1)
+  local minor; minor=$(echo "$v" | cut -d. -f2)
+  local pkg=k8s.io/component-base/version
+  (cd "$mod" && go build -trimpath -tags providerless \
+    -ldflags "-s -w -X $pkg.gitVersion=v$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean" \
+    -o "$out/" "$@")
+}
+
 build_one() {
   local n=$1 mod=$root/tests/tools/$1 out=$cache/tools/$1
-  # A module's own Go files (coredns/main.go) are part of what is built.
+  # A module's own Go files (coredns/main.go) are part of what is built
+  # (their names have no spaces).
+  # shellcheck disable=SC2046
   local stamp; stamp=$(cat "$mod/go.mod" "$mod/go.sum" $(find "$mod" -maxdepth 1 -name '*.go' | sort) | sha256sum | cut -c1-16)
   if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ]; then
     echo "$n: cached in $out"; return 0
@@ -57,14 +71,9 @@ build_one() {
         github.com/prometheus/prometheus/cmd/promtool)
       "$tmp/promtool" --version | head -1 ;;
     node-*)
-      # The node's components, built like kube-apiserver (same flags, same version stamp).
-      local v; v=$(sed -n 's/^\s*k8s.io\/kubernetes v\([0-9.]*\).*/\1/p' "$mod/go.mod" | head -1)
-      local minor; minor=$(echo "$v" | cut -d. -f2)
-      local pkg=k8s.io/component-base/version
-      (cd "$mod" && go build -trimpath -tags providerless \
-        -ldflags "-s -w -X $pkg.gitVersion=v$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean" \
-        -o "$tmp/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager \
-        k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy)
+      # The node's components, built like kube-apiserver.
+      kube_build "$mod" "$tmp" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager \
+        k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy
       "$tmp/kubelet" --version ;;
     coredns)
       # CoreDNS with the cluster-DNS plugins only (main.go); the same server code.
@@ -80,12 +89,9 @@ build_one() {
         -o "$tmp/" github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2)
       "$tmp/containerd" --version ;;
     kube-*)
-      local v; v=$(sed -n 's/^\s*k8s.io\/kubernetes v\([0-9.]*\).*/\1/p' "$mod/go.mod" | head -1)
-      local minor; minor=$(echo "$v" | cut -d. -f2)
-      local pkg=k8s.io/component-base/version
-      (cd "$mod" && go build -trimpath -tags providerless \
-        -ldflags "-s -w -X $pkg.gitVersion=v$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean" \
-        -o "$tmp/" k8s.io/kubernetes/cmd/kube-apiserver $(grep -q 'cmd/kubectl' "$mod/go.mod" && echo k8s.io/kubernetes/cmd/kubectl))
+      # shellcheck disable=SC2046
+      kube_build "$mod" "$tmp" k8s.io/kubernetes/cmd/kube-apiserver \
+        $(grep -q 'cmd/kubectl' "$mod/go.mod" && echo k8s.io/kubernetes/cmd/kubectl)
       "$tmp/kube-apiserver" --version
       if [ -x "$tmp/kubectl" ]; then "$tmp/kubectl" version --client | head -2; fi ;;
     *) echo "unknown tool $n" >&2; return 2 ;;

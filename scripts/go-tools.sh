@@ -52,8 +52,9 @@ build_one() {
   local n=$1 mod=$root/tests/tools/$1 out=$cache/tools/$1
   # A module's own Go files (coredns/main.go) are part of what is built
   # (their names have no spaces).
+  local stamp
   # shellcheck disable=SC2046
-  local stamp; stamp=$(cat "$mod/go.mod" "$mod/go.sum" $(find "$mod" -maxdepth 1 -name '*.go' | sort) | sha256sum | cut -c1-16)
+  stamp=$(cat "$mod/go.mod" "$mod/go.sum" $(find "$mod" -maxdepth 1 -name '*.go' | sort) | sha256sum | cut -c1-16)
   if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ]; then
     echo "$n: cached in $out"; return 0
   fi

@@ -123,11 +123,12 @@ fn hypershift_is_installed(c: &Cluster, work: &Path) {
     );
 }
 
-/// A HostedCluster in `ns` whose restore URL is `url`: only this project's
-/// rules judge it (the HostedCluster CRD here is open).
-fn hostedcluster(name: &str, ns: &str, url: &str) -> String {
+/// A HostedCluster or HostedControlPlane (`kind`) in `ns` whose managed etcd
+/// restores from `url`: only this project's rules judge it (the CRDs here
+/// are open).
+fn hypershift_object(kind: &str, name: &str, ns: &str, url: &str) -> String {
     format!(
-        "apiVersion: hypershift.openshift.io/v1beta1\nkind: HostedCluster\nmetadata: {{name: {name}, namespace: {ns}}}\n\
+        "apiVersion: hypershift.openshift.io/v1beta1\nkind: {kind}\nmetadata: {{name: {name}, namespace: {ns}}}\n\
          spec:\n  etcd:\n    managementType: Managed\n    managed:\n      storage:\n        type: PersistentVolume\n        \
          restoreSnapshotURL: [\"{url}\"]\n"
     )
@@ -213,7 +214,7 @@ fn readme_install_upgrade_and_uninstall_run_as_written_on_a_real_node() {
         ("expired.yaml", "expired-url", "clusters", EXPIRED_URL),
         ("sandbox-s3.yaml", "s3-scheme", "clusters-sandbox", S3_URL),
     ] {
-        std::fs::write(work.join(file), hostedcluster(name, ns, url)).unwrap();
+        std::fs::write(work.join(file), hypershift_object("HostedCluster", name, ns, url)).unwrap();
     }
     c.must(&work, "kubectl create namespace clusters-sandbox");
 
@@ -264,9 +265,7 @@ fn readme_install_upgrade_and_uninstall_run_as_written_on_a_real_node() {
     // the fleet both ways the README gives, as written.
     std::fs::write(
         work.join("pending-hcp.yaml"),
-        "apiVersion: hypershift.openshift.io/v1beta1\nkind: HostedControlPlane\nmetadata: {name: pending, namespace: clusters}\n\
-         spec:\n  etcd:\n    managementType: Managed\n    managed:\n      storage:\n        type: PersistentVolume\n        \
-         restoreSnapshotURL: [\"https://bucket.s3.amazonaws.com/snapshot.db\"]\n",
+        hypershift_object("HostedControlPlane", "pending", "clusters", "https://bucket.s3.amazonaws.com/snapshot.db"),
     )
     .unwrap();
     c.must(&work, "kubectl create -f pending-hcp.yaml");

@@ -53,6 +53,8 @@ pub struct Cluster {
     pub dir: PathBuf,
     child: Child,
     stdin: Option<ChildStdin>,
+    /// Keep the directory (its logs) when stopped: a failed start.
+    keep: bool,
 }
 
 impl Cluster {
@@ -83,12 +85,15 @@ impl Cluster {
             let _ = BufReader::new(out).read_line(&mut line);
             let _ = tx.send(line);
         });
-        let me = Self { dir, child, stdin };
-        match rx.recv_timeout(Duration::from_secs(300)) {
-            Ok(line) if line.trim() == "ready" => Ok(me),
-            Ok(line) => Err(format!("real-cluster.sh did not start (printed {line:?}); logs in {}", me.logs())),
-            Err(_) => Err(format!("real-cluster.sh not ready in 300 s; logs in {}", me.logs())),
-        }
+        let mut me = Self { dir, child, stdin, keep: false };
+        let why = match rx.recv_timeout(Duration::from_secs(300)) {
+            Ok(line) if line.trim() == "ready" => return Ok(me),
+            Ok(line) => format!("real-cluster.sh did not start (printed {line:?})"),
+            Err(_) => "real-cluster.sh not ready in 300 s".to_string(),
+        };
+        // Stopped when returned; its logs stay for the message.
+        me.keep = true;
+        Err(format!("{why}; logs in {}", me.logs()))
     }
 
     /// The components' logs, for a failure message.
@@ -137,7 +142,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         drop(self.stdin.take());
         let _ = self.child.wait();
-        if !std::thread::panicking() {
+        if !self.keep && !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }

@@ -1104,6 +1104,7 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
         a_full_stop_with_a_lost_volume_rejoins(&mut c);
         a_volume_of_another_member_is_never_started(&mut c);
         a_member_removed_by_hand_is_refused_until_added(&mut c);
+        a_join_interrupted_before_its_wal_never_starts_a_cluster_of_its_own(&mut c);
 
         if scenarios == Scenarios::All {
             // The critical case: the restored cluster takes 20 writes, every
@@ -1629,6 +1630,88 @@ fn a_member_removed_by_hand_is_refused_until_added(c: &mut Cluster) {
     assert_eq!(code, 0, "{log}");
     assert!(c.termination(last).starts_with("JOINED: "), "{}", c.termination(last));
     c.joined(last);
+}
+
+/// A fault schedule's finding (`fault_schedules_etcd35`, seed
+/// 4768727747090039492): the member's volume was lost, its etcd-init was
+/// joining it (stamped, `member add` done), and its local etcd exited
+/// before it had joined (the node went down): a real etcd writes
+/// member/snap/db when it opens its backend, before it reads the cluster
+/// from the peers and writes its WAL. The retry took the staged db for a
+/// sync to resume and started the local etcd without
+/// `--initial-cluster-state existing`: it bootstrapped a one-member cluster
+/// of its own, answered /health, and was placed. The state is made here by
+/// the real etcd itself (a join whose peers do not answer), as the fault
+/// left it; the retry must join the real cluster.
+fn a_join_interrupted_before_its_wal_never_starts_a_cluster_of_its_own(c: &mut Cluster) {
+    let e = c.e.clone();
+    let last = c.members.len() - 1;
+    let live = c.endpoints[..last].join(",");
+    let cid = cluster_id(&e, &c.endpoints[0]);
+    let list: Value =
+        serde_json::from_slice(&ctl(&e, &live, &["member", "list", "-w", "json"]).stdout).expect("member list");
+    let id = list["members"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["name"] == format!("etcd-{last}").as_str()))
+        .and_then(|m| m["ID"].as_u64())
+        .expect("the last member's id");
+    c.procs[last] = None;
+    c.wipe(last);
+    // What etcd-init had done before the fault: the stamp, `member remove`,
+    // `member add` (etcd refuses either inside its 5 s window: retried).
+    let m = &c.members[last];
+    let stage = host_path(&c.sts, m, "ETCD_INIT_STAGE_DIR", &c.ns);
+    let state = PathBuf::from(format!("{}-state", stage.display()));
+    std::fs::create_dir_all(&state).expect("state dir");
+    std::fs::write(state.join("generation"), format!("{}\n", generation_of(&c.sts))).expect("generation");
+    std::fs::write(state.join("joining"), format!("{cid:x}\n")).expect("stamp");
+    let peer = format!("https://etcd-{last}.{}.{}.svc:2380", c.service, c.ns);
+    let (remove, add) = (format!("{id:x}"), format!("--peer-urls={peer}"));
+    let name = format!("etcd-{last}");
+    for args in [vec!["member", "remove", &remove], vec!["member", "add", &name, &add]] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ctl(&e, &live, &args).status.success() {
+            assert!(Instant::now() < deadline, "{args:?} never accepted");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    // The local etcd of that join, its peers unreachable: it exits.
+    let join = PathBuf::from(format!("{}-join", stage.display()));
+    let init = container(&c.sts, "initContainers", "etcd-init");
+    let env = pod_env(init, &m.name, &c.ns, m.ip);
+    let wal_stage = env
+        .iter()
+        .any(|(k, _)| k == "ETCD_INIT_WAL_STAGE_DIR")
+        .then(|| host_path(&c.sts, m, "ETCD_INIT_WAL_STAGE_DIR", &c.ns))
+        .unwrap_or_else(|| stage.clone());
+    let join_wal = PathBuf::from(format!("{}-joinwal", wal_stage.display()));
+    let separate_wal = env.iter().any(|(k, _)| k == "ETCD_WAL_DIR");
+    let peer_listen = format!("http://{}:2380", m.ip);
+    let mut cmd = Command::new(&e.etcd);
+    cmd.args(["--name", &m.name, "--data-dir"])
+        .arg(join.join("data"))
+        .args(["--listen-peer-urls", &peer_listen, "--initial-advertise-peer-urls", &peer_listen])
+        .args(["--listen-client-urls", &format!("http://{}:2399", m.ip)])
+        .args(["--advertise-client-urls", &format!("http://{}:2399", m.ip)])
+        .args(["--initial-cluster", &format!("{}={peer_listen},gone=http://127.0.0.1:1", m.name)])
+        .args(["--initial-cluster-state", "existing"]);
+    if separate_wal {
+        cmd.arg("--wal-dir").arg(&join_wal);
+    }
+    let out = cmd.output().expect("etcd");
+    assert!(!out.status.success(), "the interrupted join's etcd ran");
+    assert!(join.join("data/member/snap/db").is_file(), "etcd wrote no db before it exited");
+    let wal = if separate_wal { join_wal.clone() } else { join.join("data/member/wal") };
+    let wals = std::fs::read_dir(&wal).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(wals, 0, "etcd wrote a WAL before it exited");
+    // The kubelet's retry: the sync starts again, into the real cluster.
+    let (code, log) = c.init_retried(last, Duration::from_secs(60));
+    assert_eq!(code, 0, "{log}");
+    assert!(c.termination(last).starts_with("JOINED: "), "{}\n{log}", c.termination(last));
+    assert!(log.contains("holds a database but no WAL"), "{log}");
+    assert!(!log.contains("resuming the first sync"), "{log}");
+    c.joined(last);
+    assert_eq!(cluster_id(&e, &c.endpoints[last]), cid, "the joined member runs another cluster");
 }
 
 /// Issue #28 M2, as the turn-4 review reproduced it: the restored cluster

@@ -549,6 +549,20 @@ jctl() {
 # local etcd joins (state existing) into the staging dir until it is
 # healthy, and its member/ moves into place. reset-member then finds
 # member/snap/db and does nothing; etcd starts as the added member.
+# staged_wal: whether the staged first sync holds etcd's WAL. A local etcd
+# writes member/snap/db when it opens its backend, before it reads the
+# cluster from the peers and writes its WAL: one that exited in between
+# (the peers unreachable, its node down, killed) leaves a db and no WAL.
+# Started on that again without --initial-cluster-state existing, etcd
+# bootstraps a new one-member cluster of its own (issue #28's split, found
+# by a fault schedule of restore_etcd and the model's resume moves).
+staged_wal() {
+	if [ -n "$WAL_DIR" ]; then SW_DIR=$JOIN_WAL; else SW_DIR=$JOIN_DIR/data/member/wal; fi
+	for SW_F in "$SW_DIR"/*.wal; do
+		[ ! -e "$SW_F" ] || return 0
+	done
+	return 1
+}
 join() {
 	J_EP=$1
 	J_CID=$2
@@ -569,12 +583,14 @@ join() {
 	J_STAMP=$(cat "$STATE/joining" 2>/dev/null || true)
 	case $J_LINE in *", true") fail "joining the cluster at $J_EP: this member ($PEER_URL) is listed as a learner (added by hand?): promote it (etcdctl member promote $J_ID) or remove it; the kubelet retries" ;; esac
 	J_CLUSTER=
-	if [ "$J_STAMP" = "$J_CID" ] && [ -f "$JOIN_DIR/data/member/snap/db" ] && [ -n "$J_LINE" ]; then
+	if [ "$J_STAMP" = "$J_CID" ] && [ -f "$JOIN_DIR/data/member/snap/db" ] && staged_wal && [ -n "$J_LINE" ]; then
 		# An earlier run added this member and its first sync started: the
-		# staged member is the listed one (its ID is in the staged data).
+		# staged member is the listed one (its ID is in the staged WAL).
 		# Resume the sync; never remove and re-add it.
 		log "resuming the first sync of this member into cluster $J_CID"
 	else
+		[ ! -f "$JOIN_DIR/data/member/snap/db" ] || staged_wal ||
+			log "the staged first sync holds a database but no WAL (its local etcd exited before it had joined): starting the sync again"
 		case $J_LINE in
 		"")
 			[ "$J_STAMP" = "$J_CID" ] || fail "not joining the healthy cluster at $J_EP (cluster ID $J_CID): its member list does not name this member ($PEER_URL), so etcd would start it as a new one-member cluster outside it (issue #28: a survivor forced into a new cluster, or a member removed by hand). If this member belongs to that cluster, add it: etcdctl member add $NAME --peer-urls=$PEER_URL; this member then joins at the kubelet's next retry (docs/restore.md)"
@@ -608,17 +624,19 @@ join() {
 		else
 			printf '%s\n' "$J_CID" >"$STATE/joining"
 		fi
-		if [ -z "$J_CLUSTER" ]; then
-			# Already added (unstarted): the initial cluster from the list,
-			# as `member add` prints it (this member by its name, another
-			# unstarted one by its URL alone).
-			set +e
-			J_LIST=$(jctl member list -w simple)
-			set -e
-			J_CLUSTER=$(printf '%s\n' "$J_LIST" | awk -F', ' -v u="$PEER_URL" -v me="$NAME" '$2 == "started" || $2 == "unstarted" { name = $3; n = split($4, a, ","); for (i = 1; i <= n; i++) if (a[i] == u) name = me; for (i = 1; i <= n; i++) printf "%s%s=%s", (out++ ? "," : ""), name, a[i] }')
-		fi
-		[ -n "$J_CLUSTER" ] || fail "joining the cluster at $J_EP: its member list names no member to join with"
 	fi
+	if [ -z "$J_CLUSTER" ]; then
+		# Already added (unstarted), or resuming: the initial cluster from
+		# the list, as `member add` prints it (this member by its name,
+		# another unstarted one by its URL alone). Given on a resume too: a
+		# local etcd never starts without --initial-cluster-state existing,
+		# so it can only join, never bootstrap a cluster of its own.
+		set +e
+		J_LIST=$(jctl member list -w simple)
+		set -e
+		J_CLUSTER=$(printf '%s\n' "$J_LIST" | awk -F', ' -v u="$PEER_URL" -v me="$NAME" '$2 == "started" || $2 == "unstarted" { name = $3; n = split($4, a, ","); for (i = 1; i <= n; i++) if (a[i] == u) name = me; for (i = 1; i <= n; i++) printf "%s%s=%s", (out++ ? "," : ""), name, a[i] }')
+	fi
+	[ -n "$J_CLUSTER" ] || fail "joining the cluster at $J_EP: its member list names no member to join with: $(shown "$J_LIST"); the kubelet retries"
 	# The first sync: a local etcd of this member, state existing, into a
 	# dir next to the data dir (never the data dir: a crash leaves nothing
 	# half-made there), with a quota far above any cluster's (a smaller one
@@ -631,7 +649,7 @@ join() {
 	set -- --name "$NAME" --data-dir "$JOIN_DIR/data" --listen-peer-urls "$LISTEN_PEER" \
 		--initial-advertise-peer-urls "$PEER_URL" --listen-client-urls unix://join:0 \
 		--advertise-client-urls "${ETCD_ADVERTISE_CLIENT_URLS:-$CLIENT_URL}" --quota-backend-bytes "$J_QUOTA"
-	[ -z "$J_CLUSTER" ] || set -- "$@" --initial-cluster "$J_CLUSTER" --initial-cluster-state existing
+	set -- "$@" --initial-cluster "$J_CLUSTER" --initial-cluster-state existing
 	[ -z "$WAL_DIR" ] || set -- "$@" --wal-dir "$JOIN_WAL"
 	[ -z "$PEER_CERT" ] || set -- "$@" --peer-cert-file "$PEER_CERT"
 	[ -z "$PEER_KEY" ] || set -- "$@" --peer-key-file "$PEER_KEY"
@@ -667,9 +685,22 @@ join() {
 		[ "$(date +%s)" -lt "$J_DEADLINE" ] || fail "joining cluster $J_CID: the local etcd did not sync within RESTORE_MAX_TIME_SECONDS=${MAX_TIME}s; the kubelet retries and the sync resumes"
 		sleep 1
 	done
+	# The synced member is of the cluster it joined, never of one of its
+	# own (/health answers for a one-member cluster too): its cluster ID,
+	# read over the local socket, is the healthy cluster's.
+	set +e
+	J_STATUS=$(cd "$JOIN_DIR" && env ETCDCTL_API=3 NO_PROXY='*' no_proxy='*' etcdctl --endpoints unix://join:0 --dial-timeout 5s --command-timeout 15s endpoint status -w json 2>&1)
+	set -e
+	J_LOCAL=$(printf '%s\n' "$J_STATUS" | sed -n 's/.*"cluster_id":\([0-9][0-9]*\).*/\1/p' | head -n 1)
+	[ -z "$J_LOCAL" ] || J_LOCAL=$(printf '%x' "$J_LOCAL")
 	kill -TERM "$CHILD" 2>/dev/null || true
 	wait "$CHILD" 2>/dev/null || true
 	CHILD=
+	[ -n "$J_LOCAL" ] || fail "joining cluster $J_CID: the local etcd's cluster ID could not be read after its sync: $(shown "$J_STATUS"); the kubelet retries and the sync resumes"
+	if [ "$J_LOCAL" != "$(printf '%s' "$J_CID" | tr 'A-F' 'a-f')" ]; then
+		rm -rf -- "$JOIN_DIR" "$JOIN_WAL"
+		fail "joining cluster $J_CID: the local etcd synced as cluster $J_LOCAL, not $J_CID; its staged data is removed and this member's data dir stays empty; the kubelet retries the join from the start"
+	fi
 	[ -f "$JOIN_DIR/data/member/snap/db" ] || fail "joining cluster $J_CID: the local etcd left no member/snap/db"
 	place "$JOIN_DIR/data" "$JOIN_WAL"
 	rm -rf -- "$STATE" "$STAGE" "$WAL_STAGE" "$JOIN_DIR" "$JOIN_WAL"

@@ -235,6 +235,26 @@ fn a_crash_between_hand_off_and_reset_member_wedged_the_member() {
     finding("hand-off crash", "one crash", |r| r.join_itself = false, "permanent wedge");
 }
 
+/// A fault schedule's finding on real etcd 3.5 (`restore_etcd`, seed
+/// 4768727747090039492), past the model that had the first sync as one
+/// step: the join's local etcd exited after it had opened its db and
+/// before its WAL (its node went down); the retry resumed from the db
+/// without `--initial-cluster-state existing`, and the member ran a
+/// one-member cluster of its own. No further fault is needed: a sync that
+/// fails part-way is an ordinary retry. (The old rules never join
+/// themselves, so only the fix's own switch shows it.)
+#[test]
+fn a_join_resumed_from_a_db_without_its_wal_starts_a_cluster_of_its_own() {
+    let (name, sc) = scenario("full stop with one lost volume");
+    let mut rules = Rules::FIXED;
+    rules.resume_needs_wal = false;
+    let r = run(&format!("resume without a WAL (only its fix off): {name}"), rules, sc);
+    let c = r.safety.expect("a staged db without a WAL resumed: two clusters");
+    eprintln!("found:\n{c}");
+    assert!(c.property.contains("two clusters take writes"), "{c}");
+    assert!(c.trace.iter().any(|s| s.contains("resumes a staged db without a WAL")), "{c}");
+}
+
 #[test]
 fn m4_removal_at_a_quorum_keeps_the_condition_unset() {
     finding("M4", "the condition and the template", |r| r.remove_when_all_ready = false, "permanent wedge");

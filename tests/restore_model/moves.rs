@@ -34,6 +34,12 @@ pub struct Rules {
     /// joins the member itself (remove, add, a first sync), so reset-member
     /// finds data and does nothing.
     pub join_itself: bool,
+    /// A fault schedule's finding (real etcd, after the model had the
+    /// first sync as one step): a join resumes only from a staged WAL, and
+    /// its local etcd always starts with `--initial-cluster-state
+    /// existing`. A staged db without a WAL (the local etcd exited before
+    /// it joined) was resumed without it: a one-member cluster of its own.
+    pub resume_needs_wal: bool,
 }
 
 impl Rules {
@@ -45,6 +51,7 @@ impl Rules {
         remove_when_all_ready: false,
         download_first: false,
         join_itself: false,
+        resume_needs_wal: false,
     };
     /// What etcd-init.sh and the webhook do now. No settle wait before
     /// joining: a `member add` refused inside etcd's window fails the run
@@ -58,6 +65,7 @@ impl Rules {
         remove_when_all_ready: true,
         download_first: true,
         join_itself: true,
+        resume_needs_wal: true,
     };
 }
 
@@ -319,16 +327,54 @@ impl Protocol {
         match (w.vols[iu].joining, listed) {
             (None, true) if w.serving(cid) => {
                 s.vols[iu].joining = Some(cid);
+                s.vols[iu].staged = Staged::Nothing;
                 s.cluster_mut(cid).members &= !(1 << i);
                 s.pods[iu].phase = Phase::Init(Stage::Join);
                 out.push((format!("etcd-{i} etcd-init: stamped; member remove from {cid:?}"), false, s));
             }
             (Some(_), false) if ok => {
                 s.cluster_mut(cid).members |= 1 << i;
+                s.vols[iu].staged = Staged::Nothing;
                 s.pods[iu].phase = Phase::Init(Stage::Join);
                 out.push((format!("etcd-{i} etcd-init: member add to {cid:?}"), false, s));
             }
             (Some(_), true) if w.serving(cid) => {
+                let staged = w.vols[iu].staged;
+                if staged == Staged::Db && !self.rules.resume_needs_wal {
+                    // The staged db taken for a sync to resume; the local
+                    // etcd, started without --initial-cluster-state
+                    // existing and with no WAL, bootstraps alone.
+                    let own = Cid::Own { inc: w.inc, member: i };
+                    s.vols[iu] = Vol { data: Some(Data { cid: own, base: 0 }), ..Vol::default() };
+                    s.cluster_mut(own).members = 1 << i;
+                    s.pods[iu].phase = Phase::Reset { removed_from: None };
+                    s.pods[iu].init_done = true;
+                    out.push((
+                        format!("etcd-{i} etcd-init: resumes a staged db without a WAL: JOINED {own:?}"),
+                        false,
+                        s,
+                    ));
+                    return;
+                }
+                // The local etcd exits part-way (its peers stop answering,
+                // its node goes down): the kubelet retries from the top.
+                // Before its WAL (a db only), unless it resumes one.
+                if staged != Staged::Wal {
+                    let mut f = s.clone();
+                    f.vols[iu].staged = Staged::Db;
+                    out.push((
+                        format!("etcd-{i} etcd-init: FAILED, its local etcd exited before it joined (a db, no WAL)"),
+                        false,
+                        f,
+                    ));
+                }
+                let mut f = s.clone();
+                f.vols[iu].staged = Staged::Wal;
+                out.push((
+                    format!("etcd-{i} etcd-init: FAILED, its local etcd exited mid-sync (its WAL staged)"),
+                    false,
+                    f,
+                ));
                 let base =
                     (0..w.n).find_map(|m| w.vols[m as usize].data.filter(|d| d.cid == cid)).map_or(0, |d| d.base);
                 s.vols[iu] = Vol { data: Some(Data { cid, base }), ..Vol::default() };

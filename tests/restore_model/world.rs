@@ -36,6 +36,23 @@ pub enum Cid {
     /// operator's restore of every member from one `snapshot save` makes a
     /// new one.
     Manual { inc: u8 },
+    /// A local etcd of etcd-init's join started on a staged db without its
+    /// WAL and without `--initial-cluster-state existing`: it bootstraps a
+    /// one-member cluster of its own (its ID from its name and peer URL).
+    Own { inc: u8, member: u8 },
+}
+
+/// What a join's first sync left staged next to the data dir: etcd writes
+/// member/snap/db when it opens its backend, before it reads the cluster
+/// from the peers and writes its WAL.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum Staged {
+    #[default]
+    Nothing,
+    /// A db, no WAL: the local etcd exited before it joined.
+    Db,
+    /// The WAL of the added member: a sync to resume.
+    Wal,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -59,6 +76,8 @@ pub struct Vol {
     /// etcd-init is joining this member to that cluster itself (fixed
     /// rules): its stamp, kept across retries, set before `member remove`.
     pub joining: Option<Cid>,
+    /// The join's first sync, as far as it got.
+    pub staged: Staged,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]

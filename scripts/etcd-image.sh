@@ -8,13 +8,19 @@
 # Debian machine. FROM scratch with buildah (vfs storage in the cache); written
 # as a docker-archive for `ctr images import`.
 #
-#   scripts/etcd-image.sh VERSION OUT.tar     VERSION: 3.6 (etcd-3.6) or 3.7, 3.5
+#   scripts/etcd-image.sh VERSION OUT.tar [EXTRA_CA.pem]
+#
+# VERSION: 3.6 (etcd-3.6) or 3.7, 3.5. EXTRA_CA.pem: a CA appended to curl's
+# trust bundle (the restore loop's snapshot store, tests/real_restore_loop.rs:
+# etcd-init downloads with the image's trust, as in production).
 #
 # The image is named localhost/hcp-test/etcd:VERSION.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 version=${1:?usage: etcd-image.sh VERSION OUT.tar}
-out=${2:?usage: etcd-image.sh VERSION OUT.tar}
+out=${2:?usage: etcd-image.sh VERSION OUT.tar [EXTRA_CA.pem]}
+extra_ca=${3:-}
+[ -z "$extra_ca" ] || [ -f "$extra_ca" ] || { echo "etcd-image: $extra_ca: no such file" >&2; exit 2; }
 bin=$("$root/scripts/go-tools.sh" --print | sed -n "s/^etcd-$version=//p")
 [ -x "$bin/etcd" ] || { echo "etcd-image: $bin/etcd missing (scripts/go-tools.sh etcd-$version)" >&2; exit 3; }
 cache=${HCP_CACHE:-$HOME/.cache/hcp-etcd-admission}/real-cluster
@@ -48,6 +54,7 @@ done
 # name service (getent hosts), a writable /tmp, /var/lib/etcd.
 mkdir -p "$rootfs/etc/ssl/certs" "$rootfs/tmp" "$rootfs/var/lib/etcd" "$rootfs/etc"
 cp /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/" 2>/dev/null || true
+[ -z "$extra_ca" ] || cat "$extra_ca" >> "$rootfs/etc/ssl/certs/ca-certificates.crt"
 printf 'hosts: files dns\n' > "$rootfs/etc/nsswitch.conf"
 printf 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/:/bin/sh\n' > "$rootfs/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$rootfs/etc/group"

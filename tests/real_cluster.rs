@@ -97,30 +97,8 @@ fn write_overlay(work: &Path, settings: Option<&str>) {
 /// HCPEtcdBackup one generated here, open HostedCluster/HostedControlPlane
 /// ones) and the operator's namespace.
 fn hypershift_is_installed(c: &Cluster, work: &Path) {
-    let crd = |kind: &str, plural: &str| {
-        format!(
-            r#"{{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
-"metadata":{{"name":"{plural}.hypershift.openshift.io"}},
-"spec":{{"group":"hypershift.openshift.io","scope":"Namespaced",
-"names":{{"kind":"{kind}","plural":"{plural}","singular":"{s}","listKind":"{kind}List"}},
-"versions":[{{"name":"v1beta1","served":true,"storage":true,"subresources":{{"status":{{}}}},
-"schema":{{"openAPIV3Schema":{{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}}}}]}}}}"#,
-            s = kind.to_ascii_lowercase()
-        )
-    };
-    std::fs::write(work.join("hc-crd.json"), crd("HostedCluster", "hostedclusters")).unwrap();
-    std::fs::write(work.join("hcp-crd.json"), crd("HostedControlPlane", "hostedcontrolplanes")).unwrap();
-    let backup_crd = common::root().join("crds/hypershift.openshift.io_hcpetcdbackups.yaml");
-    c.must(
-        work,
-        &format!(
-            "kubectl apply -f hc-crd.json -f hcp-crd.json -f '{}'\n\
-             kubectl wait --for=condition=Established --timeout=60s crd --all\n\
-             kubectl create namespace hypershift\n\
-             kubectl create namespace clusters",
-            backup_crd.display()
-        ),
-    );
+    c.hypershift_crds(work);
+    c.must(work, "kubectl create namespace hypershift\nkubectl create namespace clusters");
 }
 
 /// A HostedCluster or HostedControlPlane (`kind`) in `ns` whose managed etcd

@@ -1679,11 +1679,11 @@ fn a_join_interrupted_before_its_wal_never_starts_a_cluster_of_its_own(c: &mut C
     let join = PathBuf::from(format!("{}-join", stage.display()));
     let init = container(&c.sts, "initContainers", "etcd-init");
     let env = pod_env(init, &m.name, &c.ns, m.ip);
-    let wal_stage = env
-        .iter()
-        .any(|(k, _)| k == "ETCD_INIT_WAL_STAGE_DIR")
-        .then(|| host_path(&c.sts, m, "ETCD_INIT_WAL_STAGE_DIR", &c.ns))
-        .unwrap_or_else(|| stage.clone());
+    let wal_stage = if env.iter().any(|(k, _)| k == "ETCD_INIT_WAL_STAGE_DIR") {
+        host_path(&c.sts, m, "ETCD_INIT_WAL_STAGE_DIR", &c.ns)
+    } else {
+        stage.clone()
+    };
     let join_wal = PathBuf::from(format!("{}-joinwal", wal_stage.display()));
     let separate_wal = env.iter().any(|(k, _)| k == "ETCD_WAL_DIR");
     let peer_listen = format!("http://{}:2380", m.ip);

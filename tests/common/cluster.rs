@@ -136,6 +136,36 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// HyperShift's CRDs as this project meets them: the HCPEtcdBackup one
+    /// generated here, open HostedCluster/HostedControlPlane ones (only this
+    /// project's rules judge them), Established.
+    pub fn hypershift_crds(&self, work: &Path) {
+        let crd = |kind: &str, plural: &str| {
+            format!(
+                r#"{{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
+"metadata":{{"name":"{plural}.hypershift.openshift.io"}},
+"spec":{{"group":"hypershift.openshift.io","scope":"Namespaced",
+"names":{{"kind":"{kind}","plural":"{plural}","singular":"{s}","listKind":"{kind}List"}},
+"versions":[{{"name":"v1beta1","served":true,"storage":true,"subresources":{{"status":{{}}}},
+"schema":{{"openAPIV3Schema":{{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}}}}]}}}}"#,
+                s = kind.to_ascii_lowercase()
+            )
+        };
+        std::fs::write(work.join("hc-crd.json"), crd("HostedCluster", "hostedclusters")).expect("write");
+        std::fs::write(work.join("hcp-crd.json"), crd("HostedControlPlane", "hostedcontrolplanes")).expect("write");
+        let backup_crd = super::root().join("crds/hypershift.openshift.io_hcpetcdbackups.yaml");
+        self.must(
+            work,
+            &format!(
+                "kubectl apply -f hc-crd.json -f hcp-crd.json -f '{}'\n\
+                 kubectl wait --for=condition=Established --timeout=60s crd --all",
+                backup_crd.display()
+            ),
+        );
+    }
+}
+
 impl Drop for Cluster {
     /// Stops the cluster (closing the script's stdin) and removes its
     /// directory, kept after a failure for its logs.

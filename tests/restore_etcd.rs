@@ -578,6 +578,17 @@ fn cluster_id(e: &Etcd, ep: &str) -> u64 {
     v[0]["Status"]["header"]["cluster_id"].as_u64().expect("cluster id")
 }
 
+/// The member ID of `etcd-<i>` in the member list `endpoints` answer with.
+fn member_id(e: &Etcd, endpoints: &str, i: usize) -> u64 {
+    let list: Value =
+        serde_json::from_slice(&ctl(e, endpoints, &["member", "list", "-w", "json"]).stdout).expect("member list");
+    list["members"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["name"] == format!("etcd-{i}").as_str()))
+        .and_then(|m| m["ID"].as_u64())
+        .unwrap_or_else(|| panic!("etcd-{i}'s member id: {list}"))
+}
+
 fn get(e: &Etcd, ep: &str, key: &str) -> String {
     let out = ctl(e, ep, &["get", key, "--print-value-only", "--consistency=s"]);
     String::from_utf8_lossy(&out.stdout).trim().to_string()
@@ -1104,7 +1115,8 @@ async fn restore_cluster(e: Etcd, replicas: usize, subnet: u8, template: Templat
         a_full_stop_with_a_lost_volume_rejoins(&mut c);
         a_volume_of_another_member_is_never_started(&mut c);
         a_member_removed_by_hand_is_refused_until_added(&mut c);
-        a_join_interrupted_before_its_wal_never_starts_a_cluster_of_its_own(&mut c);
+        a_join_interrupted_before_its_wal_never_starts_a_cluster_of_its_own(&mut c, false);
+        a_join_interrupted_before_its_wal_never_starts_a_cluster_of_its_own(&mut c, true);
 
         if scenarios == Scenarios::All {
             // The critical case: the restored cluster takes 20 writes, every
@@ -1597,13 +1609,7 @@ fn a_member_removed_by_hand_is_refused_until_added(c: &mut Cluster) {
     let e = c.e.clone();
     let last = c.members.len() - 1;
     let live = c.endpoints[..last].join(",");
-    let list: Value =
-        serde_json::from_slice(&ctl(&e, &live, &["member", "list", "-w", "json"]).stdout).expect("member list");
-    let id = list["members"]
-        .as_array()
-        .and_then(|ms| ms.iter().find(|m| m["name"] == format!("etcd-{last}").as_str()))
-        .and_then(|m| m["ID"].as_u64())
-        .expect("etcd-2's id");
+    let id = member_id(&e, &live, last);
     c.procs[last] = None;
     // etcd refuses a remove within 5 s of a member's (re)start: retried.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -1643,18 +1649,18 @@ fn a_member_removed_by_hand_is_refused_until_added(c: &mut Cluster) {
 /// of its own, answered /health, and was placed. The state is made here by
 /// the real etcd itself (a join whose peers do not answer), as the fault
 /// left it; the retry must join the real cluster.
-fn a_join_interrupted_before_its_wal_never_starts_a_cluster_of_its_own(c: &mut Cluster) {
+///
+/// With `own_wal`: what an earlier etcd-init left after that split, a staged
+/// WAL of a one-member cluster of its own (an upgrade in the middle of a
+/// join). The resumed sync answers /health as that cluster; its cluster ID
+/// is not the joined one's, so nothing is placed, the staged data goes, and
+/// the retry joins the real cluster.
+fn a_join_interrupted_before_its_wal_never_starts_a_cluster_of_its_own(c: &mut Cluster, own_wal: bool) {
     let e = c.e.clone();
     let last = c.members.len() - 1;
     let live = c.endpoints[..last].join(",");
     let cid = cluster_id(&e, &c.endpoints[0]);
-    let list: Value =
-        serde_json::from_slice(&ctl(&e, &live, &["member", "list", "-w", "json"]).stdout).expect("member list");
-    let id = list["members"]
-        .as_array()
-        .and_then(|ms| ms.iter().find(|m| m["name"] == format!("etcd-{last}").as_str()))
-        .and_then(|m| m["ID"].as_u64())
-        .expect("the last member's id");
+    let id = member_id(&e, &live, last);
     c.procs[last] = None;
     c.wipe(last);
     // What etcd-init had done before the fault: the stamp, `member remove`,
@@ -1693,23 +1699,50 @@ fn a_join_interrupted_before_its_wal_never_starts_a_cluster_of_its_own(c: &mut C
         .args(["--listen-peer-urls", &peer_listen, "--initial-advertise-peer-urls", &peer_listen])
         .args(["--listen-client-urls", &format!("http://{}:2399", m.ip)])
         .args(["--advertise-client-urls", &format!("http://{}:2399", m.ip)])
-        .args(["--initial-cluster", &format!("{}={peer_listen},gone=http://127.0.0.1:1", m.name)])
-        .args(["--initial-cluster-state", "existing"]);
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if own_wal {
+        cmd.args(["--initial-cluster", &format!("{}={peer_listen}", m.name)]);
+    } else {
+        cmd.args(["--initial-cluster", &format!("{}={peer_listen},gone=http://127.0.0.1:1", m.name)])
+            .args(["--initial-cluster-state", "existing"]);
+    }
     if separate_wal {
         cmd.arg("--wal-dir").arg(&join_wal);
     }
-    let out = cmd.output().expect("etcd");
-    assert!(!out.status.success(), "the interrupted join's etcd ran");
-    assert!(join.join("data/member/snap/db").is_file(), "etcd wrote no db before it exited");
     let wal = if separate_wal { join_wal.clone() } else { join.join("data/member/wal") };
-    let wals = std::fs::read_dir(&wal).map(|d| d.count()).unwrap_or(0);
-    assert_eq!(wals, 0, "etcd wrote a WAL before it exited");
+    let wals = || std::fs::read_dir(&wal).map(|d| d.count()).unwrap_or(0);
+    if own_wal {
+        let own = Proc(cmd.spawn().expect("etcd"));
+        wait_healthy(&e.etcdctl, &format!("http://{}:2399", m.ip));
+        drop(own);
+        assert!(wals() > 0, "the own cluster's etcd wrote no WAL");
+    } else {
+        let out = cmd.output().expect("etcd");
+        assert!(!out.status.success(), "the interrupted join's etcd ran");
+        assert_eq!(wals(), 0, "etcd wrote a WAL before it exited");
+    }
+    assert!(join.join("data/member/snap/db").is_file(), "etcd wrote no db");
+    if own_wal {
+        // The resumed sync is of another cluster: refused, nothing placed.
+        let (code, log) = c.init(last);
+        assert_ne!(code, 0, "{log}");
+        let msg = c.termination(last);
+        assert!(
+            msg.contains("the local etcd synced as cluster") && msg.contains(&format!("not {cid:x}")),
+            "{msg}\n{log}"
+        );
+        assert!(!c.data(last).join("member").exists(), "placed a member of another cluster");
+        assert!(!join.exists(), "the staged data of another cluster was kept");
+    }
     // The kubelet's retry: the sync starts again, into the real cluster.
     let (code, log) = c.init_retried(last, Duration::from_secs(60));
     assert_eq!(code, 0, "{log}");
     assert!(c.termination(last).starts_with("JOINED: "), "{}\n{log}", c.termination(last));
-    assert!(log.contains("holds a database but no WAL"), "{log}");
-    assert!(!log.contains("resuming the first sync"), "{log}");
+    if !own_wal {
+        assert!(log.contains("holds a database but no WAL"), "{log}");
+        assert!(!log.contains("resuming the first sync"), "{log}");
+    }
     c.joined(last);
     assert_eq!(cluster_id(&e, &c.endpoints[last]), cid, "the joined member runs another cluster");
 }

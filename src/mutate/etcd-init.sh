@@ -583,7 +583,9 @@ join() {
 	J_STAMP=$(cat "$STATE/joining" 2>/dev/null || true)
 	case $J_LINE in *", true") fail "joining the cluster at $J_EP: this member ($PEER_URL) is listed as a learner (added by hand?): promote it (etcdctl member promote $J_ID) or remove it; the kubelet retries" ;; esac
 	J_CLUSTER=
+	J_RESUMED=
 	if [ "$J_STAMP" = "$J_CID" ] && [ -f "$JOIN_DIR/data/member/snap/db" ] && staged_wal && [ -n "$J_LINE" ]; then
+		J_RESUMED=yes
 		# An earlier run added this member and its first sync started: the
 		# staged member is the listed one (its ID is in the staged WAL).
 		# Resume the sync; never remove and re-add it.
@@ -680,6 +682,10 @@ join() {
 		if ! kill -0 "$CHILD" 2>/dev/null; then
 			tail -n 5 "$STAGE/join.log" >&2 || true
 			CHILD=
+			# A resumed sync that exits is not resumed again (its member may
+			# have been removed and added anew: a WAL of an old ID never
+			# joins); the retry starts it over, which can only join.
+			[ -z "$J_RESUMED" ] || rm -rf -- "$JOIN_DIR" "$JOIN_WAL"
 			fail "joining cluster $J_CID: the local etcd exited before it synced (its log is above); the kubelet retries"
 		fi
 		[ "$(date +%s)" -lt "$J_DEADLINE" ] || fail "joining cluster $J_CID: the local etcd did not sync within RESTORE_MAX_TIME_SECONDS=${MAX_TIME}s; the kubelet retries and the sync resumes"
@@ -689,10 +695,11 @@ join() {
 	# own (/health answers for a one-member cluster too): its cluster ID,
 	# read over the local socket, is the healthy cluster's.
 	set +e
-	J_STATUS=$(cd "$JOIN_DIR" && env ETCDCTL_API=3 NO_PROXY='*' no_proxy='*' etcdctl --endpoints unix://join:0 --dial-timeout 5s --command-timeout 15s endpoint status -w json 2>&1)
-	set -e
+	# (env -i: an ETCDCTL_* variable of the image must not redirect it.)
+	J_STATUS=$(cd "$JOIN_DIR" && env -i PATH="$PATH" ETCDCTL_API=3 etcdctl --endpoints unix://join:0 --dial-timeout 5s --command-timeout 15s endpoint status -w json 2>&1)
 	J_LOCAL=$(printf '%s\n' "$J_STATUS" | sed -n 's/.*"cluster_id":\([0-9][0-9]*\).*/\1/p' | head -n 1)
-	[ -z "$J_LOCAL" ] || J_LOCAL=$(printf '%x' "$J_LOCAL")
+	[ -z "$J_LOCAL" ] || J_LOCAL=$(printf '%x' "$J_LOCAL") || J_LOCAL=
+	set -e
 	kill -TERM "$CHILD" 2>/dev/null || true
 	wait "$CHILD" 2>/dev/null || true
 	CHILD=

@@ -533,6 +533,20 @@ jctl() {
 	# Never through a proxy (the members are in-namespace, as for the probes).
 	env ETCDCTL_API=3 NO_PROXY='*' no_proxy='*' etcdctl "$@" 2>&1
 }
+# staged_wal: whether the staged first sync holds etcd's WAL. A local etcd
+# writes member/snap/db when it opens its backend, before it reads the
+# cluster from the peers and writes its WAL: one that exited in between
+# (the peers unreachable, its node down, killed) leaves a db and no WAL.
+# Started on that again without --initial-cluster-state existing, etcd
+# bootstraps a new one-member cluster of its own (issue #28's split, found
+# by a fault schedule of restore_etcd and the model's resume moves).
+staged_wal() {
+	if [ -n "$WAL_DIR" ]; then SW_DIR=$JOIN_WAL; else SW_DIR=$JOIN_DIR/data/member/wal; fi
+	for SW_F in "$SW_DIR"/*.wal; do
+		[ ! -e "$SW_F" ] || return 0
+	done
+	return 1
+}
 # join <client URL of a healthy member> <its cluster ID>: this member is
 # new or lost its volume and a healthy cluster runs. It is made a member of
 # that cluster here, never handed to reset-member with an empty data dir:
@@ -549,20 +563,6 @@ jctl() {
 # local etcd joins (state existing) into the staging dir until it is
 # healthy, and its member/ moves into place. reset-member then finds
 # member/snap/db and does nothing; etcd starts as the added member.
-# staged_wal: whether the staged first sync holds etcd's WAL. A local etcd
-# writes member/snap/db when it opens its backend, before it reads the
-# cluster from the peers and writes its WAL: one that exited in between
-# (the peers unreachable, its node down, killed) leaves a db and no WAL.
-# Started on that again without --initial-cluster-state existing, etcd
-# bootstraps a new one-member cluster of its own (issue #28's split, found
-# by a fault schedule of restore_etcd and the model's resume moves).
-staged_wal() {
-	if [ -n "$WAL_DIR" ]; then SW_DIR=$JOIN_WAL; else SW_DIR=$JOIN_DIR/data/member/wal; fi
-	for SW_F in "$SW_DIR"/*.wal; do
-		[ ! -e "$SW_F" ] || return 0
-	done
-	return 1
-}
 join() {
 	J_EP=$1
 	J_CID=$2

@@ -912,6 +912,18 @@ srv.serve_forever()
 "#;
 
 impl Rig<'_> {
+    /// Runs `body` with this scenario's reconciler running beside it; the
+    /// reconciler stops when `body` ends or fails (a panic would otherwise
+    /// leave it running and the scope waiting for it).
+    fn reconciling<T>(&self, body: impl FnOnce() -> T) -> T {
+        self.reconciler.stop.store(false, Ordering::SeqCst);
+        std::thread::scope(|s| {
+            let _stop = StopOnDrop(&self.reconciler.stop);
+            s.spawn(|| self.reconciler.run(self.c, &self.work));
+            body()
+        })
+    }
+
     /// The loop to its end: `EtcdSnapshotRestored=True` (checked as
     /// upstream computes it), etcd-init out of the template, the roll done,
     /// one cluster with the snapshot's data; (when the condition was set,
@@ -964,9 +976,7 @@ impl Rig<'_> {
 fn the_first_restore_of_three_members_runs_the_whole_loop(rig: &Rig<'_>) {
     let ns = rig.ns.as_str();
     let t0 = Instant::now();
-    std::thread::scope(|s| {
-        let _stop = StopOnDrop(&rig.reconciler.stop);
-        s.spawn(|| rig.reconciler.run(rig.c, &rig.work));
+    rig.reconciling(|| {
         // The pods run this project's etcd-init, before reset-member (the
         // control-plane-operator's own appends it after, and its script
         // needs bash as sh: it would crash-loop in this image).
@@ -1011,9 +1021,7 @@ fn the_first_restore_of_three_members_runs_the_whole_loop(rig: &Rig<'_>) {
 fn a_pod_deleted_mid_restore_comes_back_into_the_same_cluster(rig: &Rig<'_>) {
     let ns = rig.ns.as_str();
     let t0 = Instant::now();
-    std::thread::scope(|s| {
-        let _stop = StopOnDrop(&rig.reconciler.stop);
-        s.spawn(|| rig.reconciler.run(rig.c, &rig.work));
+    rig.reconciling(|| {
         rig.wait("etcd-1's etcd-init running", Duration::from_secs(300), |r| r.init_running("etcd-1", "etcd-init"));
         let uid = rig.pod_uid("etcd-1");
         rig.must(&format!("kubectl -n {ns} delete pod etcd-1 --wait=false"));
@@ -1043,9 +1051,7 @@ fn the_webhook_down_during_a_restore_holds_the_statefulset_writes(rig: &Rig<'_>)
     let t0 = Instant::now();
     // Down before the first write: the create is refused, nothing exists.
     rig.stop_webhook();
-    std::thread::scope(|s| {
-        let _stop = StopOnDrop(&rig.reconciler.stop);
-        s.spawn(|| rig.reconciler.run(rig.c, &rig.work));
+    rig.reconciling(|| {
         rig.wait("a refused create", Duration::from_secs(60), |r| r.reconciler.stats().refused > 0);
         std::thread::sleep(Duration::from_secs(5));
         rig.reconciler.stop.store(true, Ordering::SeqCst);
@@ -1054,11 +1060,8 @@ fn the_webhook_down_during_a_restore_holds_the_statefulset_writes(rig: &Rig<'_>)
         assert!(!rig.sh(&format!("kubectl -n {ns} get statefulset etcd")).status.success(), "made without the webhook");
         assert_eq!(rig.store_downloads(), 0);
     });
-    rig.reconciler.stop.store(false, Ordering::SeqCst);
     rig.start_webhook();
-    std::thread::scope(|s| {
-        let _stop = StopOnDrop(&rig.reconciler.stop);
-        s.spawn(|| rig.reconciler.run(rig.c, &rig.work));
+    rig.reconciling(|| {
         rig.wait("etcd-init running", Duration::from_secs(300), |r| r.init_running("etcd-0", "etcd-init"));
         // Down mid-restore.
         let refused = rig.reconciler.stats().refused;
@@ -1069,12 +1072,9 @@ fn the_webhook_down_during_a_restore_holds_the_statefulset_writes(rig: &Rig<'_>)
         assert!(rig.init_in_template(), "etcd-init left the template without the webhook");
         rig.reconciler.stop.store(true, Ordering::SeqCst);
     });
-    rig.reconciler.stop.store(false, Ordering::SeqCst);
     // Back: the removal goes through, the roll runs, one cluster.
     rig.start_webhook();
-    std::thread::scope(|s| {
-        let _stop = StopOnDrop(&rig.reconciler.stop);
-        s.spawn(|| rig.reconciler.run(rig.c, &rig.work));
+    rig.reconciling(|| {
         let (restored_at, settled_at) = rig.completes(t0);
         rig.stays_still();
         rig.reconciler.stop.store(true, Ordering::SeqCst);
@@ -1090,9 +1090,7 @@ fn the_webhook_down_during_a_restore_holds_the_statefulset_writes(rig: &Rig<'_>)
 fn a_volume_lost_after_the_restore_rejoins_through_reset_member(rig: &Rig<'_>) {
     let ns = rig.ns.as_str();
     let t0 = Instant::now();
-    std::thread::scope(|s| {
-        let _stop = StopOnDrop(&rig.reconciler.stop);
-        s.spawn(|| rig.reconciler.run(rig.c, &rig.work));
+    rig.reconciling(|| {
         rig.completes(t0);
         let writes = rig.reconciler.stats().writes;
         assert!(rig.etcdctl("etcd-0", "put /registry/after-restore restored").status.success());
@@ -1126,9 +1124,7 @@ fn a_volume_lost_after_the_restore_rejoins_through_reset_member(rig: &Rig<'_>) {
 fn a_quorum_lost_after_the_restore_recovers_by_the_runbook(rig: &Rig<'_>) {
     let ns = rig.ns.as_str();
     let t0 = Instant::now();
-    let served = std::thread::scope(|s| {
-        let _stop = StopOnDrop(&rig.reconciler.stop);
-        s.spawn(|| rig.reconciler.run(rig.c, &rig.work));
+    let served = rig.reconciling(|| {
         rig.completes(t0);
         assert!(rig.etcdctl("etcd-0", "put /registry/after-restore written").status.success());
         let out = rig.etcdctl("etcd-0", "endpoint status -w json");
@@ -1167,11 +1163,8 @@ fn a_quorum_lost_after_the_restore_recovers_by_the_runbook(rig: &Rig<'_>) {
     rig.must(&format!("kubectl delete namespace {ns} --timeout=300s"));
     let url = rig.url.replace(&format!("/snapshots/{}.db", rig.name()), "/snapshots/rescued.db");
     rig.hosted_control_plane(&url);
-    rig.reconciler.stop.store(false, Ordering::SeqCst);
     let t1 = Instant::now();
-    std::thread::scope(|s| {
-        let _stop = StopOnDrop(&rig.reconciler.stop);
-        s.spawn(|| rig.reconciler.run(rig.c, &rig.work));
+    rig.reconciling(|| {
         let (restored_at, settled_at) = rig.completes(t1);
         for i in 0..3 {
             let got = rig.etcdctl(&format!("etcd-{i}"), "get /registry/after-restore -w fields");

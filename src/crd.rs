@@ -1,6 +1,7 @@
 //! CRD generation: the `HCPEtcdBackup` CRD and the OpenAPI schemas the
 //! local validator evaluates, all derived from the types in [`crate::api`].
 
+use crate::json_at::At;
 use kube::CustomResourceExt;
 use serde_json::Value;
 
@@ -72,7 +73,7 @@ fn normalize(v: &mut Value) {
 }
 
 fn schema_of(kind: &'static str, crd: Value) -> Result<Value, CrdError> {
-    crd.pointer("/spec/versions/0/schema/openAPIV3Schema").cloned().ok_or(CrdError::NoSchema(kind))
+    crd.at("/spec/versions/0/schema/openAPIV3Schema").cloned().ok_or(CrdError::NoSchema(kind))
 }
 
 /// The openAPIV3Schema of HCPEtcdBackup, generated from the types.

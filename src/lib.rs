@@ -24,8 +24,15 @@ pub mod catalog;
 pub mod crd;
 pub mod enforcement;
 pub mod finding;
+/// JSON pointers read without allocating.
+pub mod json_at;
 #[cfg(feature = "wasm")]
 pub mod kubewarden;
+/// The policy module's allocator: the system one until the snapshot, then
+/// fresh pages only (src/kubewarden/arena.rs says why).
+#[cfg(all(feature = "wasm", target_arch = "wasm32"))]
+#[global_allocator]
+static ALLOC: kubewarden::arena::global::PolicyAlloc = kubewarden::arena::global::PolicyAlloc;
 mod labels;
 pub mod lookup;
 pub mod mutate;

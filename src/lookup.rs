@@ -21,6 +21,7 @@
 //! every answer into a [`HcpLookup`] and fails closed on anything but exactly
 //! one HostedControlPlane.
 
+use crate::json_at::At;
 use serde_json::Value;
 
 /// Why a lookup could not answer.
@@ -104,9 +105,9 @@ impl Freshness {
         match self {
             Freshness::Cached => true,
             Freshness::Live => false,
-            Freshness::LiveUnlessCached(uids) => uids.iter().all(|uid| {
-                cached.iter().any(|h| h.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid.as_str()))
-            }),
+            Freshness::LiveUnlessCached(uids) => uids
+                .iter()
+                .all(|uid| cached.iter().any(|h| h.at("/metadata/uid").and_then(Value::as_str) == Some(uid.as_str()))),
         }
     }
 
@@ -184,7 +185,7 @@ impl Lookup for ContextObjects {
         Ok(self
             .hcps
             .iter()
-            .filter(|h| h.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace))
+            .filter(|h| h.at("/metadata/namespace").and_then(Value::as_str) == Some(namespace))
             .cloned()
             .collect())
     }
@@ -220,14 +221,12 @@ impl ContextObjects {
     fn of_kind<'a>(&'a self, kind: &'a str, namespace: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
         self.all.iter().filter(move |o| {
             o.get("kind").and_then(Value::as_str) == Some(kind)
-                && o.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace)
+                && o.at("/metadata/namespace").and_then(Value::as_str) == Some(namespace)
         })
     }
 
     fn named(&self, kind: &str, namespace: &str, name: &str) -> Option<Value> {
-        self.of_kind(kind, namespace)
-            .find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(name))
-            .cloned()
+        self.of_kind(kind, namespace).find(|o| o.at("/metadata/name").and_then(Value::as_str) == Some(name)).cloned()
     }
 }
 

@@ -6,6 +6,7 @@
 //! retries; the MutatingWebhookConfiguration's failurePolicy `Fail` covers an
 //! unreachable webhook the same way; see the README).
 
+use crate::json_at::At;
 use serde_json::Value;
 
 use super::{AdmissionRequest, Decision, DecisionInput, Operation};
@@ -23,7 +24,7 @@ pub fn mutation(req: &AdmissionRequest, input: &DecisionInput<'_>) -> Decision {
         return allow(vec![Warning::note("request.object is not an object: etcd-init restore injection skipped")]);
     };
     let namespace = req.namespace_or_object();
-    let name = sts.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let name = sts.at("/metadata/name").and_then(Value::as_str).unwrap_or_default();
     let old = req.old_object.as_ref().filter(|_| req.operation == Operation::Update);
     let m = mutate::etcd_init_at(sts, old, namespace, input.lookup, input.settings, Some(&input.now));
     let decision = match (m.denial, m.patch) {

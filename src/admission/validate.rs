@@ -61,6 +61,7 @@ pub fn warm_up() -> Result<(), WarmUpError> {
             return Err(WarmUpError::Rules { kind: t.kind(), count: errors.len(), errors });
         }
     }
+    crate::schema::regex_cache::freeze();
     Ok(())
 }
 
@@ -215,6 +216,25 @@ mod tests {
     #[test]
     fn the_core_warms_up() {
         assert!(super::warm_up().is_ok(), "{:?}", super::warm_up());
+    }
+
+    /// Every pattern of every schema is searched by a read-only DFA: a
+    /// `regex::Regex` search writes its cache (a page fault per regex per
+    /// request in a fresh Kubewarden instance; schema/regex_cache.rs).
+    #[test]
+    fn every_pattern_of_every_schema_has_a_read_only_dfa() {
+        use super::{compiled, Target};
+        let mut patterns = Vec::new();
+        for t in [Target::HcpEtcdBackups, Target::HostedClusters, Target::HostedControlPlanes] {
+            if let Some(Ok(s)) = compiled(t) {
+                patterns.extend(s.patterns());
+            }
+        }
+        assert!(patterns.len() >= 5, "{patterns:?}");
+        for p in patterns {
+            let compiled = crate::schema::regex_cache::get(&p).expect("compiles");
+            assert!(compiled.has_dfa(), "{p:?} has no DFA");
+        }
     }
 
     /// Every upstream CEL rule of every validated schema carries its id (a

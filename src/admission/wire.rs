@@ -5,6 +5,7 @@
 //! (kube-rs#1781); the apiserver requires a base64 string and rejects a
 //! `patchType` without a `patch`. So this crate owns its wire types.
 
+use crate::json_at::At;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -89,7 +90,7 @@ impl AdmissionRequest {
         self.namespace
             .as_deref()
             .filter(|n| !n.is_empty())
-            .or_else(|| self.object.as_ref()?.pointer("/metadata/namespace").and_then(Value::as_str))
+            .or_else(|| self.object.as_ref()?.at("/metadata/namespace").and_then(Value::as_str))
             .unwrap_or_default()
     }
 
@@ -97,7 +98,7 @@ impl AdmissionRequest {
     pub fn object_name(&self) -> &str {
         self.object
             .as_ref()
-            .and_then(|o| o.pointer("/metadata/name"))
+            .and_then(|o| o.at("/metadata/name"))
             .and_then(Value::as_str)
             .or(self.name.as_deref())
             .unwrap_or_default()

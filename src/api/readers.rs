@@ -4,11 +4,12 @@
 //! it a restore) fail. An HCPEtcdBackup is read the same way by the rules,
 //! which must judge objects the typed model would reject.
 
+use crate::json_at::At;
 use serde_json::Value;
 
 /// Whether etcd of this HostedControlPlane is unmanaged (no restore by us).
 pub fn unmanaged_etcd(hcp: &Value) -> bool {
-    hcp.pointer("/spec/etcd/managementType").and_then(Value::as_str) == Some("Unmanaged")
+    hcp.at("/spec/etcd/managementType").and_then(Value::as_str) == Some("Unmanaged")
 }
 
 /// The restore URL of a HostedControlPlane, when managed etcd has one.
@@ -16,7 +17,7 @@ pub fn restore_snapshot_url(hcp: &Value) -> Option<&str> {
     if unmanaged_etcd(hcp) {
         return None;
     }
-    hcp.pointer("/spec/etcd/managed/storage/restoreSnapshotURL/0").and_then(Value::as_str).filter(|u| !u.is_empty())
+    hcp.at("/spec/etcd/managed/storage/restoreSnapshotURL/0").and_then(Value::as_str).filter(|u| !u.is_empty())
 }
 
 /// Whether a restore is pending on the HostedControlPlane: a
@@ -29,7 +30,7 @@ pub fn restore_pending(hcp: &Value) -> bool {
 
 /// Whether the HostedControlPlane's `EtcdSnapshotRestored` condition is True.
 pub fn snapshot_restored(hcp: &Value) -> bool {
-    hcp.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| {
+    hcp.at("/status/conditions").and_then(Value::as_array).is_some_and(|cs| {
         cs.iter().any(|c| {
             c.get("type").and_then(Value::as_str) == Some(super::ETCD_SNAPSHOT_RESTORED)
                 && c.get("status").and_then(Value::as_str) == Some("True")
@@ -41,7 +42,7 @@ impl super::StorageType {
     /// The storage type of an HCPEtcdBackup (`None`: unknown; the controller
     /// then falls back to aws-static, which the schema makes unreachable).
     pub fn of_backup(obj: &Value) -> Option<Self> {
-        match obj.pointer("/spec/storage/storageType").and_then(Value::as_str) {
+        match obj.at("/spec/storage/storageType").and_then(Value::as_str) {
             Some("S3") => Some(Self::S3),
             Some("AzureBlob") => Some(Self::AzureBlob),
             _ => None,
@@ -66,7 +67,7 @@ impl super::StorageType {
     /// The credentials Secret name an HCPEtcdBackup gives for this storage
     /// type (`spec.storage.<block>.credentials.name`), when set.
     pub fn credentials_name(self, obj: &Value) -> Option<&str> {
-        let storage = obj.pointer("/spec/storage")?.get(self.block())?;
-        storage.pointer("/credentials/name").and_then(Value::as_str).filter(|n| !n.is_empty())
+        let storage = obj.at("/spec/storage")?.get(self.block())?;
+        storage.at("/credentials/name").and_then(Value::as_str).filter(|n| !n.is_empty())
     }
 }

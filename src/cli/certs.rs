@@ -7,6 +7,7 @@
 //! before a new CA exists. `--patch-out` writes a kustomize Component instead
 //! of editing the tracked manifests (one per cluster, GitOps-friendly).
 
+use hcp_etcd_admission::json_at::At;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -93,7 +94,7 @@ fn configs_in(path: &Path, text: &str) -> Vec<WebhookConfig> {
         if kind != "ValidatingWebhookConfiguration" && kind != "MutatingWebhookConfiguration" {
             continue;
         }
-        let name = v.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or_default();
+        let name = v.at("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or_default();
         let webhooks = v
             .get("webhooks")
             .and_then(serde_json::Value::as_array)

@@ -16,6 +16,7 @@
 
 mod emit;
 
+use hcp_etcd_admission::json_at::At;
 use std::path::PathBuf;
 
 use hcp_etcd_admission::{
@@ -211,7 +212,7 @@ const SERVED: [(&str, &str); 5] = [
 ];
 
 fn str_at<'a>(v: &'a Value, p: &str) -> &'a str {
-    v.pointer(p).and_then(Value::as_str).unwrap_or_default()
+    v.at(p).and_then(Value::as_str).unwrap_or_default()
 }
 
 /// Edit distance (for "did you mean").

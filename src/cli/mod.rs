@@ -14,6 +14,7 @@ pub mod rules;
 pub mod serve;
 
 use anyhow::Context as _;
+use hcp_etcd_admission::json_at::At;
 
 /// Whether an error is a closed stdout (`| head`): the command then ends
 /// quietly with exit 0, as a reader that stopped reading asked for.
@@ -101,7 +102,7 @@ fn settings_document(doc: serde_json::Value) -> Result<serde_json::Value, String
             input::parse_settings_text(text).map_err(|e| format!("data[\"settings.yaml\"]: {e}"))?
         }
         "ClusterAdmissionPolicy" | "AdmissionPolicy" if api_version.starts_with("policies.kubewarden.io/") => {
-            doc.pointer("/spec/settings").cloned().unwrap_or(Value::Null)
+            doc.at("/spec/settings").cloned().unwrap_or(Value::Null)
         }
         _ => doc,
     };

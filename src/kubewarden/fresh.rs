@@ -16,6 +16,7 @@
 //! Pure over two closures, so it is tested natively; `guest.rs` passes the
 //! host calls.
 
+use crate::json_at::At;
 use serde_json::{json, Value};
 
 use crate::lookup::{Freshness, LookupError};
@@ -37,7 +38,7 @@ pub fn hosted_control_planes(
     let live: Vec<Value> = listed
         .iter()
         .map(|cached| {
-            let name = cached.pointer("/metadata/name").and_then(Value::as_str).ok_or_else(|| {
+            let name = cached.at("/metadata/name").and_then(Value::as_str).ok_or_else(|| {
                 LookupError::Failed(format!(
                     "policy-server listed a HostedControlPlane in {namespace} without metadata.name"
                 ))
@@ -47,8 +48,8 @@ pub fn hosted_control_planes(
                     "the live read of HostedControlPlane {namespace}/{name} (get_resource, disable_cache) failed: {e}; the etcd StatefulSet is decided from a live read, never from policy-server's list cache alone"
                 ))
             })?;
-            let same = live.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
-                && live.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace);
+            let same = live.at("/metadata/name").and_then(Value::as_str) == Some(name)
+                && live.at("/metadata/namespace").and_then(Value::as_str) == Some(namespace);
             if same {
                 Ok(live)
             } else {
@@ -62,7 +63,7 @@ pub fn hosted_control_planes(
     // StatefulSet's owner reference is all there is): the decision would rest
     // on the others alone, where the server's live LIST would see it too.
     if let Freshness::LiveUnlessCached(uids) = freshness {
-        let has = |uid: &String| live.iter().any(|h| h.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid));
+        let has = |uid: &String| live.iter().any(|h| h.at("/metadata/uid").and_then(Value::as_str) == Some(uid));
         if let Some(missing) = uids.iter().find(|uid| !has(uid)) {
             return Err(LookupError::Failed(format!(
                 "the StatefulSet's owner HostedControlPlane (uid {missing}) is not among those policy-server lists in {namespace} (its cache is behind): decided once it is"

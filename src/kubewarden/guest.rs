@@ -122,9 +122,23 @@ fn validate_settings(payload: &[u8]) -> CallResult {
     Ok(serde_json::to_vec(&kubewarden::validate_settings(payload))?)
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn wapc_init() {
+/// Set once the operations are registered: in the shipped module, by the
+/// pre-initialisation, so a fresh instance's `wapc_init` writes nothing
+/// (registering again rewrites the registry's pages: copy-on-write faults).
+static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Registers the waPC operations (once per instance, or once in the snapshot).
+pub fn register() {
+    if REGISTERED.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     guest::register_function("validate", validate);
     guest::register_function("validate_settings", validate_settings);
     guest::register_function("protocol_version", kubewarden_policy_sdk::protocol_version_guest);
+    REGISTERED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn wapc_init() {
+    register();
 }

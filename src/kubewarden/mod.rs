@@ -11,6 +11,8 @@
 //! mutation `mutated_object` is the request object with the core's JSON patch
 //! applied (Kubewarden computes the patch back from it).
 
+/// The allocator after the snapshot (fresh pages; the image stays read-only).
+pub mod arena;
 /// Live reads where the core asks for them (policy-server lists from a cache).
 pub mod fresh;
 /// Build-time pre-initialisation of the policy module (wizer).
@@ -20,6 +22,7 @@ pub mod preinit;
 #[cfg(target_arch = "wasm32")]
 pub mod guest;
 
+use crate::json_at::At;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -209,7 +212,7 @@ pub fn absent_or_failed<T>(host_error: &str) -> Result<Option<T>, crate::lookup:
 
 /// The one object of a host-call List answer narrowed by name.
 pub fn single_item(answer: &[u8], name: &str) -> Result<Option<Value>, String> {
-    Ok(list_items(answer)?.into_iter().find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(name)))
+    Ok(list_items(answer)?.into_iter().find(|o| o.at("/metadata/name").and_then(Value::as_str) == Some(name)))
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 //! the snapshot (see the README's Kubewarden section for why that is
 //! acceptable here).
 
+use crate::json_at::At;
 use serde_json::{json, Value};
 
 use crate::{admission, kubewarden, lookup::ContextObjects};
@@ -52,8 +53,8 @@ fn request(uid: &str, resource: &str, operation: &str, object: &Value, old: Opti
         "resource": {"group": group, "version": version, "resource": resource},
         "requestKind": {"group": group, "version": version, "kind": kind},
         "requestResource": {"group": group, "version": version, "resource": resource},
-        "name": object.pointer("/metadata/name"),
-        "namespace": object.pointer("/metadata/namespace"),
+        "name": object.at("/metadata/name"),
+        "namespace": object.at("/metadata/namespace"),
         "operation": operation,
         "userInfo": {"username": "system:serviceaccount:openshift-adp:velero", "groups": ["system:authenticated"]},
         "object": object,
@@ -195,6 +196,11 @@ pub extern "C" fn wizer_initialize() {
     let problems = warm_up();
     // A rule or regex that does not compile fails the build, not a request.
     assert!(problems.is_empty(), "pre-initialisation: {problems:?}");
+    drop(problems);
+    // The operations are registered in the snapshot (`wapc_init` then writes nothing) …
+    crate::kubewarden::guest::register();
+    // … and every allocation from here on comes from fresh pages.
+    crate::kubewarden::arena::global::freeze();
 }
 
 #[cfg(test)]

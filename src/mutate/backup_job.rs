@@ -20,6 +20,7 @@
 //! default is not `deny`: a backup lost to a check nobody has watched yet
 //! would be worse than the unverified backup.
 
+use crate::json_at::At;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use serde_json::{json, Value};
 
@@ -117,7 +118,7 @@ pub fn verify_at(job: &Value, settings: &Settings, exempt: bool) -> JobMutation 
         return unchanged(Verify::NotApplicable, Vec::new());
     }
     let Some(enforce) = enforced(settings, exempt) else { return unchanged(Verify::Off, Vec::new()) };
-    let inits = job.pointer(super::LIST).and_then(Value::as_array);
+    let inits = job.at(super::LIST).and_then(Value::as_array);
     let inits = inits.map(Vec::as_slice).unwrap_or_default();
     if inits.iter().any(|c| c["name"] == VERIFY_CONTAINER) {
         return unchanged(Verify::AlreadyThere, Vec::new());
@@ -159,7 +160,7 @@ pub fn verify_at(job: &Value, settings: &Settings, exempt: bool) -> JobMutation 
 fn fail_job_rule(job: &Value) -> PatchOperation {
     let rule = json!({"action": "FailJob", "onExitCodes": {"containerName": VERIFY_CONTAINER, "operator": "In", "values": [1]}});
     let tokens = ["spec", "podFailurePolicy"];
-    if job.pointer("/spec/podFailurePolicy/rules").is_some_and(Value::is_array) {
+    if job.at("/spec/podFailurePolicy/rules").is_some_and(Value::is_array) {
         let mut path = json_patch::jsonptr::PointerBuf::from_tokens(tokens);
         path.push_back("rules");
         path.push_back("0");
@@ -294,7 +295,7 @@ mod tests {
         let m = verify_at(&job(), &Settings::default(), false);
         assert_eq!(m.verify, Verify::Injected { enforced: false });
         let out = applied(&job(), &m);
-        let inits = out.pointer("/spec/template/spec/initContainers").and_then(Value::as_array).expect("inits");
+        let inits = out.at("/spec/template/spec/initContainers").and_then(Value::as_array).expect("inits");
         let names: Vec<&str> = inits.iter().filter_map(|c| c["name"].as_str()).collect();
         assert_eq!(names, ["fetch-certs", "snapshot", "verify"]);
         let v = &inits[2];

@@ -4,6 +4,7 @@
 //! imagePullPolicy) are written out explicitly, so the stored, defaulted
 //! object equals what this builds and re-admission yields no patch.
 
+use crate::json_at::At;
 use serde_json::{json, Map, Value};
 
 use super::{
@@ -77,7 +78,7 @@ fn env_name(e: &Value) -> &str {
 
 /// The etcd container and its index.
 fn etcd_container(sts: &Value) -> Option<(usize, &Value)> {
-    sts.pointer("/spec/template/spec/containers")?
+    sts.at("/spec/template/spec/containers")?
         .as_array()?
         .iter()
         .enumerate()
@@ -225,7 +226,7 @@ impl Template<'_> {
     /// could match.
     fn check_identity(&self, sts: &Value, problems: &mut Vec<FieldError>) {
         let base = &self.base;
-        if let Some(r) = sts.pointer("/spec/replicas").filter(|r| r.as_u64().is_none_or(|r| r > MAX_MEMBERS)) {
+        if let Some(r) = sts.at("/spec/replicas").filter(|r| r.as_u64().is_none_or(|r| r > MAX_MEMBERS)) {
             if !r.is_null() {
                 problems.push(FieldError::invalid(
                     "spec.replicas",
@@ -236,7 +237,7 @@ impl Template<'_> {
                 ));
             }
         }
-        let replicas = sts.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1);
+        let replicas = sts.at("/spec/replicas").and_then(Value::as_u64).unwrap_or(1);
         if self.id.get(Key::Name).is_none() {
             problems.push(FieldError::required(format!("{base}.env[name=ETCD_NAME]")).with_detail(
                 "the etcd container sets no member name (env ETCD_NAME or --name; etcd would call every member \"default\"): set ETCD_NAME=$(HOSTNAME) with HOSTNAME from metadata.name",

@@ -37,6 +37,7 @@ pub mod backup_job;
 mod container;
 pub mod identity;
 
+use crate::json_at::At;
 use serde_json::Value;
 
 pub use container::{build_init_container, injected_script, STAGE_DIR_NAME};
@@ -177,7 +178,7 @@ pub fn etcd_init_at(
     now: Option<&crate::time::Now>,
 ) -> Mutation {
     let write = EtcdWrite { sts, old, namespace, settings, now };
-    let m = if sts.pointer("/metadata/name").and_then(Value::as_str) != Some(ETCD_STATEFULSET) {
+    let m = if sts.at("/metadata/name").and_then(Value::as_str) != Some(ETCD_STATEFULSET) {
         Mutation::default()
     } else {
         match the_hosted_control_plane(lookup, namespace) {
@@ -208,13 +209,13 @@ pub fn etcd_init_at(
 /// is an UPDATE whose HostedControlPlane owner a cache does not hold: the
 /// decision that can lose a restore rests on facts, never on a stale cache.
 pub fn reads(sts: &Value, create: bool) -> Option<Freshness> {
-    if sts.pointer("/metadata/name").and_then(Value::as_str) != Some(ETCD_STATEFULSET) {
+    if sts.at("/metadata/name").and_then(Value::as_str) != Some(ETCD_STATEFULSET) {
         return None;
     }
     if create {
         return Some(Freshness::Live);
     }
-    let owners = sts.pointer("/metadata/ownerReferences").and_then(Value::as_array).into_iter().flatten();
+    let owners = sts.at("/metadata/ownerReferences").and_then(Value::as_array).into_iter().flatten();
     let uids: Vec<String> = owners
         .filter(|o| o.get("kind").and_then(Value::as_str) == Some("HostedControlPlane"))
         .map(|o| o.get("uid").and_then(Value::as_str).unwrap_or_default().to_string())
@@ -227,7 +228,7 @@ pub fn reads(sts: &Value, create: bool) -> Option<Freshness> {
 /// HostedControlPlane UID, the namespace and the URL.
 pub fn restore_generation(hcp: &Value, namespace: &str, url: &str) -> String {
     use sha2::{Digest, Sha256};
-    let uid = hcp.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+    let uid = hcp.at("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
     let mut h = Sha256::new();
     for part in ["hcp-etcd-admission restore generation", uid, namespace, url] {
         h.update(part.as_bytes());
@@ -244,7 +245,7 @@ pub fn restore_generation(hcp: &Value, namespace: &str, url: &str) -> String {
 /// restore members of one cluster with revisions 10^12 apart.
 fn pinned<'a>(old: Option<&Value>, generation: &str, settings: &'a Settings) -> std::borrow::Cow<'a, Settings> {
     let env = old
-        .and_then(|o| o.pointer(LIST))
+        .and_then(|o| o.at(LIST))
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -281,7 +282,7 @@ fn env_value<'v>(env: &'v [Value], name: &str) -> Option<&'v str> {
 /// wrote fewer than 10^7 revisions a second. Int64 holds it until the year
 /// 2999. `0` (no floor) without a readable creation time.
 pub fn revision_floor(hcp: &Value) -> u64 {
-    hcp.pointer("/metadata/creationTimestamp")
+    hcp.at("/metadata/creationTimestamp")
         .and_then(Value::as_str)
         .and_then(|t| crate::time::parse_rfc3339(t).ok())
         .and_then(|t| u64::try_from(t).ok())
@@ -294,7 +295,7 @@ pub fn revision_floor(hcp: &Value) -> u64 {
 /// hosted cluster's volume, or one a recreated HostedControlPlane of the same
 /// name left behind (a retained PersistentVolume bound again).
 pub fn volume_owner(hcp: &Value, namespace: &str) -> String {
-    let uid = hcp.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+    let uid = hcp.at("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
     format!("{namespace} (HostedControlPlane UID {uid})")
 }
 
@@ -314,8 +315,8 @@ pub const REVISION_FLOOR_PER_SECOND: u64 = 10_000_000;
 /// tests/restore_model finds both).
 fn all_ready(old: Option<&Value>) -> Option<(u64, u64)> {
     let old = old?;
-    let replicas = old.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1);
-    let ready = old.pointer("/status/readyReplicas").and_then(Value::as_u64)?;
+    let replicas = old.at("/spec/replicas").and_then(Value::as_u64).unwrap_or(1);
+    let ready = old.at("/status/readyReplicas").and_then(Value::as_u64)?;
     (replicas > 0 && ready >= replicas).then_some((ready, replicas))
 }
 
@@ -421,7 +422,7 @@ fn list_pointer(item: Option<String>) -> json_patch::jsonptr::PointerBuf {
 }
 
 fn init_names(sts: &Value) -> Option<Vec<Option<String>>> {
-    sts.pointer(LIST)
+    sts.at(LIST)
         .and_then(Value::as_array)
         .map(|a| a.iter().map(|c| c.get("name").and_then(Value::as_str).map(str::to_string)).collect())
 }
@@ -464,7 +465,7 @@ const URL_FIELD: &str = "spec.template.spec.initContainers[name=etcd-init].env[n
 /// or the denial that says the object does not carry it. Never shows either
 /// URL: both are bearer credentials. Linear in the init containers' env.
 fn rendered_url(sts: &Value, url: &str) -> Result<UrlSource, FieldError> {
-    let inits = sts.pointer(LIST).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let inits = sts.at(LIST).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     // The value etcd-init must carry: the kubelet expands `$$` and `$(VAR)`
     // in env values, so a `$` travels doubled (what the injected container
     // holds). The control-plane-operator writes the URL as it is, which is
@@ -530,7 +531,7 @@ fn rendered_url(sts: &Value, url: &str) -> Result<UrlSource, FieldError> {
 fn init_container_patch(sts: &Value, mut container: Value, source: UrlSource) -> Option<json_patch::Patch> {
     use json_patch::{AddOperation, CopyOperation, PatchOperation, RemoveOperation};
     let names = init_names(sts).unwrap_or_default();
-    let current = sts.pointer(LIST).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let current = sts.at(LIST).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let others: Vec<usize> = names.iter().enumerate().filter(|(_, n)| !is_init(n)).map(|(i, _)| i).collect();
     let stale: Vec<usize> = names.iter().enumerate().filter(|(_, n)| is_init(n)).map(|(i, _)| i).collect();
     // Where etcd-init belongs: before reset-member, else after everything.
@@ -960,7 +961,7 @@ mod tests {
     fn injected_env(sts: &Value, m: &Mutation, name: &str) -> Option<String> {
         let mut p = sts.clone();
         json_patch::patch(&mut p, m.patch.as_ref()?).ok()?;
-        let inits = p.pointer(LIST)?.as_array()?.clone();
+        let inits = p.at(LIST)?.as_array()?.clone();
         let init = inits.iter().find(|c| c["name"] == INIT_CONTAINER)?;
         env_value(init["env"].as_array()?, name).map(str::to_string)
     }
@@ -990,7 +991,7 @@ mod tests {
         assert_eq!(injected_env(&three, &m, "RESTORE_ALLOW_WITHOUT_REVISION_BUMP").as_deref(), Some("false"));
         let mut next = three.clone();
         json_patch::patch(&mut next, &m.patch.expect("patch")).expect("applies");
-        assert_eq!(next.pointer(LIST), stored.pointer(LIST), "the template must not change mid-restore");
+        assert_eq!(next.at(LIST), stored.at(LIST), "the template must not change mid-restore");
         // Another restore (another generation in the stored object) takes the setting.
         let mut other = stored.clone();
         let list = other.pointer_mut(LIST).and_then(Value::as_array_mut).expect("list");

@@ -1,6 +1,7 @@
 //! KMS key ARN facts the schema regex cannot see: SSE-KMS needs a key in the
 //! bucket's region, and a key's partition is fixed by its region.
 
+use crate::json_at::At;
 use serde_json::Value;
 
 use super::{changed_str, Findings, RuleInfo, Severity};
@@ -79,7 +80,7 @@ pub fn check_backup(obj: &Value, old: Option<&Value>, f: &mut Findings) {
     let region_changed = changed_str(obj, old, "/spec/storage/s3/region");
     if arn_changed.is_some() || region_changed.is_some() {
         if let (Some(arn), Some(region)) =
-            (obj.pointer(ARN).and_then(Value::as_str), obj.pointer("/spec/storage/s3/region").and_then(Value::as_str))
+            (obj.at(ARN).and_then(Value::as_str), obj.at("/spec/storage/s3/region").and_then(Value::as_str))
         {
             if let Some(parsed) = parse(arn) {
                 if parsed.region != region {

@@ -21,6 +21,7 @@ pub use backup::VERIFIED as BACKUP_VERIFIED;
 /// The rules about a restore URL's expiry (the clock, not the object).
 pub use restore_url::{sha256_fragment as restore_url_sha256_fragment, INIT_URL_EXPIRY, URL_EXPIRED, URL_EXPIRING};
 
+use crate::json_at::At;
 use serde_json::Value;
 
 pub use crate::finding::Severity;
@@ -106,8 +107,8 @@ pub struct RuleContext<'a> {
 
 /// The string at a JSON pointer, when it changed from `old` (or on CREATE).
 fn changed_str<'a>(obj: &'a Value, old: Option<&Value>, pointer: &str) -> Option<&'a str> {
-    let v = obj.pointer(pointer)?;
-    if old.and_then(|o| o.pointer(pointer)) == Some(v) {
+    let v = obj.at(pointer)?;
+    if old.and_then(|o| o.at(pointer)) == Some(v) {
         return None;
     }
     v.as_str()

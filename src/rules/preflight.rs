@@ -5,6 +5,7 @@
 //!
 //! Messages carry names, key names and modes only, never a Secret value.
 
+use crate::json_at::At;
 use serde_json::Value;
 
 use super::{
@@ -94,7 +95,7 @@ fn skipped_part(f: &mut Findings, field: &str, what: &str) {
 /// A condition's reason, when `BackupCompleted` is present.
 fn backup_state(backup: &Value) -> (Option<&str>, Option<&str>) {
     let cond = backup
-        .pointer("/status/conditions")
+        .at("/status/conditions")
         .and_then(Value::as_array)
         .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("BackupCompleted")));
     match cond {
@@ -194,11 +195,11 @@ pub fn check(obj: &Value, namespace: &str, lookup: Option<&dyn Lookup>, settings
 /// denies; one that has not finished for another reason warns, and one
 /// waiting for its credentials Secret warns that it is the one at risk.
 fn serial_guard(obj: &Value, namespace: &str, backups: &[Value], f: &mut Findings) {
-    let own = obj.pointer("/metadata/name").and_then(Value::as_str);
+    let own = obj.at("/metadata/name").and_then(Value::as_str);
     let mut others: Vec<(&str, Option<&str>, Option<&str>)> = backups
         .iter()
         .filter_map(|b| {
-            let name = b.pointer("/metadata/name").and_then(Value::as_str)?;
+            let name = b.at("/metadata/name").and_then(Value::as_str)?;
             let (status, reason) = backup_state(b);
             (Some(name) != own && !terminal(status, reason)).then_some((name, status, reason))
         })
@@ -243,8 +244,8 @@ fn etcd_ready(lookup: &dyn Lookup, namespace: &str, f: &mut Findings) {
                 .to_string(),
         ),
         Ok(Some(sts)) => {
-            let want = sts.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
-            let ready = sts.pointer("/status/readyReplicas").and_then(Value::as_i64).unwrap_or(0);
+            let want = sts.at("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
+            let ready = sts.at("/status/readyReplicas").and_then(Value::as_i64).unwrap_or(0);
             if ready < want {
                 f.warn(
                     &ETCD_READY,

@@ -7,6 +7,7 @@
 //! Presigned URLs are bearer credentials: every message here shows the URL
 //! redacted to scheme://host/path.
 
+use crate::json_at::At;
 use serde_json::Value;
 
 use super::{Findings, RuleContext, RuleInfo, Severity};
@@ -198,10 +199,10 @@ const MAX_URLS: usize = 1;
 
 pub fn check(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>, f: &mut Findings) {
     const POINTER: &str = "/spec/etcd/managed/storage/restoreSnapshotURL";
-    let Some(urls) = obj.pointer(POINTER).and_then(Value::as_array) else {
+    let Some(urls) = obj.at(POINTER).and_then(Value::as_array) else {
         return;
     };
-    let old_urls = old.and_then(|o| o.pointer(POINTER)).and_then(Value::as_array);
+    let old_urls = old.and_then(|o| o.at(POINTER)).and_then(Value::as_array);
     // Only the items the schema allows (`maxItems: 1`) are judged: a longer
     // list is denied by the schema (Too many), which the apiserver checks
     // before any webhook; judging every item of one a direct caller sends

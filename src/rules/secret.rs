@@ -6,6 +6,7 @@
 //!
 //! Never a value in the output: key names, modes and fixed text only.
 
+use crate::json_at::At;
 use serde_json::Value;
 
 use super::{
@@ -35,7 +36,7 @@ pub const MODE: RuleInfo = RuleInfo {
 
 /// Whether a Secret carries the etcd-backup label.
 pub fn labelled(secret: &Value) -> bool {
-    secret.pointer("/metadata/labels").and_then(|l| l.get(LABEL)).and_then(Value::as_str) == Some("true")
+    secret.at("/metadata/labels").and_then(|l| l.get(LABEL)).and_then(Value::as_str) == Some("true")
 }
 
 /// Whether a labelled Secret's content is usable for some storage type

@@ -13,7 +13,7 @@ mod cel_eval;
 mod convert;
 mod field_error;
 mod object_meta;
-mod regex_cache;
+pub(crate) mod regex_cache;
 mod rule_tree;
 pub use rule_tree::RuleIds;
 mod structural;
@@ -105,11 +105,9 @@ impl CompiledCrdSchema {
         self.rules().into_iter().filter(|r| r.id.is_none()).map(text).collect()
     }
 
-    /// Compiles every regex this schema's checks use (OpenAPI `pattern`s and the
-    /// literal patterns of `matches()` in its CEL rules) into the per-thread
-    /// cache, so no request pays for a first compile; returns the patterns that
-    /// do not compile.
-    pub fn compile_regexes(&self) -> Vec<String> {
+    /// Every regex this schema's checks use: OpenAPI `pattern`s and the
+    /// literal patterns of `matches()` in its CEL rules (sorted, once each).
+    pub fn patterns(&self) -> Vec<String> {
         fn schema_patterns(v: &Value, out: &mut Vec<String>) {
             match v {
                 Value::Object(o) => {
@@ -131,7 +129,13 @@ impl CompiledCrdSchema {
         }
         patterns.sort();
         patterns.dedup();
-        patterns.into_iter().filter(|p| regex_cache::get(p).is_err()).collect()
+        patterns
+    }
+
+    /// Compiles every regex of [`Self::patterns`] into the cache, so no
+    /// request pays for a first compile; returns the patterns that do not compile.
+    pub fn compile_regexes(&self) -> Vec<String> {
+        self.patterns().into_iter().filter(|p| regex_cache::get(p).is_err()).collect()
     }
 
     /// The OpenAPI schema this was compiled from.

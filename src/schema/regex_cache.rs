@@ -1,32 +1,174 @@
-//! Compiled regexes, kept for the life of the thread.
+//! Compiled regexes, kept for the life of the process.
 //!
 //! The `cel` crate compiles the pattern of `matches()` on every call (19–128 µs
 //! measured), and OpenAPI `pattern` checks need the same. Patterns come from
 //! our own schema, not from requests, so the set is small and fixed; the cap
 //! only guards against a future caller passing request data as a pattern.
-//! Per thread, not behind a lock: the server's workers never contend for it.
+//!
+//! *Read-only once warm:* a `regex::Regex` writes to its lazy DFA's cache on
+//! every search, and the cache lives wherever the regex was compiled. In the
+//! Kubewarden module every request runs on a fresh copy-on-write instance of
+//! the pre-initialised memory, so each regex a request used cost a page
+//! fault and a 4 KiB copy (issue #35). Every pattern here is therefore also
+//! compiled to a full DFA, which a search only reads, and [`freeze`] (the end
+//! of `admission::warm_up`) turns the cache into a map no lookup writes to
+//! (no lock, no `RefCell` borrow, no reference count). A pattern whose DFA
+//! would be too large, or a search the DFA gives up on (a Unicode word
+//! boundary next to non-ASCII text), uses the `regex::Regex`: same syntax,
+//! same answer.
 
-use std::{cell::RefCell, collections::HashMap, rc::Rc};
+use std::{cell::RefCell, collections::HashMap, sync::OnceLock};
 
 use regex::Regex;
+use regex_automata::{
+    dfa::{dense, Automaton},
+    Input,
+};
 
 const MAX_CACHED: usize = 512;
+/// A DFA larger than this is not built (the regex serves the pattern).
+const DFA_SIZE_LIMIT: usize = 1 << 20;
 
-thread_local! {
-    static CACHE: RefCell<HashMap<String, Rc<Regex>>> = RefCell::new(HashMap::new());
+/// One compiled pattern.
+#[derive(Debug)]
+pub struct Pattern {
+    dfa: Option<dense::DFA<Vec<u32>>>,
+    regex: Regex,
 }
 
-/// Returns the compiled regex for `pattern`, compiling it on first use.
-pub fn get(pattern: &str) -> Result<Rc<Regex>, regex::Error> {
-    if let Some(re) = CACHE.with(|c| c.borrow().get(pattern).cloned()) {
-        return Ok(re);
+impl Pattern {
+    fn new(pattern: &str) -> Result<Self, regex::Error> {
+        let regex = Regex::new(pattern)?;
+        let dfa = dense::Builder::new()
+            .configure(
+                dense::Config::new()
+                    .dfa_size_limit(Some(DFA_SIZE_LIMIT))
+                    .determinize_size_limit(Some(DFA_SIZE_LIMIT))
+                    .unicode_word_boundary(true),
+            )
+            .build(pattern)
+            .ok();
+        Ok(Self { dfa, regex })
     }
-    let re = Rc::new(Regex::new(pattern)?);
-    CACHE.with(|c| {
-        let mut map = c.borrow_mut();
-        if map.len() < MAX_CACHED {
-            map.insert(pattern.to_string(), Rc::clone(&re));
+
+    /// Whether `haystack` has a match anywhere (as `Regex::is_match`).
+    pub fn is_match(&self, haystack: &str) -> bool {
+        if let Some(dfa) = &self.dfa {
+            if let Ok(found) = dfa.try_search_fwd(&Input::new(haystack).earliest(true)) {
+                return found.is_some();
+            }
         }
-    });
-    Ok(re)
+        self.regex.is_match(haystack)
+    }
+
+    /// Whether searches use the read-only DFA (tests).
+    #[cfg(test)]
+    pub fn has_dfa(&self) -> bool {
+        self.dfa.is_some()
+    }
+}
+
+/// A compiled pattern: shared for the life of the process, or (past the
+/// cache's cap) this caller's own.
+#[derive(Debug)]
+pub enum Compiled {
+    Shared(&'static Pattern),
+    Own(Box<Pattern>),
+}
+
+impl std::ops::Deref for Compiled {
+    type Target = Pattern;
+    fn deref(&self) -> &Pattern {
+        match self {
+            Compiled::Shared(p) => p,
+            Compiled::Own(p) => p,
+        }
+    }
+}
+
+thread_local! {
+    static CACHE: RefCell<HashMap<String, &'static Pattern>> = RefCell::new(HashMap::new());
+}
+
+/// The patterns compiled before [`freeze`]: read by every thread, written by none.
+static FROZEN: OnceLock<HashMap<String, &'static Pattern>> = OnceLock::new();
+
+/// Returns the compiled regex for `pattern`, compiling it on first use.
+pub fn get(pattern: &str) -> Result<Compiled, regex::Error> {
+    if let Some(p) = FROZEN.get().and_then(|f| f.get(pattern)) {
+        return Ok(Compiled::Shared(p));
+    }
+    if let Some(p) = CACHE.with(|c| c.borrow().get(pattern).copied()) {
+        return Ok(Compiled::Shared(p));
+    }
+    let compiled = Pattern::new(pattern)?;
+    Ok(CACHE.with(|c| {
+        let mut map = c.borrow_mut();
+        if map.len() >= MAX_CACHED {
+            return Compiled::Own(Box::new(compiled));
+        }
+        // Kept for the life of the process (at most MAX_CACHED per thread).
+        let shared: &'static Pattern = Box::leak(Box::new(compiled));
+        map.insert(pattern.to_string(), shared);
+        Compiled::Shared(shared)
+    }))
+}
+
+/// Makes this thread's compiled patterns the shared, read-only set (once per
+/// process: later calls do nothing). `admission::warm_up` calls it after
+/// compiling every pattern of every schema.
+pub fn freeze() {
+    let patterns = CACHE.with(|c| c.borrow().clone());
+    let _ = FROZEN.set(patterns);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dfa_answers_as_the_regex_does() {
+        let cases: &[(&str, &[&str])] = &[
+            (r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", &["etcd", "Etcd", "a-", "", "ab-c", "é"]),
+            (
+                r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/.+$",
+                &["arn:aws:kms:us-east-1:123456789012:key/x", "arn:aws:kms::1:key/"],
+            ),
+            (r"\bfoo\b", &["a foo b", "afoob", "é foo é", "éfooé"]),
+            (r"[\p{L}]+", &["abc", "123", "ü"]),
+            (r"", &["", "x"]),
+        ];
+        for (pattern, haystacks) in cases {
+            let p = get(pattern).expect("compiles");
+            let re = Regex::new(pattern).expect("compiles");
+            for h in *haystacks {
+                assert_eq!(p.is_match(h), re.is_match(h), "{pattern:?} on {h:?}");
+            }
+        }
+        assert!(get(r"^[a-z]+$").expect("compiles").has_dfa());
+    }
+
+    #[test]
+    fn a_pattern_that_does_not_compile_is_an_error() {
+        assert!(get("(").is_err());
+    }
+
+    #[test]
+    fn frozen_patterns_are_served_to_every_thread() {
+        let pattern = r"^frozen-[0-9]+$";
+        get(pattern).expect("compiles");
+        freeze();
+        let other = std::thread::spawn(move || {
+            let from_frozen = FROZEN.get().is_some_and(|f| f.contains_key(pattern));
+            let p = get(pattern).expect("compiles");
+            (from_frozen, p.is_match("frozen-1"), CACHE.with(|c| c.borrow().len()))
+        })
+        .join()
+        .expect("thread");
+        // Another test may have frozen first: then the pattern is in this thread's cache only.
+        if other.0 {
+            assert_eq!(other.2, 0, "served from the frozen set, nothing compiled again");
+        }
+        assert!(other.1);
+    }
 }

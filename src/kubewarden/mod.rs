@@ -15,6 +15,8 @@
 pub mod arena;
 /// Live reads where the core asks for them (policy-server lists from a cache).
 pub mod fresh;
+/// The mutated object's JSON, with the restore script escaped once per process.
+pub mod mutated_json;
 /// Build-time pre-initialisation of the policy module (wizer).
 pub mod preinit;
 
@@ -40,7 +42,7 @@ pub struct ValidationResponse {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<u16>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "mutated_json::serialize")]
     pub mutated_object: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warnings: Option<Vec<String>>,

@@ -34,7 +34,7 @@
 //! cluster ID mismatch instead of merging raft logs.
 
 pub mod backup_job;
-mod container;
+pub(crate) mod container;
 pub mod identity;
 
 use crate::json_at::At;

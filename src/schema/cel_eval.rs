@@ -178,7 +178,10 @@ impl Walker<'_, '_> {
         if let Some(old) = &old_cel {
             ctx.add_variable_from_value("oldSelf", old.clone());
         }
-        let site = self.site(node, unchanged, path);
+        // Where the node's findings report: rendered only when a rule fails or breaks.
+        let mut site: Option<Site<'_>> = None;
+        let version = self.version;
+        let mut site_of = || site.get_or_insert_with(|| Self::site(version, node, unchanged, path)).clone();
         for rule in rules {
             if node.old.is_none() && rule.transition() {
                 continue; // transition rules run only on UPDATE with an old value
@@ -188,7 +191,7 @@ impl Walker<'_, '_> {
             let program = match rule.program() {
                 Ok(p) => p,
                 Err(e) => {
-                    self.rule_broke(rule, &site, format!("{e}: {}", rule.rule));
+                    self.rule_broke(rule, &site_of(), format!("{e}: {}", rule.rule));
                     continue;
                 }
             };
@@ -197,7 +200,7 @@ impl Walker<'_, '_> {
             // whatever cel made of it (cel-go fails the whole expression).
             let result = match touched_invalid(rule.reads(), node.schema, &this, old_cel.as_ref(), self.version) {
                 Some(Touch::Error(text)) => {
-                    self.rule_broke(rule, &site, format!("{text} evaluating rule: {named}"));
+                    self.rule_broke(rule, &site_of(), format!("{text} evaluating rule: {named}"));
                     continue;
                 }
                 // A set compared whole with a wrong-typed item: cel-go's set
@@ -207,26 +210,28 @@ impl Walker<'_, '_> {
             };
             match result {
                 Ok(Cel::Bool(true)) => {}
-                Ok(Cel::Bool(false)) => self.rule_failed(rule, &site),
+                Ok(Cel::Bool(false)) => self.rule_failed(rule, &site_of()),
                 Ok(other) => {
                     let text = format!("rule did not evaluate to bool: {other:?} evaluating rule: {named}");
-                    self.rule_broke(rule, &site, redact_urls_in(&text));
+                    self.rule_broke(rule, &site_of(), redact_urls_in(&text));
                 }
-                Err(e) => {
-                    self.rule_broke(rule, &site, format!("{} evaluating rule: {named}", eval_error_text(&e, &this)))
-                }
+                Err(e) => self.rule_broke(
+                    rule,
+                    &site_of(),
+                    format!("{} evaluating rule: {named}", eval_error_text(&e, &this)),
+                ),
             }
         }
     }
 
     /// Where the rules of `node` report: its path, and the value their errors show.
-    fn site<'p>(&self, node: &Node<'_>, unchanged: bool, path: &'p str) -> Site<'p> {
+    fn site<'p>(version: KubernetesVersion, node: &Node<'_>, unchanged: bool, path: &'p str) -> Site<'p> {
         // Errors of the rules themselves (compile, evaluation) show the
         // schema type at the node; a rule that is false shows what the
         // version shows.
         let schema_type = node.schema.get("type").and_then(Value::as_str).unwrap_or_default();
         let type_value = format!("\"{schema_type}\"");
-        let failed_value = if !self.version.cel_rule_shows_value() {
+        let failed_value = if !version.cel_rule_shows_value() {
             type_value.clone()
         } else if schema_type == "object" || schema_type == "array" {
             String::new() // field.OmitValueType{}
@@ -261,6 +266,7 @@ impl Walker<'_, '_> {
 }
 
 /// Where one node's rules report.
+#[derive(Clone)]
 struct Site<'p> {
     path: &'p str,
     /// The path as errors show it (`<nil>` at the root).

@@ -20,7 +20,8 @@ pub use decision::{denial_message, Cause, Decision, Denial, DenialReason, Detail
 pub use plan::{plan, ReadPlan};
 pub use validate::{warm_up, WarmUpError};
 pub use wire::{
-    parse_request, AdmissionRequest, AdmissionResponse, GroupVersionKind, GroupVersionResource, Operation, UserInfo,
+    parse_request, parse_request_owned, AdmissionRequest, AdmissionResponse, GroupVersionKind, GroupVersionResource,
+    Operation, UserInfo,
 };
 
 use serde_json::Value;

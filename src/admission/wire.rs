@@ -266,6 +266,12 @@ pub fn parse_request(request: &Value) -> Result<AdmissionRequest, String> {
     AdmissionRequest::deserialize(request).map_err(request_problem)
 }
 
+/// As [`parse_request`], from a request the caller owns: its strings, maps
+/// and lists move into the `AdmissionRequest` (no copy of the objects).
+pub fn parse_request_owned(request: Value) -> Result<AdmissionRequest, String> {
+    AdmissionRequest::deserialize(request).map_err(request_problem)
+}
+
 fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",

@@ -11,6 +11,8 @@
 //! mutation `mutated_object` is the request object with the core's JSON patch
 //! applied (Kubewarden computes the patch back from it).
 
+/// The decision's patch applied by moving its values in.
+pub mod apply;
 /// The allocator after the snapshot (fresh pages; the image stays read-only).
 pub mod arena;
 /// Live reads where the core asks for them (policy-server lists from a cache).
@@ -100,7 +102,7 @@ pub fn validate(payload: &[u8], lookup: Option<&dyn Lookup>, now: crate::time::N
         Ok(s) => s,
         Err(e) => return reject(e, 400),
     };
-    let request = match admission::parse_request(&envelope.request) {
+    let mut request = match admission::parse_request_owned(envelope.request) {
         Ok(r) => r,
         Err(problem) => return reject(problem, 400),
     };
@@ -108,11 +110,11 @@ pub fn validate(payload: &[u8], lookup: Option<&dyn Lookup>, now: crate::time::N
     let answers = lookup.map(|source| admission::plan(&request, &settings, None).read_from(source));
     let lookup = answers.as_ref().map(|a| a as &dyn Lookup);
     let input = DecisionInput { settings: &settings, lookup, now, expect: None };
-    let decision = admission::decide(&request, &input);
-    let mutated_object = match (&decision.patch, &request.object) {
-        (Some(patch), Some(object)) => {
-            let mut mutated = object.clone();
-            if let Err(e) = json_patch::patch(&mut mutated, patch) {
+    let mut decision = admission::decide(&request, &input);
+    // The request is done with: its object becomes the mutated one (no copy).
+    let mutated_object = match (decision.patch.take(), request.object.take()) {
+        (Some(patch), Some(mut mutated)) => {
+            if let Err(e) = apply::apply_moving(&mut mutated, patch) {
                 return reject(format!("internal error applying the mutation: {e}"), 500);
             }
             Some(mutated)

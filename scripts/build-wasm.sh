@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Kubewarden policy module from the same decision core:
-#   target: wasm32-wasip1, profile `wasm` (opt-level s, LTO, stripped)
+#   target: wasm32-wasip1, profile `wasm` (opt-level 3, LTO, stripped; the yardstick uses the same)
 #   then pre-initialises it (examples/preinit.rs, wasmtime-wizer): the module's
 #   `wizer-initialize` compiles every schema, CEL rule and regex once, and the
 #   snapshot is what ships, so a fresh instance (one per request in Kubewarden's

@@ -12,16 +12,22 @@ use json_patch::{AddOperation, Patch, PatchError, PatchOperation};
 use serde_json::Value;
 
 /// Applies `patch` to `doc` as `json_patch::patch` does, without cloning
-/// the values it adds. On error `doc` is left part-way (the caller drops it).
-pub fn apply_moving(doc: &mut Value, patch: Patch) -> Result<(), PatchError> {
-    for op in patch.0 {
+/// the values it adds. On error `doc` is left part-way (the caller drops
+/// it), and the error reads as json_patch's: the failed operation's index
+/// in the whole patch, its path, what went wrong.
+pub fn apply_moving(doc: &mut Value, patch: Patch) -> Result<(), String> {
+    let failed = |i: usize, e: PatchError| format!("operation '/{i}' failed at path '{}': {}", e.path, e.kind);
+    for (i, op) in patch.0.into_iter().enumerate() {
         match op {
             PatchOperation::Add(AddOperation { path, value }) => {
                 let placeholder = PatchOperation::Add(AddOperation { path: path.clone(), value: Value::Null });
-                json_patch::patch(doc, &[placeholder])?;
-                // The slot the add made: the end of a list for `-`, else the path itself.
+                json_patch::patch(doc, &[placeholder]).map_err(|e| failed(i, e))?;
+                // The slot the add made: the end of a list for `-` under a
+                // list; else the path itself (under an object `-` is a key).
                 let slot = match path.split_back() {
-                    Some((parent, last)) if last.decoded() == "-" => {
+                    Some((parent, last))
+                        if last.decoded() == "-" && doc.pointer(parent.as_str()).is_some_and(Value::is_array) =>
+                    {
                         doc.pointer_mut(parent.as_str()).and_then(Value::as_array_mut).and_then(|l| l.last_mut())
                     }
                     _ => doc.pointer_mut(path.as_str()),
@@ -30,7 +36,7 @@ pub fn apply_moving(doc: &mut Value, patch: Patch) -> Result<(), PatchError> {
                     *slot = value;
                 }
             }
-            other => json_patch::patch(doc, &[other])?,
+            other => json_patch::patch(doc, &[other]).map_err(|e| failed(i, e))?,
         }
     }
     Ok(())
@@ -55,6 +61,11 @@ mod tests {
             json!([{"op": "add", "path": "/a/9", "value": 1}]),
             json!([{"op": "remove", "path": "/nope"}]),
             json!([{"op": "add", "path": "/a/-", "value": 3}, {"op": "test", "path": "/a/2", "value": 3}]),
+            // `-` under an object is a key.
+            json!([{"op": "add", "path": "/c/-", "value": 42}]),
+            // The failed operation is named by its index in the whole patch.
+            json!([{"op": "add", "path": "/a/0", "value": 5}, {"op": "remove", "path": "/nope"}]),
+            json!([{"op": "remove", "path": "/e"}, {"op": "add", "path": "/x/y", "value": 1}]),
         ];
         for p in patches {
             let patch: Patch = serde_json::from_value(p.clone()).expect("patch");
@@ -64,7 +75,7 @@ mod tests {
             let have = apply_moving(&mut got, patch).map(|_| got);
             match (want, have) {
                 (Ok(w), Ok(h)) => assert_eq!(w, h, "{p}"),
-                (Err(w), Err(h)) => assert_eq!(w.to_string(), h.to_string(), "{p}"),
+                (Err(w), Err(h)) => assert_eq!(w.to_string(), h, "{p}"),
                 (w, h) => panic!("{p}: json_patch {w:?}, apply_moving {h:?}"),
             }
         }

@@ -17,8 +17,10 @@
 //! * keeps its state at the start of that region (the image stays
 //!   read-only: no static is written);
 //! * reuses freed blocks through power-of-two size classes (no headers: the
-//!   layout says the size), so a long-lived instance (kwctl, wasmtime-provider
-//!   hosts that keep instances) stays bounded by twice its peak use;
+//!   layout says the size; blocks are never split or merged), so a
+//!   long-lived instance (kwctl, hosts that keep instances) is bounded by the
+//!   sum over size classes of each class's peak use (at most twice the bytes
+//!   asked for, per class);
 //! * never frees a block of the snapshot: it is left where it is (bounded by
 //!   the snapshot's heap, ~1.5 MB, once per block).
 //!
@@ -197,7 +199,11 @@ pub mod global {
         fn grow(&mut self, bytes: usize) -> Option<(usize, usize)> {
             let pages = bytes.div_ceil(PAGE).max(RESERVED_PAGES);
             let old = core::arch::wasm32::memory_grow(0, pages);
-            (old != usize::MAX).then(|| (old * PAGE, (old + pages) * PAGE))
+            if old == usize::MAX {
+                return None;
+            }
+            // The last page of a full 4 GiB memory ends past usize: not usable.
+            Some((old.checked_mul(PAGE)?, old.checked_add(pages)?.checked_mul(PAGE)?))
         }
     }
 
@@ -208,8 +214,11 @@ pub mod global {
         if old == usize::MAX {
             return; // no fresh memory: stay on the system allocator
         }
-        FIRST_END.store((old + RESERVED_PAGES) * PAGE, Relaxed);
-        BASE.store(old * PAGE, Relaxed);
+        let (Some(base), Some(end)) = (old.checked_mul(PAGE), (old + RESERVED_PAGES).checked_mul(PAGE)) else {
+            return; // no room below 4 GiB: stay on the system allocator
+        };
+        FIRST_END.store(end, Relaxed);
+        BASE.store(base, Relaxed);
     }
 
     pub struct PolicyAlloc;

@@ -36,7 +36,9 @@ use crate::{
     settings::Settings,
 };
 
-/// Kubewarden's `ValidationResponse`.
+/// Kubewarden's `ValidationResponse`. Serialise it with `serde_json` only:
+/// `mutated_object` writes the restore script from a `serde_json` `RawValue`
+/// (mutated_json.rs), which other serialisers would write as a struct.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ValidationResponse {
     pub accepted: bool,

@@ -102,22 +102,17 @@ fn written_in() -> Option<(Vec<usize>, usize, (usize, usize))> {
     pagemap.seek(SeekFrom::Start((base / 4096 * 8) as u64)).ok()?;
     let mut buf = vec![0u8; (end - base) / 4096 * 8];
     pagemap.read_exact(&mut buf).ok()?;
-    let written = buf
-        .chunks_exact(8)
-        .enumerate()
-        .filter_map(|(i, e)| {
-            let v = u64::from_le_bytes(e.try_into().ok()?);
-            (v >> 63 == 1 && (v >> 61) & 1 == 0).then_some(i)
-        })
-        .collect();
-    let read: Vec<usize> = buf
-        .chunks_exact(8)
-        .enumerate()
-        .filter_map(|(i, e)| {
-            let v = u64::from_le_bytes(e.try_into().ok()?);
-            (v >> 63 == 1 && (v >> 61) & 1 == 1).then_some(i)
-        })
-        .collect();
+    // Present pages (bit 63): still the image's file page (bit 61, read only) or a private copy (written).
+    let pages = |file: u64| -> Vec<usize> {
+        buf.chunks_exact(8)
+            .enumerate()
+            .filter_map(|(i, e)| {
+                let v = u64::from_le_bytes(e.try_into().ok()?);
+                (v >> 63 == 1 && (v >> 61) & 1 == file).then_some(i)
+            })
+            .collect()
+    };
+    let (written, read) = (pages(0), pages(1));
     READ.with(|r| *r.borrow_mut() = read);
     Some((written, (ranges[image].1 - base) / 4096, (base, end)))
 }

@@ -32,9 +32,12 @@ pub fn apply_moving(doc: &mut Value, patch: Patch) -> Result<(), String> {
                     }
                     _ => doc.pointer_mut(path.as_str()),
                 };
-                if let Some(slot) = slot {
-                    *slot = value;
-                }
+                // json_patch made the slot; should it not be found, the patch
+                // fails rather than leave a `null` where the value belongs.
+                let Some(slot) = slot else {
+                    return Err(format!("operation '/{i}' failed at path '{path}': the added value has no place"));
+                };
+                *slot = value;
             }
             other => json_patch::patch(doc, &[other]).map_err(|e| failed(i, e))?,
         }

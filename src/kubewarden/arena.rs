@@ -371,12 +371,13 @@ mod tests {
             let pad = a.alloc(8, 8, end, &mut buf);
             let x = a.alloc(64, 8, end, &mut buf);
             let _keep = a.alloc(8, 8, end, &mut buf);
+            // The state (256 bytes on 64-bit) and an 8-byte block before it: x is 8 past a multiple of 16.
+            assert_ne!(x % 64, 0, "the case needs a free block that is not 64-aligned");
             a.dealloc(x, 64, 8);
             let y = a.alloc(64, 64, end, &mut buf);
             assert_eq!(y % 64, 0);
-            if x % 64 != 0 {
-                assert_ne!(x, y);
-            }
+            assert_ne!(x, y, "the misaligned free block is not handed out");
+            assert_eq!(a.alloc(64, 8, end, &mut buf), x, "it still serves a request it fits");
             assert_ne!(pad, y);
         }
     }

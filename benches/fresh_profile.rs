@@ -147,6 +147,16 @@ fn main() {
     };
     let shipped = load(wasm_host::module_path());
     let yard = load(wasm_host::yardstick_module_path());
+    if let Some(i) = std::env::args().position(|a| a == "--only") {
+        // One scenario's fresh instance and first validate, n times, nothing
+        // else: for a sampling profiler (`perf record … --only 0`).
+        let k: usize = std::env::args().nth(i + 1).and_then(|a| a.parse().ok()).unwrap_or(0);
+        let Some(s) = scenarios::scenarios().into_iter().nth(k) else { return };
+        let payload = serde_json::to_vec(&json!({"settings": {}, "request": s.review["request"]})).expect("payload");
+        let (t, f) = measure(n, || drop(black_box(fresh(&shipped, &s.context, Some(&payload)))));
+        println!("{}: {t:.1} µs, {f:.1} faults", s.name);
+        return;
+    }
     if std::env::args().any(|a| a == "--touch") {
         // The cost of read faults: the first validate on a fresh instance, with
         // and without every image page read by the host beforehand (untimed).

@@ -15,8 +15,36 @@ use crate::{
 
 type Compiled = Result<CompiledCrdSchema, crd::CrdError>;
 
+/// The compacted copies [`compact`] made, when it has run.
+static COMPACT: OnceLock<[Option<&'static Compiled>; 3]> = OnceLock::new();
+
+const VALIDATED: [Target; 3] = [Target::HcpEtcdBackups, Target::HostedClusters, Target::HostedControlPlanes];
+
+/// Copies each compiled schema (its JSON tree, its rule tree and their
+/// direct forms) and every compiled pattern into memory allocated in one
+/// run, and serves the copies
+/// from then on. The Kubewarden module calls it at the end of its
+/// pre-initialisation, when the allocator has just switched to bump
+/// allocation (src/kubewarden/arena.rs): the originals are scattered through
+/// a heap full of what compiling left behind, so a request that read them
+/// mapped a 64 KiB window of the image for nearly every schema node it
+/// visited; the copies sit in a few windows (issue #35). Once per process;
+/// the decisions are the same either way (the copies are clones).
+pub fn compact() {
+    // The patterns first: the copied rules link the copied patterns.
+    crate::schema::regex_cache::compact();
+    let copies = VALIDATED.map(|t| match compiled(t) {
+        Some(Ok(schema)) => Some(&*Box::leak(Box::new(Ok(schema.clone())))),
+        _ => None,
+    });
+    let _ = COMPACT.set(copies);
+}
+
 /// The compiled schema of a validated target (parsed once per process).
 fn compiled(target: Target) -> Option<&'static Compiled> {
+    if let Some(copy) = COMPACT.get().and_then(|c| VALIDATED.iter().zip(c).find(|(t, _)| **t == target)?.1.as_ref()) {
+        return Some(copy);
+    }
     static BACKUP: OnceLock<Compiled> = OnceLock::new();
     static HC: OnceLock<Compiled> = OnceLock::new();
     static HCP: OnceLock<Compiled> = OnceLock::new();
@@ -49,7 +77,7 @@ pub enum WarmUpError {
 /// before it decides, the Wasm module at build time: src/kubewarden/preinit.rs)
 /// and fail when it fails; the first request then pays nothing.
 pub fn warm_up() -> Result<(), WarmUpError> {
-    for t in [Target::HcpEtcdBackups, Target::HostedClusters, Target::HostedControlPlanes] {
+    for t in VALIDATED {
         let Some(compiled) = compiled(t) else { continue };
         let schema = match compiled {
             Ok(s) => s,
@@ -216,6 +244,43 @@ mod tests {
     #[test]
     fn the_core_warms_up() {
         assert!(super::warm_up().is_ok(), "{:?}", super::warm_up());
+    }
+
+    /// The compacted copies are other memory, and decide as a schema compiled
+    /// anew does (a valid and an invalid backup, CREATE and UPDATE).
+    #[test]
+    fn compacted_copies_decide_as_the_originals() {
+        use serde_json::json;
+        super::compact();
+        let copy = match super::compiled(super::Target::HcpEtcdBackups) {
+            Some(Ok(s)) => s,
+            _ => panic!("no compiled schema"),
+        };
+        let fresh = crate::schema::CompiledCrdSchema::compile_named(
+            crate::crd::hcpetcdbackup_schema().expect("schema"),
+            crate::api::upstream_rules::hcpetcdbackup,
+        );
+        assert!(super::COMPACT.get().is_some());
+        let backup = |bucket: &str| {
+            json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
+                "metadata": {"name": "b", "namespace": "ns"},
+                "spec": {"storage": {"storageType": "S3", "s3": {"bucket": bucket, "region": "us-east-1",
+                    "keyPrefix": "p", "credentials": {"name": "c"}}}}})
+        };
+        let (mut failing, mut ratcheted) = (0, 0);
+        for (object, old) in [
+            (backup("ok-bucket"), None),
+            (backup("Bad--Bucket"), None),
+            (backup("ok-bucket"), Some(backup("other"))),
+            (backup("Bad--Bucket"), Some(backup("Bad--Bucket"))),
+        ] {
+            let (a, b) = (copy.validate(&object, old.as_ref()), fresh.validate(&object, old.as_ref()));
+            assert_eq!(a, b);
+            failing += usize::from(!a.errors.is_empty());
+            ratcheted += usize::from(!a.ratcheted.is_empty());
+        }
+        // The bad bucket on CREATE and the changed spec fail; the unchanged bad bucket is ratcheted.
+        assert_eq!((failing, ratcheted), (2, 1));
     }
 
     /// Every pattern of every schema is searched by a read-only DFA: a

@@ -208,7 +208,13 @@ pub mod global {
     }
 
     /// Ends pre-initialisation: from now on every allocation comes from
-    /// fresh memory above the snapshot. Called last in `wizer-initialize`.
+    /// fresh memory above the snapshot. `wizer-initialize` calls it twice:
+    /// once before copying the compiled schemas and patterns into one run
+    /// (`admission::compact`), and last, so that the copies are part of the
+    /// snapshot and a request's allocations (and the arena's state) start
+    /// on pages of their own that are not in the image: a first write there
+    /// is a zero page, not a copy. Blocks of an earlier region are never
+    /// freed (they are below the new base).
     pub fn freeze() {
         let old = core::arch::wasm32::memory_grow(0, RESERVED_PAGES);
         if old == usize::MAX {

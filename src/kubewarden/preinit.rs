@@ -202,7 +202,11 @@ pub extern "C" fn wizer_initialize() {
     drop(problems);
     // The operations are registered in the snapshot (`wapc_init` then writes nothing) …
     crate::kubewarden::guest::register();
-    // … and every allocation from here on comes from fresh pages.
+    // … the compiled schemas and patterns are copied into one run of fresh
+    // pages (a request reads them from a few 64 KiB windows of the image) …
+    crate::kubewarden::arena::global::freeze();
+    admission::compact();
+    // … and every allocation from here on comes from fresh pages above them.
     crate::kubewarden::arena::global::freeze();
 }
 

@@ -60,11 +60,60 @@ pub fn validate(
     errors: &mut Vec<FieldError>,
     warnings: &mut Vec<FieldError>,
 ) {
+    walk_all(compiled, schema, (value, old), version, (errors, warnings), true);
+}
+
+/// [`validate`] with every rule run by the interpreter (the reference the
+/// direct forms are held to).
+#[cfg(test)]
+pub(super) fn validate_interpreted(
+    compiled: &RuleNode,
+    schema: &Value,
+    value: &Value,
+    old: Option<&Value>,
+    version: KubernetesVersion,
+    errors: &mut Vec<FieldError>,
+    warnings: &mut Vec<FieldError>,
+) {
+    walk_all(compiled, schema, (value, old), version, (errors, warnings), false);
+}
+
+fn walk_all(
+    compiled: &RuleNode,
+    schema: &Value,
+    (value, old): (&Value, Option<&Value>),
+    version: KubernetesVersion,
+    (errors, warnings): (&mut Vec<FieldError>, &mut Vec<FieldError>),
+    direct: bool,
+) {
     BASE.with(|base| {
         let node = Node { json: value, schema, old, parent_unchanged: false, cel: None };
-        let mut walker = Walker { base, version, errors, warnings };
+        let mut walker = Walker { base, version, errors, warnings, direct };
         walker.walk(compiled, node, "");
     });
+}
+
+/// What the interpreter evaluates a node's rules with: the node's CEL
+/// value, the old one when a transition rule reads it, and a scope binding
+/// them.
+struct Interpreter<'b> {
+    ctx: Context<'b>,
+    this: Cel,
+    old: Option<Cel>,
+}
+
+impl<'b> Interpreter<'b> {
+    fn new(base: &'b Context<'static>, node: &Node<'_>, rules: &[LazyRule]) -> Self {
+        let this = node.cel.clone().unwrap_or_else(|| to_cel_typed(node.json, node.schema));
+        let mut ctx = base.new_inner_scope();
+        ctx.add_variable_from_value("self", this.clone());
+        // Only transition rules read `oldSelf`: it is converted for them alone.
+        let old = node.old.filter(|_| rules.iter().any(|r| r.transition())).map(|o| to_cel_typed(o, node.schema));
+        if let Some(old) = &old {
+            ctx.add_variable_from_value("oldSelf", old.clone());
+        }
+        Self { ctx, this, old }
+    }
 }
 
 /// What stays the same through one walk, and where its findings go.
@@ -73,6 +122,9 @@ struct Walker<'b, 'o> {
     version: KubernetesVersion,
     errors: &'o mut Vec<FieldError>,
     warnings: &'o mut Vec<FieldError>,
+    /// Rules with a direct form are decided by it when it can (always, but
+    /// in the test that holds it to the interpreter).
+    direct: bool,
 }
 
 /// A node under evaluation, as apiextensions' CEL validator walks it:
@@ -113,10 +165,7 @@ impl Walker<'_, '_> {
         }
         let unchanged = node.unchanged();
         if !compiled.rules.is_empty() {
-            if node.cel.is_none() {
-                node.cel = Some(to_cel_typed(node.json, node.schema));
-            }
-            self.evaluate_rules(&compiled.rules, &node, unchanged, path);
+            self.evaluate_rules(&compiled.rules, &mut node, unchanged, path);
         }
         match node.json {
             Value::Object(obj) => {
@@ -169,21 +218,18 @@ impl Walker<'_, '_> {
         }
     }
 
-    fn evaluate_rules(&mut self, rules: &[LazyRule], node: &Node<'_>, unchanged: bool, path: &str) {
-        let mut ctx = self.base.new_inner_scope();
-        let this = node.cel.clone().unwrap_or(Cel::Null);
-        ctx.add_variable_from_value("self", this.clone());
-        // Only transition rules read `oldSelf`: it is converted for them alone.
-        let old_cel = node.old.filter(|_| rules.iter().any(|r| r.transition())).map(|o| to_cel_typed(o, node.schema));
-        if let Some(old) = &old_cel {
-            ctx.add_variable_from_value("oldSelf", old.clone());
-        }
+    fn evaluate_rules(&mut self, rules: &[LazyRule], node: &mut Node<'_>, unchanged: bool, path: &str) {
+        // The interpreter's state, made for the first rule the direct form
+        // cannot decide (most nodes never need it: no CEL copy, no scope).
+        let mut interp: Option<Interpreter<'_>> = None;
+        let base = self.base;
         // Where the node's findings report: rendered only when a rule fails or breaks.
         let mut site: Option<Site<'_>> = None;
         let version = self.version;
-        let mut site_of = || site.get_or_insert_with(|| Self::site(version, node, unchanged, path)).clone();
+        let node_ref = &*node;
+        let mut site_of = || site.get_or_insert_with(|| Self::site(version, node_ref, unchanged, path)).clone();
         for rule in rules {
-            if node.old.is_none() && rule.transition() {
+            if node_ref.old.is_none() && rule.transition() {
                 continue; // transition rules run only on UPDATE with an old value
             }
             // `ruleErrorString`: the message when there is one, else the rule.
@@ -195,10 +241,18 @@ impl Walker<'_, '_> {
                     continue;
                 }
             };
-            let result = program.execute(&ctx);
+            let direct = rule.direct().filter(|_| self.direct);
+            if let Some(holds) = direct.and_then(|d| d.eval(node_ref.json, node_ref.old, node_ref.schema)) {
+                if !holds {
+                    self.rule_failed(rule, &site_of());
+                }
+                continue;
+            }
+            let it = interp.get_or_insert_with(|| Interpreter::new(base, node_ref, rules));
+            let result = program.execute(&it.ctx);
             // A rule that reads a value of the wrong type cannot be evaluated,
             // whatever cel made of it (cel-go fails the whole expression).
-            let result = match touched_invalid(rule.reads(), node.schema, &this, old_cel.as_ref(), self.version) {
+            let result = match touched_invalid(rule.reads(), node_ref.schema, &it.this, it.old.as_ref(), self.version) {
                 Some(Touch::Error(text)) => {
                     self.rule_broke(rule, &site_of(), format!("{text} evaluating rule: {named}"));
                     continue;
@@ -215,11 +269,16 @@ impl Walker<'_, '_> {
                     let text = format!("rule did not evaluate to bool: {other:?} evaluating rule: {named}");
                     self.rule_broke(rule, &site_of(), redact_urls_in(&text));
                 }
-                Err(e) => self.rule_broke(
-                    rule,
-                    &site_of(),
-                    format!("{} evaluating rule: {named}", eval_error_text(&e, &this)),
-                ),
+                Err(e) => {
+                    let text = eval_error_text(&e, &it.this);
+                    self.rule_broke(rule, &site_of(), format!("{text} evaluating rule: {named}"))
+                }
+            }
+        }
+        // The CEL copy made for this node's rules is shared with its children.
+        if let Some(it) = interp {
+            if node.cel.is_none() {
+                node.cel = Some(it.this);
             }
         }
     }

@@ -9,6 +9,7 @@
 //! offline as from kube-apiserver.
 
 mod canonical;
+mod cel_direct;
 mod cel_eval;
 mod convert;
 mod field_error;
@@ -38,7 +39,11 @@ pub enum Scope {
 }
 
 /// A schema compiled once: structural checks read the JSON schema, CEL rules
-/// are precompiled programs.
+/// are precompiled programs. A clone is a deep copy of the schema and the
+/// rule tree (sharing the compiled programs): the Kubewarden module's
+/// pre-initialisation copies each schema into one contiguous block
+/// (`admission::compact`).
+#[derive(Clone)]
 pub struct CompiledCrdSchema {
     schema: Value,
     /// Only the nodes with rules; each rule compiled on first use.
@@ -48,6 +53,28 @@ pub struct CompiledCrdSchema {
 impl std::fmt::Debug for CompiledCrdSchema {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CompiledCrdSchema").finish_non_exhaustive()
+    }
+}
+
+/// Removes the `description` of every schema node (no check reads one, and
+/// they are most of a schema's bytes: a request walking the schema would
+/// step over them in memory). Only schema keywords are touched: a property
+/// named `description`, a default or an enum value stays as it is.
+fn strip_descriptions(node: &mut Value) {
+    let Value::Object(map) = node else { return };
+    map.remove("description");
+    if let Some(Value::Object(props)) = map.get_mut("properties") {
+        props.values_mut().for_each(strip_descriptions);
+    }
+    for key in ["items", "additionalProperties", "not"] {
+        if let Some(child) = map.get_mut(key) {
+            strip_descriptions(child);
+        }
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        if let Some(Value::Array(children)) = map.get_mut(key) {
+            children.iter_mut().for_each(strip_descriptions);
+        }
     }
 }
 
@@ -74,7 +101,8 @@ impl CompiledCrdSchema {
     }
 
     /// [`Self::compile`], each rule named by `ids` (its errors carry the id).
-    pub fn compile_named(schema: Value, ids: rule_tree::RuleIds) -> Self {
+    pub fn compile_named(mut schema: Value, ids: rule_tree::RuleIds) -> Self {
+        strip_descriptions(&mut schema);
         let rules = rule_tree::RuleNode::build(&schema, ids);
         Self { schema, rules }
     }
@@ -95,7 +123,13 @@ impl CompiledCrdSchema {
 
     /// Compiles every rule now; returns the ones that do not compile.
     pub fn compile_all(&self) -> Vec<String> {
-        self.rules().into_iter().filter_map(|r| r.program().err().map(|e| format!("{}: {e}", r.rule))).collect()
+        let rules = self.rules();
+        // Each rule's direct form too (and its transition test, which reads the tree).
+        rules.iter().for_each(|r| {
+            r.direct();
+            r.transition();
+        });
+        rules.into_iter().filter_map(|r| r.program().err().map(|e| format!("{}: {e}", r.rule))).collect()
     }
 
     /// The rules that carry no id (their message, or their rule), for the
@@ -205,5 +239,41 @@ impl CompiledCrdSchema {
             cel_eval::validate(rules, &self.schema, object, old, version, &mut out.errors, &mut out.ratcheted);
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    /// Descriptions go from every schema node; a field named `description`,
+    /// defaults and enum values stay.
+    #[test]
+    fn compiling_drops_descriptions_and_nothing_else() {
+        let schema = json!({"type": "object", "description": "root", "properties": {
+            "description": {"type": "string", "description": "a field called description",
+                "default": {"description": "kept"}, "enum": ["description"]},
+            "list": {"type": "array", "description": "x", "items": {"type": "object", "description": "y",
+                "properties": {"a": {"type": "string", "description": "z"}}}},
+            "map": {"type": "object", "additionalProperties": {"type": "string", "description": "w"}},
+            "union": {"anyOf": [{"type": "integer", "description": "v"}, {"type": "string"}], "not": {"description": "u"}}
+        }});
+        let compiled = super::CompiledCrdSchema::compile(schema);
+        assert_eq!(
+            compiled.schema(),
+            &json!({"type": "object", "properties": {
+                "description": {"type": "string", "default": {"description": "kept"}, "enum": ["description"]},
+                "list": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}}}},
+                "map": {"type": "object", "additionalProperties": {"type": "string"}},
+                "union": {"anyOf": [{"type": "integer"}, {"type": "string"}], "not": {}}
+            }})
+        );
+        // A field called `description` is still known to the schema.
+        let outcome = compiled.validate(&json!({"description": 3}), None);
+        assert!(
+            outcome.errors.iter().any(|e| e.field == "description" && e.detail.contains("must be of type string")),
+            "{:?}",
+            outcome.errors
+        );
     }
 }

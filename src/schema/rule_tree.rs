@@ -6,13 +6,18 @@
 //! request. A CREATE never compiles a transition rule, an S3 backup never
 //! compiles the Azure rules.
 
-use std::{collections::HashMap, sync::OnceLock};
+use std::{
+    collections::HashMap,
+    sync::{Arc, OnceLock},
+};
 
 use kube_cel::cel::{
     common::ast::{EntryExpr, Expr, LiteralValue},
     IdedExpr, Program,
 };
 use serde_json::Value;
+
+use super::cel_direct::Direct;
 
 /// One rule with its program, compiled on first use.
 pub struct LazyRule {
@@ -23,8 +28,9 @@ pub struct LazyRule {
     pub message: Option<String>,
     pub reason: Option<String>,
     pub field_path: Option<String>,
-    program: OnceLock<Result<Program, String>>,
+    program: OnceLock<Result<Arc<Program>, String>>,
     reads: OnceLock<Vec<Read>>,
+    direct: OnceLock<Option<Direct>>,
 }
 
 /// A path a rule reads from `self` or `oldSelf` (`self.spec.storage` →
@@ -37,13 +43,42 @@ pub struct Read {
     pub whole: bool,
 }
 
+impl Clone for LazyRule {
+    /// A copy shares the compiled program, and compiles its direct form
+    /// anew, now: it links the patterns the regex cache serves now (the
+    /// compacted copies, in the Kubewarden module) and sits next to the rest
+    /// of the copy.
+    fn clone(&self) -> Self {
+        let copy = Self {
+            id: self.id,
+            rule: self.rule.clone(),
+            message: self.message.clone(),
+            reason: self.reason.clone(),
+            field_path: self.field_path.clone(),
+            program: self.program.clone(),
+            reads: self.reads.clone(),
+            direct: OnceLock::new(),
+        };
+        copy.direct();
+        copy
+    }
+}
+
 impl LazyRule {
     /// The compiled program (or the compile error, reported as a violation).
     pub fn program(&self) -> Result<&Program, &str> {
         self.program
-            .get_or_init(|| Program::compile(&self.rule).map_err(|e| format!("rule does not compile: {e}")))
+            .get_or_init(|| {
+                Program::compile(&self.rule).map(Arc::new).map_err(|e| format!("rule does not compile: {e}"))
+            })
             .as_ref()
+            .map(|p| &**p)
             .map_err(String::as_str)
+    }
+
+    /// The rule in the form decided straight from the JSON, when it has one.
+    pub fn direct(&self) -> Option<&Direct> {
+        self.direct.get_or_init(|| self.program().ok().and_then(|p| Direct::compile(p.expression()))).as_ref()
     }
 
     /// Reads `oldSelf` (from its syntax tree, not its text): a transition rule,
@@ -119,7 +154,7 @@ fn entry_reads(entry: &EntryExpr, out: &mut Vec<Read>) {
 }
 
 /// A schema node with rules, or on the way to one.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct RuleNode {
     pub rules: Vec<LazyRule>,
     pub properties: HashMap<String, RuleNode>,
@@ -157,6 +192,7 @@ impl RuleNode {
                             rule: text,
                             program: OnceLock::new(),
                             reads: OnceLock::new(),
+                            direct: OnceLock::new(),
                         })
                     })
                     .collect()

@@ -115,7 +115,7 @@ fn now() -> crate::time::Now {
 
 fn validate(payload: &[u8]) -> CallResult {
     let response = kubewarden::validate(payload, Some(&HostLookup), now());
-    Ok(serde_json::to_vec(&response)?)
+    Ok(kubewarden::encode(&response, payload.len())?)
 }
 
 fn validate_settings(payload: &[u8]) -> CallResult {

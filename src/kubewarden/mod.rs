@@ -94,6 +94,14 @@ pub fn validate_settings(payload: &[u8]) -> SettingsValidationResponse {
     }
 }
 
+/// The answer's JSON, written once into a buffer of its size (an answer to
+/// a `payload_len`-byte request: [`mutated_json::answer_capacity`]).
+pub fn encode(response: &ValidationResponse, payload_len: usize) -> serde_json::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(mutated_json::answer_capacity(response.mutated_object.is_some(), payload_len));
+    serde_json::to_writer(&mut out, response)?;
+    Ok(out)
+}
+
 /// `validate`: one ValidationRequest, decided by the same core as the webhook.
 pub fn validate(payload: &[u8], lookup: Option<&dyn Lookup>, now: crate::time::Now) -> ValidationResponse {
     let envelope: ValidationRequest = match serde_json::from_slice(payload) {

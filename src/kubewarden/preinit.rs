@@ -37,7 +37,7 @@ pub fn warm_up() -> Vec<String> {
         let answer = kubewarden::validate(payload.to_string().as_bytes(), Some(&lookup), Ok(SAMPLE_NOW));
         // Serialised as the guest does: what that first use builds (the
         // restore script's escaped form) is in the snapshot too.
-        let _ = serde_json::to_vec(&answer);
+        let _ = kubewarden::encode(&answer, payload.to_string().len());
     }
     let _ = kubewarden::validate_settings(br#"{"allowS3RestoreURL": false}"#);
     problems
@@ -221,8 +221,15 @@ mod tests {
         let answers: Vec<kubewarden::ValidationResponse> = sample_requests()
             .into_iter()
             .map(|r| {
-                let payload = json!({"settings": {}, "request": r});
-                kubewarden::validate(payload.to_string().as_bytes(), Some(&lookup), Ok(SAMPLE_NOW))
+                let payload = json!({"settings": {}, "request": r}).to_string();
+                let answer = kubewarden::validate(payload.as_bytes(), Some(&lookup), Ok(SAMPLE_NOW));
+                // The guest's encoding is serde_json's, into a buffer it never grows.
+                let encoded = kubewarden::encode(&answer, payload.len()).expect("encodes");
+                assert_eq!(encoded, serde_json::to_vec(&answer).expect("encodes"));
+                let capacity =
+                    super::super::mutated_json::answer_capacity(answer.mutated_object.is_some(), payload.len());
+                assert!(encoded.len() <= capacity, "{} > {capacity}", encoded.len());
+                answer
             })
             .collect();
         // S3 create allowed, spec change denied, Azure allowed, the bad one denied with many causes.

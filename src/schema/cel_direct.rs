@@ -358,28 +358,22 @@ fn eval<'a>(node: &'a Node, scope: &Scope<'a>) -> Option<V<'a>> {
     })
 }
 
+/// The seeded generator the adversarial tests share.
+#[cfg(test)]
+#[path = "../../tests/common/xorshift.rs"]
+mod xorshift;
+
 #[cfg(test)]
 mod tests {
     use serde_json::{json, Value};
 
     use super::super::{cel_eval, CompiledCrdSchema, KubernetesVersion};
 
-    /// xorshift64*: a fixed, reproducible stream.
-    struct Rng(u64);
+    use super::xorshift::XorShift as Rng;
 
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n.max(1) as u64) as usize
-        }
-        fn chance(&mut self, percent: usize) -> bool {
-            self.below(100) < percent
-        }
+    /// `true` with the given chance.
+    fn chance(rng: &mut Rng, percent: usize) -> bool {
+        rng.below(100) < percent
     }
 
     /// Strings the rules of our schemas tell apart, and ones around them.
@@ -417,23 +411,23 @@ mod tests {
     /// A value for `schema`: mostly of its type, sometimes of another type,
     /// null, a double or an integer where a string belongs.
     fn gen(rng: &mut Rng, schema: &Value, depth: usize) -> Value {
-        if rng.chance(4) {
+        if chance(rng, 4) {
             return junk(rng);
         }
         if let Some(values) = schema.get("enum").and_then(Value::as_array).filter(|v| !v.is_empty()) {
-            if rng.chance(80) {
+            if chance(rng, 80) {
                 return values[rng.below(values.len())].clone();
             }
         }
         if schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true) {
-            return if rng.chance(50) { json!(rng.below(5)) } else { json!(STRINGS[rng.below(STRINGS.len())]) };
+            return if chance(rng, 50) { json!(rng.below(5)) } else { json!(STRINGS[rng.below(STRINGS.len())]) };
         }
         match schema.get("type").and_then(Value::as_str) {
             Some("object") => {
                 let mut out = serde_json::Map::new();
                 if let Some(props) = schema.get("properties").and_then(Value::as_object) {
                     for (k, s) in props {
-                        if depth < 8 && rng.chance(70) {
+                        if depth < 8 && chance(rng, 70) {
                             out.insert(k.clone(), gen(rng, s, depth + 1));
                         }
                     }
@@ -451,9 +445,9 @@ mod tests {
             Some("string") => json!(STRINGS[rng.below(STRINGS.len())]),
             Some("integer") => json!(rng.below(6) as i64 - 1),
             // A whole number arrives as a JSON integer as often as not.
-            Some("number") if rng.chance(50) => json!(rng.below(3)),
+            Some("number") if chance(rng, 50) => json!(rng.below(3)),
             Some("number") => json!(rng.below(4) as f64 / 2.0),
-            Some("boolean") => json!(rng.chance(50)),
+            Some("boolean") => json!(chance(rng, 50)),
             _ => junk(rng),
         }
     }
@@ -461,7 +455,7 @@ mod tests {
     fn junk(rng: &mut Rng) -> Value {
         match rng.below(8) {
             0 => Value::Null,
-            1 => json!(rng.chance(50)),
+            1 => json!(chance(rng, 50)),
             2 => json!(rng.below(4)),
             3 => json!(1.5),
             4 => json!(u64::MAX),
@@ -473,7 +467,7 @@ mod tests {
 
     /// The old object of an UPDATE: the same, or changed in places.
     fn mutate(rng: &mut Rng, v: &Value, schema: &Value) -> Value {
-        if rng.chance(15) {
+        if chance(rng, 15) {
             return gen(rng, schema, 4);
         }
         match v {
@@ -481,7 +475,7 @@ mod tests {
                 let props = schema.get("properties");
                 let mut out = serde_json::Map::new();
                 for (k, c) in m {
-                    if !rng.chance(5) {
+                    if !chance(rng, 5) {
                         let s = props.and_then(|p| p.get(k)).cloned().unwrap_or(json!({}));
                         out.insert(k.clone(), mutate(rng, c, &s));
                     }
@@ -555,16 +549,9 @@ mod tests {
                 let value = gen(&mut rng, &compiled.schema, 0);
                 let old = (i % 2 == 1).then(|| mutate(&mut rng, &value, &compiled.schema));
                 let (mut e1, mut w1, mut e2, mut w2) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-                cel_eval::validate(rules, &compiled.schema, &value, old.as_ref(), version, &mut e1, &mut w1);
-                cel_eval::validate_interpreted(
-                    rules,
-                    &compiled.schema,
-                    &value,
-                    old.as_ref(),
-                    version,
-                    &mut e2,
-                    &mut w2,
-                );
+                let input = (&value, old.as_ref());
+                cel_eval::validate(rules, &compiled.schema, input, version, (&mut e1, &mut w1), true);
+                cel_eval::validate(rules, &compiled.schema, input, version, (&mut e2, &mut w2), false);
                 assert_eq!((&e1, &w1), (&e2, &w2), "value {value}\nold {old:?}");
             }
             let answered = super::answered() - before;

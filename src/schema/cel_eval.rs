@@ -50,35 +50,10 @@ thread_local! {
 /// Runs every compiled rule in `compiled` against `value` (and `old`), with
 /// `schema` the schema `compiled` was built from. A rule that is false on a
 /// value equal to its correlated old value is ratcheted: it goes to
-/// `warnings` (the apiserver's `Warning` header), not `errors`.
+/// `warnings` (the apiserver's `Warning` header), not `errors`. With
+/// `direct`, rules with a direct form are decided by it where it answers
+/// (always, but in the test that holds it to the interpreter).
 pub fn validate(
-    compiled: &RuleNode,
-    schema: &Value,
-    value: &Value,
-    old: Option<&Value>,
-    version: KubernetesVersion,
-    errors: &mut Vec<FieldError>,
-    warnings: &mut Vec<FieldError>,
-) {
-    walk_all(compiled, schema, (value, old), version, (errors, warnings), true);
-}
-
-/// [`validate`] with every rule run by the interpreter (the reference the
-/// direct forms are held to).
-#[cfg(test)]
-pub(super) fn validate_interpreted(
-    compiled: &RuleNode,
-    schema: &Value,
-    value: &Value,
-    old: Option<&Value>,
-    version: KubernetesVersion,
-    errors: &mut Vec<FieldError>,
-    warnings: &mut Vec<FieldError>,
-) {
-    walk_all(compiled, schema, (value, old), version, (errors, warnings), false);
-}
-
-fn walk_all(
     compiled: &RuleNode,
     schema: &Value,
     (value, old): (&Value, Option<&Value>),
@@ -122,8 +97,7 @@ struct Walker<'b, 'o> {
     version: KubernetesVersion,
     errors: &'o mut Vec<FieldError>,
     warnings: &'o mut Vec<FieldError>,
-    /// Rules with a direct form are decided by it when it can (always, but
-    /// in the test that holds it to the interpreter).
+    /// Rules with a direct form are decided by it when it answers.
     direct: bool,
 }
 

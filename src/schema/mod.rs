@@ -236,7 +236,8 @@ impl CompiledCrdSchema {
             // The rules see the object without its unknown fields, as it will
             // be stored; the old object too (the apiserver's is stored, so
             // pruned already; `check --audit` gives the file's object as both).
-            cel_eval::validate(rules, &self.schema, object, old, version, &mut out.errors, &mut out.ratcheted);
+            let findings = (&mut out.errors, &mut out.ratcheted);
+            cel_eval::validate(rules, &self.schema, (object, old), version, findings, true);
         }
         out
     }

@@ -145,24 +145,35 @@ impl Walker<'_, '_> {
             Value::Object(obj) => {
                 let props = node.schema.get("properties");
                 let additional = node.schema.get("additionalProperties").filter(|a| a.is_object());
-                let mut visit = |key: &str, child_json: &Value, child_rules: &RuleNode, child_schema: &Value| {
-                    let child = Node {
-                        json: child_json,
-                        schema: child_schema,
-                        old: node.old.and_then(|o| o.get(key)),
-                        parent_unchanged: unchanged,
-                        cel: node.cel.as_ref().and_then(|c| child_by_key(c, key)),
-                    };
-                    self.walk(child_rules, child, &join(path, key));
+                // A child shares the parent's CEL value only where `to_cel_typed`
+                // converted it under the schema the walk gives it (a typed
+                // object; an `additionalProperties` key only without
+                // `properties`); otherwise it converts its own, so a child's
+                // value never depends on whether its parent had rules to run.
+                let typed = node.schema.get("type").and_then(Value::as_str) == Some("object");
+                let shared = |key: &str, in_props: bool| {
+                    let same = typed && (in_props || props.and_then(Value::as_object).is_none());
+                    node.cel.as_ref().filter(|_| same).and_then(|c| child_by_key(c, key))
                 };
+                let mut visit =
+                    |key: &str, child_json: &Value, child_rules: &RuleNode, child_schema: &Value, in_props| {
+                        let child = Node {
+                            json: child_json,
+                            schema: child_schema,
+                            old: node.old.and_then(|o| o.get(key)),
+                            parent_unchanged: unchanged,
+                            cel: shared(key, in_props),
+                        };
+                        self.walk(child_rules, child, &join(path, key));
+                    };
                 for (key, child_rules) in &compiled.properties {
                     if let (Some(child_json), Some(child_schema)) = (obj.get(key), props.and_then(|p| p.get(key))) {
-                        visit(key, child_json, child_rules, child_schema);
+                        visit(key, child_json, child_rules, child_schema, true);
                     }
                 }
                 if let (Some(rules), Some(schema)) = (compiled.additional.as_deref(), additional) {
                     for (key, child_json) in obj.iter().filter(|(k, _)| !compiled.properties.contains_key(*k)) {
-                        visit(key, child_json, rules, schema);
+                        visit(key, child_json, rules, schema, false);
                     }
                 }
             }
@@ -183,7 +194,12 @@ impl Walker<'_, '_> {
                         schema: item_schema,
                         old,
                         parent_unchanged: unchanged,
-                        cel: node.cel.as_ref().and_then(|c| child_by_index(c, i)),
+                        // Typed items only under a typed list (as `to_cel_typed`).
+                        cel: node
+                            .cel
+                            .as_ref()
+                            .filter(|_| node.schema.get("type").and_then(Value::as_str) == Some("array"))
+                            .and_then(|c| child_by_index(c, i)),
                     };
                     self.walk(item_rules, child, &format!("{path}[{i}]"));
                 }

@@ -51,16 +51,15 @@ impl Serialize for Fast<'_> {
     }
 }
 
-/// The bytes an answer to a request of `payload_len` bytes takes, at most
-/// (nearly always): a mutated object is the request's object plus the
-/// script. The answer is written into a buffer this large, so it is not
-/// grown (each growth a fresh block and a copy: in a fresh Kubewarden
-/// instance, pages written twice; issue #35).
+/// The buffer an answer to a request of `payload_len` bytes is written
+/// into, so that it is not grown (each growth a fresh block and a copy: in a
+/// fresh Kubewarden instance, pages written twice; issue #35). A mutated
+/// object is the request's object plus the script, so that answer fits; a
+/// denial usually fits 4 KiB (a longer one grows the buffer, as before).
 pub fn answer_capacity(mutated: bool, payload_len: usize) -> usize {
     if mutated {
         payload_len.saturating_add(script_json().map_or(0, |s| s.get().len())).saturating_add(4096)
     } else {
-        // A denial lists at most `MAX_SCHEMA_ERRORS` causes.
         4096
     }
 }

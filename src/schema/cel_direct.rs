@@ -29,7 +29,10 @@ use kube_cel::cel::{
 };
 use serde_json::{Map, Value};
 
-use super::regex_cache::{self, Compiled, Pattern};
+use super::{
+    convert,
+    regex_cache::{self, Compiled, Pattern},
+};
 
 /// A rule in the shapes decided directly.
 #[derive(Debug, Clone)]
@@ -259,13 +262,10 @@ fn untyped(v: &Value) -> Option<V<'_>> {
     }
 }
 
-/// The schema a map's `key` converts under (`to_cel_typed`'s choice).
+/// The schema a map's `key` converts under (`to_cel_typed`'s choice; an
+/// untyped map's children are untyped).
 fn field_schema<'a>(schema: Option<&'a Value>, key: &str) -> Option<&'a Value> {
-    let schema = schema?;
-    match schema.get("properties").and_then(Value::as_object) {
-        Some(props) => props.get(key),
-        None => schema.get("additionalProperties").filter(|a| a.is_object()),
-    }
+    convert::field_schema(schema?, key)
 }
 
 fn read<'a>(scope: &Scope<'a>, old: bool, steps: &[Step]) -> Option<V<'a>> {

@@ -15,7 +15,7 @@ use kube_cel::{
 use serde_json::Value;
 
 use super::{
-    convert::{child_by_index, child_by_key, invalid_data, to_cel_typed},
+    convert::{child_by_index, child_by_key, field_schema, invalid_data, to_cel_typed},
     field_error::{redact_urls_in, render_value, ErrorType, FieldError},
     regex_cache,
     rule_tree::{LazyRule, Read, RuleNode},
@@ -146,34 +146,29 @@ impl Walker<'_, '_> {
                 let props = node.schema.get("properties");
                 let additional = node.schema.get("additionalProperties").filter(|a| a.is_object());
                 // A child shares the parent's CEL value only where `to_cel_typed`
-                // converted it under the schema the walk gives it (a typed
-                // object; an `additionalProperties` key only without
-                // `properties`); otherwise it converts its own, so a child's
-                // value never depends on whether its parent had rules to run.
+                // converted it under the schema the walk gives it; otherwise it
+                // converts its own, so a child's value never depends on whether
+                // its parent had rules to run (or which path decided them).
                 let typed = node.schema.get("type").and_then(Value::as_str) == Some("object");
-                let shared = |key: &str, in_props: bool| {
-                    let same = typed && (in_props || props.and_then(Value::as_object).is_none());
-                    node.cel.as_ref().filter(|_| same).and_then(|c| child_by_key(c, key))
-                };
-                let mut visit =
-                    |key: &str, child_json: &Value, child_rules: &RuleNode, child_schema: &Value, in_props| {
-                        let child = Node {
-                            json: child_json,
-                            schema: child_schema,
-                            old: node.old.and_then(|o| o.get(key)),
-                            parent_unchanged: unchanged,
-                            cel: shared(key, in_props),
-                        };
-                        self.walk(child_rules, child, &join(path, key));
+                let mut visit = |key: &str, child_json: &Value, child_rules: &RuleNode, child_schema: &Value| {
+                    let same = typed && field_schema(node.schema, key).is_some_and(|s| std::ptr::eq(s, child_schema));
+                    let child = Node {
+                        json: child_json,
+                        schema: child_schema,
+                        old: node.old.and_then(|o| o.get(key)),
+                        parent_unchanged: unchanged,
+                        cel: node.cel.as_ref().filter(|_| same).and_then(|c| child_by_key(c, key)),
                     };
+                    self.walk(child_rules, child, &join(path, key));
+                };
                 for (key, child_rules) in &compiled.properties {
                     if let (Some(child_json), Some(child_schema)) = (obj.get(key), props.and_then(|p| p.get(key))) {
-                        visit(key, child_json, child_rules, child_schema, true);
+                        visit(key, child_json, child_rules, child_schema);
                     }
                 }
                 if let (Some(rules), Some(schema)) = (compiled.additional.as_deref(), additional) {
                     for (key, child_json) in obj.iter().filter(|(k, _)| !compiled.properties.contains_key(*k)) {
-                        visit(key, child_json, rules, schema, false);
+                        visit(key, child_json, rules, schema);
                     }
                 }
             }

@@ -82,16 +82,10 @@ pub fn to_cel_typed(v: &Value, schema: &Value) -> Cel {
                     "invalid data, expected a map for the provided schema with type=object".to_string(),
                 );
             };
-            let props = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
             let map: HashMap<Key, Cel> = obj
                 .iter()
                 .map(|(k, child)| {
-                    let sub = match props {
-                        Some(p) => p.get(k),
-                        None => additional,
-                    };
-                    let c = match sub {
+                    let c = match field_schema(schema, k) {
                         Some(s) => to_cel_typed(child, s),
                         None => to_cel(child),
                     };
@@ -128,6 +122,19 @@ pub fn to_cel_typed(v: &Value, schema: &Value) -> Cel {
             _ => expected("bool"),
         },
         _ => to_cel(v),
+    }
+}
+
+/// The schema the value at `key` of an object under `schema` (`type:
+/// object`) is converted with: its property's when the schema lists
+/// properties (a key not listed converts untyped: `None`), else
+/// `additionalProperties`. The one definition: the direct rule forms read
+/// children under it, and the walker shares a parent's CEL value with a
+/// child only where it is the schema the walk gives the child.
+pub fn field_schema<'a>(schema: &'a Value, key: &str) -> Option<&'a Value> {
+    match schema.get("properties").and_then(Value::as_object) {
+        Some(props) => props.get(key),
+        None => schema.get("additionalProperties").filter(|a| a.is_object()),
     }
 }
 

@@ -16,11 +16,13 @@
 //!   few pages as it needs;
 //! * keeps its state at the start of that region (the image stays
 //!   read-only: no static is written);
-//! * reuses freed blocks through power-of-two size classes (no headers: the
-//!   layout says the size; blocks are never split or merged), so a
-//!   long-lived instance (kwctl, hosts that keep instances) is bounded by the
-//!   sum over size classes of each class's peak use (at most twice the bytes
-//!   asked for, per class);
+//! * reuses freed blocks through size classes four to a doubling (8-byte
+//!   steps up to 64 B, then 80, 96, 112, 128, 160, …: a block is at most a
+//!   quarter larger than asked for, so a request's pages hold data, not
+//!   rounding; no headers: the layout says the size; blocks are never split
+//!   or merged), so a long-lived instance (kwctl, hosts that keep instances)
+//!   is bounded by the sum over size classes of each class's peak use (at
+//!   most 1.25 times the bytes asked for, per class);
 //! * never frees a block of the snapshot: it is left where it is (bounded by
 //!   the snapshot's heap, ~1.5 MB, once per block).
 //!
@@ -31,8 +33,11 @@
 //! natively; only [`PolicyAlloc`] (wasm32) touches linear memory and
 //! `memory.grow`.
 
-/// Size classes: 8 B, 16 B, … 2^(CLASSES + 2) B (the whole 32-bit space).
-const CLASSES: usize = 30;
+/// Size classes: eight of 8-byte steps (8 … 64 B), then four per doubling
+/// (80, 96, 112, 128; 160, …) up to 2^32 B (the whole 32-bit space).
+const CLASSES: usize = SMALL_CLASSES + 4 * (32 - 6);
+/// Classes in 8-byte steps: 8 … 64 B.
+const SMALL_CLASSES: usize = 8;
 /// The smallest block (a free block holds the next free block's address).
 const MIN_BLOCK: usize = 8;
 
@@ -57,8 +62,16 @@ pub trait Grow {
 /// The block size and class index for a request of `size` bytes aligned to
 /// `align`; `None` past the largest class.
 fn class(size: usize, align: usize) -> Option<(usize, usize)> {
-    let block = size.max(align).max(MIN_BLOCK).checked_next_power_of_two()?;
-    let index = (block.trailing_zeros() - MIN_BLOCK.trailing_zeros()) as usize;
+    let want = size.max(align).max(MIN_BLOCK);
+    if want <= SMALL_CLASSES * MIN_BLOCK {
+        let block = want.next_multiple_of(MIN_BLOCK);
+        return Some((block / MIN_BLOCK - 1, block));
+    }
+    // `want` lies in (2^p, 2^(p+1)], p ≥ 6: blocks in steps of 2^p / 4.
+    let p = (usize::BITS - 1 - (want - 1).leading_zeros()) as usize;
+    let step = 1usize << (p - 2);
+    let block = want.checked_next_multiple_of(step)?;
+    let index = SMALL_CLASSES + (p - 6) * 4 + (block >> (p - 2)) - 5;
     (index < CLASSES).then_some((index, block))
 }
 
@@ -334,14 +347,32 @@ mod tests {
     }
 
     #[test]
-    fn classes_are_powers_of_two_from_eight_and_refuse_the_impossible() {
+    fn classes_are_eight_byte_steps_then_four_per_doubling_and_refuse_the_impossible() {
         assert_eq!(class(1, 1), Some((0, 8)));
         assert_eq!(class(8, 8), Some((0, 8)));
         assert_eq!(class(9, 1), Some((1, 16)));
-        assert_eq!(class(24, 8), Some((2, 32)));
-        assert_eq!(class(4, 64), Some((3, 64)));
+        assert_eq!(class(24, 8), Some((2, 24)));
+        assert_eq!(class(4, 64), Some((7, 64)));
+        assert_eq!(class(65, 8), Some((8, 80)));
+        assert_eq!(class(128, 8), Some((11, 128)));
+        assert_eq!(class(129, 8), Some((12, 160)));
+        assert_eq!(class(600, 4), Some((8 + 3 * 4, 640)));
+        assert_eq!(class(36_122, 1), Some((8 + 9 * 4, 40_960)));
+        assert_eq!(class(1 << 31, 1), Some((CLASSES - 5, 1 << 31)));
         assert_eq!(class(usize::MAX, 1), None);
         assert_eq!(class(1 << 40, 8), None);
+        // Every size maps to the smallest class that holds it, at most a
+        // quarter (or 7 bytes) larger, and the classes are strictly increasing.
+        let mut last = (0, 0);
+        for size in 1..70_000usize {
+            let (index, block) = class(size, 1).expect("a class");
+            assert!(block >= size && (block - size) * 4 <= size.max(32), "{size} -> {block}");
+            assert!(index < CLASSES && block % MIN_BLOCK == 0);
+            if block != last.1 {
+                assert_eq!(index, last.0 + usize::from(last.1 != 0), "{size}: classes in order, none skipped");
+                last = (index, block);
+            }
+        }
     }
 
     #[test]
@@ -356,7 +387,7 @@ mod tests {
             assert!(x != 0 && y != 0 && z != 0);
             assert_eq!(x % 8, 0);
             assert_eq!(z % 16, 0);
-            assert!(y >= x + 32 && z >= y + 8, "disjoint: {x:#x} {y:#x} {z:#x}");
+            assert!(y >= x + 24 && z >= y + 8, "disjoint: {x:#x} {y:#x} {z:#x}");
             assert!(z + 128 - x < 4096, "packed on one page");
             // A freed block of a class is the next one handed out for it.
             a.dealloc(x, 24, 8);
@@ -377,7 +408,7 @@ mod tests {
             let pad = a.alloc(8, 8, end, &mut buf);
             let x = a.alloc(64, 8, end, &mut buf);
             let _keep = a.alloc(8, 8, end, &mut buf);
-            // The state (256 bytes on 64-bit) and an 8-byte block before it: x is 8 past a multiple of 16.
+            // The state (912 bytes on 64-bit) and an 8-byte block before it: x is 8 past a multiple of 16.
             assert_ne!(x % 64, 0, "the case needs a free block that is not 64-aligned");
             a.dealloc(x, 64, 8);
             let y = a.alloc(64, 64, end, &mut buf);
@@ -395,10 +426,10 @@ mod tests {
         // SAFETY: as above.
         unsafe {
             let x = a.alloc(20, 4, end, &mut buf);
-            assert!(a.resize_in_place(x, 20, 4, 32), "same class");
-            assert!(a.resize_in_place(x, 32, 4, 200), "last block: grows into the free room");
+            assert!(a.resize_in_place(x, 20, 4, 24), "same class");
+            assert!(a.resize_in_place(x, 24, 4, 200), "last block: grows into the free room");
             let y = a.alloc(8, 8, end, &mut buf);
-            assert!(y >= x + 256);
+            assert!(y >= x + 224);
             assert!(!a.resize_in_place(x, 200, 4, 600), "not the last block any more");
             assert!(!a.resize_in_place(y, 8, 8, 1 << 20), "no room in the region");
         }

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use serde::{ser::SerializeMap, ser::SerializeSeq, Serialize, Serializer};
 use serde_json::{value::RawValue, Value};
 
-use crate::mutate::container::injected_script;
+use crate::mutate::container::{injected_script, is_stashed_script};
 
 /// The script as a JSON string literal, escaped once.
 fn script_json() -> Option<&'static RawValue> {
@@ -28,10 +28,14 @@ struct Fast<'a>(&'a Value);
 impl Serialize for Fast<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self.0 {
-            Value::String(s) if s.len() == injected_script().len() && s == injected_script() => match script_json() {
-                Some(raw) => raw.serialize(serializer),
-                None => serializer.serialize_str(s),
-            },
+            Value::String(s)
+                if is_stashed_script(s) || (s.len() == injected_script().len() && s == injected_script()) =>
+            {
+                match script_json() {
+                    Some(raw) => raw.serialize(serializer),
+                    None => serializer.serialize_str(s),
+                }
+            }
             Value::Object(map) => {
                 let mut out = serializer.serialize_map(Some(map.len()))?;
                 for (k, v) in map {

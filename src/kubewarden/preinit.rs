@@ -206,6 +206,8 @@ pub extern "C" fn wizer_initialize() {
     // pages (a request reads them from a few 64 KiB windows of the image) …
     crate::kubewarden::arena::global::freeze();
     admission::compact();
+    // … with the one copy of the restore script a mutation takes …
+    crate::mutate::container::stash_script_copy();
     // … and every allocation from here on comes from fresh pages above them.
     crate::kubewarden::arena::global::freeze();
 }

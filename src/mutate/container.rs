@@ -36,6 +36,49 @@ pub fn injected_script() -> &'static str {
     })
 }
 
+/// One owned copy of [`injected_script`] made ahead of time, for the first
+/// container built (per thread; the Kubewarden module has one).
+///
+/// *Why:* the container owns its command's strings, so each mutation copies
+/// the ~36 KB script. In the Kubewarden module the copy is made during
+/// pre-initialisation ([`stash_script_copy`]) and lives in the snapshot: a
+/// fresh instance's only mutation moves it in instead of writing nine fresh
+/// pages (issue #35). Elsewhere nothing is stashed and every container copies.
+thread_local! {
+    static SPARE: std::cell::Cell<Option<String>> = const { std::cell::Cell::new(None) };
+}
+
+/// Where the stashed copy's text lies (0: none), in the Kubewarden module only.
+static SPARE_TEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Makes the copy the next container this thread builds takes (the
+/// Kubewarden pre-initialisation); returns the address of its text.
+pub fn stash_script_copy() -> usize {
+    let copy = injected_script().to_owned();
+    let at = copy.as_ptr() as usize;
+    // Recognised by address only where that address is never handed out
+    // again: the module's allocator never reuses a block of the snapshot
+    // (`kubewarden::arena`). A native allocator would reuse it.
+    if cfg!(target_arch = "wasm32") {
+        SPARE_TEXT.store(at, std::sync::atomic::Ordering::Relaxed);
+    }
+    SPARE.set(Some(copy));
+    at
+}
+
+/// Whether `s` is the stashed copy (moved into a container), by address: the
+/// copy is never written after it is made, and its memory is never reused
+/// (see [`stash_script_copy`]); `false` wherever nothing was stashed.
+pub fn is_stashed_script(s: &str) -> bool {
+    let at = SPARE_TEXT.load(std::sync::atomic::Ordering::Relaxed);
+    at != 0 && s.as_ptr() as usize == at && s.len() == injected_script().len()
+}
+
+/// The script, owned: the stashed copy if there is one, else a new copy.
+fn script_owned() -> String {
+    SPARE.take().unwrap_or_else(|| injected_script().to_owned())
+}
+
 /// The env variable that carries the restore URL, in the control-plane-operator's
 /// etcd-init and in the injected one alike.
 pub const URL_ENV: &str = "RESTORE_URL_ETCD";
@@ -294,7 +337,10 @@ fn container(image: String, env: Vec<Value>, mounts: Vec<Value>, etcd: &Value, s
     c.insert("name".into(), json!(INIT_CONTAINER));
     c.insert("image".into(), json!(image));
     c.insert("imagePullPolicy".into(), json!("IfNotPresent"));
-    c.insert("command".into(), json!(["/bin/sh", "-c", injected_script(), INIT_CONTAINER]));
+    c.insert(
+        "command".into(),
+        Value::Array(vec![json!("/bin/sh"), json!("-c"), Value::String(script_owned()), json!(INIT_CONTAINER)]),
+    );
     c.insert("env".into(), Value::Array(env));
     c.insert(
         "resources".into(),

@@ -18,7 +18,7 @@ mod wire;
 
 pub use decision::{denial_message, Cause, Decision, Denial, DenialReason, Details, Verdict};
 pub use plan::{plan, ReadPlan};
-pub use validate::{compact, warm_up, WarmUpError};
+pub use validate::{compact, warm_up, WarmUpError, VALIDATED};
 pub use wire::{
     parse_request, parse_request_owned, AdmissionRequest, AdmissionResponse, GroupVersionKind, GroupVersionResource,
     Operation, UserInfo,

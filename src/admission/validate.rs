@@ -15,34 +15,38 @@ use crate::{
 
 type Compiled = Result<CompiledCrdSchema, crd::CrdError>;
 
-/// The compacted copies [`compact`] made, when it has run.
-static COMPACT: OnceLock<[Option<&'static Compiled>; 3]> = OnceLock::new();
+/// The compacted copies [`compact`] made, per validated target, when it has run.
+static COMPACT: [OnceLock<&'static Compiled>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
 
-const VALIDATED: [Target; 3] = [Target::HcpEtcdBackups, Target::HostedClusters, Target::HostedControlPlanes];
+/// The targets with a compiled schema, in the order [`compact`] is meant to
+/// be called (the HCPEtcdBackup first: the patterns every target shares are
+/// copied with it).
+pub const VALIDATED: [Target; 3] = [Target::HcpEtcdBackups, Target::HostedClusters, Target::HostedControlPlanes];
 
-/// Copies each compiled schema (its JSON tree, its rule tree and their
-/// direct forms) and every compiled pattern into memory allocated in one
-/// run, and serves the copies
-/// from then on. The Kubewarden module calls it at the end of its
-/// pre-initialisation, when the allocator has just switched to bump
-/// allocation (src/kubewarden/arena.rs): the originals are scattered through
-/// a heap full of what compiling left behind, so a request that read them
-/// mapped a 64 KiB window of the image for nearly every schema node it
-/// visited; the copies sit in a few windows (issue #35). Once per process;
-/// the decisions are the same either way (the copies are clones).
-pub fn compact() {
-    // The patterns first: the copied rules link the copied patterns.
+/// Copies `target`'s compiled schema (its JSON tree, its rule tree and their
+/// direct forms) into memory allocated in one run, and serves the copy from
+/// then on; the first call copies every compiled pattern first (the copied
+/// rules link the copied patterns). The Kubewarden module calls it at the
+/// end of its pre-initialisation, each target on fresh 64 KiB windows of
+/// its own, when the allocator has just switched to bump allocation
+/// (src/kubewarden/arena.rs): the originals are scattered through a heap
+/// full of what compiling left behind, so a request that read them mapped a
+/// 64 KiB window of the image for nearly every schema node it visited; a
+/// copy sits in one or two windows, and a request maps only its target's
+/// (issue #35). Once per target and process; the decisions are the same
+/// either way (the copies are clones).
+pub fn compact(target: Target) {
     crate::schema::regex_cache::compact();
-    let copies = VALIDATED.map(|t| match compiled(t) {
-        Some(Ok(schema)) => Some(&*Box::leak(Box::new(Ok(schema.clone())))),
-        _ => None,
-    });
-    let _ = COMPACT.set(copies);
+    let Some(i) = VALIDATED.iter().position(|t| *t == target) else { return };
+    if let Some(Ok(schema)) = compiled(target) {
+        let copy: &'static Compiled = Box::leak(Box::new(Ok(schema.clone())));
+        let _ = COMPACT[i].set(copy);
+    }
 }
 
 /// The compiled schema of a validated target (parsed once per process).
 fn compiled(target: Target) -> Option<&'static Compiled> {
-    if let Some(copy) = COMPACT.get().and_then(|c| VALIDATED.iter().zip(c).find(|(t, _)| **t == target)?.1.as_ref()) {
+    if let Some(copy) = VALIDATED.iter().position(|t| *t == target).and_then(|i| COMPACT[i].get()) {
         return Some(copy);
     }
     static BACKUP: OnceLock<Compiled> = OnceLock::new();
@@ -251,7 +255,7 @@ mod tests {
     #[test]
     fn compacted_copies_decide_as_the_originals() {
         use serde_json::json;
-        super::compact();
+        super::compact(super::Target::HcpEtcdBackups);
         let copy = match super::compiled(super::Target::HcpEtcdBackups) {
             Some(Ok(s)) => s,
             _ => panic!("no compiled schema"),
@@ -260,7 +264,7 @@ mod tests {
             crate::crd::hcpetcdbackup_schema().expect("schema"),
             crate::api::upstream_rules::hcpetcdbackup,
         );
-        assert!(super::COMPACT.get().is_some());
+        assert!(super::COMPACT[0].get().is_some());
         let backup = |bucket: &str| {
             json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
                 "metadata": {"name": "b", "namespace": "ns"},

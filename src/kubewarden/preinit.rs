@@ -200,12 +200,18 @@ pub extern "C" fn wizer_initialize() {
     // A rule or regex that does not compile fails the build, not a request.
     assert!(problems.is_empty(), "pre-initialisation: {problems:?}");
     drop(problems);
-    // The operations are registered in the snapshot (`wapc_init` then writes nothing) …
-    crate::kubewarden::guest::register();
-    // … the compiled schemas and patterns are copied into one run of fresh
-    // pages (a request reads them from a few 64 KiB windows of the image) …
-    crate::kubewarden::arena::global::freeze();
-    admission::compact();
+    // Each compiled schema is copied into fresh 64 KiB windows of its own
+    // (a request reads its target's); the first window starts with what
+    // every call reads: the waPC operations' registry, made in the snapshot
+    // (`wapc_init` then writes nothing), and the patterns every target
+    // shares (copied with the first schema) …
+    for (i, target) in admission::VALIDATED.into_iter().enumerate() {
+        crate::kubewarden::arena::global::freeze();
+        if i == 0 {
+            crate::kubewarden::guest::register();
+        }
+        admission::compact(target);
+    }
     // … with the one copy of the restore script a mutation takes …
     crate::mutate::container::stash_script_copy();
     // … and every allocation from here on comes from fresh pages above them.

@@ -138,9 +138,9 @@ pub fn freeze() {
 /// allocation, so the DFAs a request searches sit in a few 64 KiB windows of
 /// the memory image instead of wherever compiling left them (issue #35).
 /// The copies answer as the originals (a DFA's copy is the same tables; the
-/// fallback regex is shared). Once per process, after [`freeze`].
+/// fallback regex is shared). Once per process (later calls do nothing), after [`freeze`].
 pub fn compact() {
-    let Some(frozen) = FROZEN.get() else { return };
+    let Some(frozen) = FROZEN.get().filter(|_| COMPACT.get().is_none()) else { return };
     let mut sorted: Vec<(&String, &&'static Pattern)> = frozen.iter().collect();
     sorted.sort_by_key(|(k, _)| k.as_str());
     let copies = sorted

@@ -36,15 +36,15 @@ pub fn injected_script() -> &'static str {
     })
 }
 
-/// One owned copy of [`injected_script`] made ahead of time, for the first
-/// container built (per thread; the Kubewarden module has one).
-///
-/// *Why:* the container owns its command's strings, so each mutation copies
-/// the ~36 KB script. In the Kubewarden module the copy is made during
-/// pre-initialisation ([`stash_script_copy`]) and lives in the snapshot: a
-/// fresh instance's only mutation moves it in instead of writing nine fresh
-/// pages (issue #35). Elsewhere nothing is stashed and every container copies.
 thread_local! {
+    /// One owned copy of [`injected_script`] made ahead of time, for the first
+    /// container built (per thread; the Kubewarden module has one).
+    ///
+    /// *Why:* the container owns its command's strings, so each mutation copies
+    /// the ~36 KB script. In the Kubewarden module the copy is made during
+    /// pre-initialisation ([`stash_script_copy`]) and lives in the snapshot: a
+    /// fresh instance's only mutation moves it in instead of writing nine fresh
+    /// pages (issue #35). Elsewhere nothing is stashed and every container copies.
     static SPARE: std::cell::Cell<Option<String>> = const { std::cell::Cell::new(None) };
 }
 

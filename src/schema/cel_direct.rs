@@ -325,8 +325,19 @@ fn eval<'a>(node: &'a Node, scope: &Scope<'a>) -> Option<V<'a>> {
             let ord = match (eval(a, scope)?, eval(b, scope)?) {
                 (V::Str(x), V::Str(y)) => x.cmp(y),
                 (V::Int(x), V::Int(y)) => x.cmp(&y),
-                // Bools are only compared for equality here.
+                // Bools, lists and maps are only compared for equality here.
                 (V::Bool(x), V::Bool(y)) if matches!(cmp, Cmp::Eq | Cmp::Ne) => x.cmp(&y),
+                (x @ (V::List(..) | V::Map(..)), y) if matches!(cmp, Cmp::Eq | Cmp::Ne) => {
+                    // Every value inside both is looked at first (no short circuit).
+                    if !(clean(x) && clean(y)) {
+                        return None;
+                    }
+                    if equal(x, y)? {
+                        std::cmp::Ordering::Equal
+                    } else {
+                        std::cmp::Ordering::Less
+                    }
+                }
                 _ => return None,
             };
             V::Bool(match cmp {
@@ -355,6 +366,51 @@ fn eval<'a>(node: &'a Node, scope: &Scope<'a>) -> Option<V<'a>> {
             V::Map(m, _) => V::Int(i64::try_from(m.len()).ok()?),
             _ => return None,
         },
+    })
+}
+
+/// Whether every value inside `v` converts to a plain value ([`typed`]).
+fn clean(v: V<'_>) -> bool {
+    match v {
+        V::List(items, item) => items.iter().all(|i| typed(i, item).is_some_and(clean)),
+        V::Map(m, schema) => m.iter().all(|(k, c)| typed(c, field_schema(schema, k)).is_some_and(clean)),
+        V::Bool(_) | V::Int(_) | V::Str(_) => true,
+    }
+}
+
+/// CEL's `==` on two [`clean`] values, as the interpreter has it: lists
+/// item by item in order, maps by their keys and the values under them
+/// (the conversion keeps no list type: a `set` list compares in order
+/// there too); `None` where kinds differ (the interpreter decides).
+fn equal(a: V<'_>, b: V<'_>) -> Option<bool> {
+    Some(match (a, b) {
+        (V::Bool(x), V::Bool(y)) => x == y,
+        (V::Int(x), V::Int(y)) => x == y,
+        (V::Str(x), V::Str(y)) => x == y,
+        (V::List(xs, xi), V::List(ys, yi)) => {
+            if xs.len() != ys.len() {
+                return Some(false);
+            }
+            for (x, y) in xs.iter().zip(ys) {
+                if !equal(typed(x, xi)?, typed(y, yi)?)? {
+                    return Some(false);
+                }
+            }
+            true
+        }
+        (V::Map(xs, xschema), V::Map(ys, yschema)) => {
+            if xs.len() != ys.len() {
+                return Some(false);
+            }
+            for (k, x) in xs {
+                let Some(y) = ys.get(k) else { return Some(false) };
+                if !equal(typed(x, field_schema(xschema, k))?, typed(y, field_schema(yschema, k))?)? {
+                    return Some(false);
+                }
+            }
+            true
+        }
+        _ => return None,
     })
 }
 
@@ -506,6 +562,12 @@ mod tests {
             rule("self.tags[5] == 'x'"),
             rule("!(self.kind in ['S3', 'AzureBlob'])"),
             rule("self.untyped == 'abc' || self.untyped == 3"),
+            rule("self == oldSelf"),
+            rule("self.tags == oldSelf.tags && self.labels != oldSelf.labels"),
+            rule("self.s3 == oldSelf.s3 || self.items == oldSelf.items"),
+            rule("self.counts == oldSelf.counts"),
+            rule("self.untyped == oldSelf.untyped"),
+            rule("self.tags == ['abc'] || self.labels == self.labels"),
         ],
         "properties": {
             "kind": {"type": "string", "enum": ["S3", "AzureBlob", "a"]},
@@ -518,7 +580,9 @@ mod tests {
             "port": {"x-kubernetes-int-or-string": true},
             "untyped": {},
             "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
-            "labels": {"type": "object", "additionalProperties": {"type": "string"}}
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "items": {"type": "array", "items": {"type": "object", "properties": {
+                "name": {"type": "string"}, "n": {"type": "integer"}, "on": {"type": "boolean"}}}}
         }}}})
     }
 

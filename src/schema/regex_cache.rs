@@ -153,6 +153,11 @@ pub fn compact() {
     let _ = COMPACT.set(copies);
 }
 
+/// The seeded generator the adversarial tests share.
+#[cfg(test)]
+#[path = "../../tests/common/xorshift.rs"]
+mod xorshift;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,13 +219,8 @@ mod tests {
             "+",
             "",
         ];
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |n: usize| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng % n as u64) as usize
-        };
+        let mut rng = super::xorshift::XorShift(0x2545_f491_4f6c_dd1d);
+        let mut next = |n: usize| rng.below(n);
         for p in &patterns {
             let compiled = get(p).expect("compiles");
             let re = Regex::new(p).expect("compiles");

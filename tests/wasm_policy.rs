@@ -554,3 +554,39 @@ fn a_forbidden_secret_read_is_not_checked_rather_than_missing() {
     assert!(!w.contains("not found"), "a Secret that could not be read was called missing: {w}");
     assert!(w.contains("the credentials Secret not checked"), "{w}");
 }
+
+/// The restore script travels pre-escaped, and only the script does: a
+/// string of the script's very length elsewhere in the object (an
+/// annotation) is written as it is, on a fresh instance (whose first
+/// container takes the copy made at pre-initialisation) and on one that
+/// keeps answering (its earlier copies freed, their memory reused).
+#[test]
+fn only_the_restore_script_is_written_as_the_script() {
+    if !common::env::ready("only_the_restore_script_is_written_as_the_script", &[wasm_module()]) {
+        return;
+    }
+    let mut case = common::load_cases()
+        .into_iter()
+        .find(|c| {
+            c.patched
+                && c.review["request"]["operation"] == "CREATE"
+                && c.review["request"]["resource"]["resource"] == "statefulsets"
+        })
+        .expect("an injecting CREATE case");
+    let script = hcp_etcd_admission::mutate::injected_script();
+    let lookalike = "x".repeat(script.len());
+    case.review["request"]["object"]["metadata"]["annotations"]["lookalike"] = json!(lookalike);
+    let want = common::patched_object(&case, &native(&case)).expect("patch").expect("a patched object");
+    let now = parse_rfc3339(&case.now).expect("now");
+    let policy = module().instance(Some(now), context_handler(case.context.clone())).expect("instance");
+    for call in 0..3 {
+        let v: Value = serde_json::from_slice(&policy.call("validate", &validation_request(&case)).expect("validate"))
+            .expect("json");
+        let m = &v["mutated_object"];
+        assert_eq!(m["metadata"]["annotations"]["lookalike"].as_str(), Some(lookalike.as_str()), "call {call}");
+        let init = m["spec"]["template"]["spec"]["initContainers"].as_array().cloned().unwrap_or_default();
+        let etcd_init = init.iter().find(|c| c["name"] == "etcd-init").expect("etcd-init injected");
+        assert_eq!(etcd_init["command"][2].as_str(), Some(script), "call {call}");
+        assert_eq!(m, &want, "call {call}");
+    }
+}

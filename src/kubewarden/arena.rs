@@ -221,13 +221,14 @@ pub mod global {
     }
 
     /// Ends pre-initialisation: from now on every allocation comes from
-    /// fresh memory above the snapshot. `wizer-initialize` calls it twice:
-    /// once before copying the compiled schemas and patterns into one run
+    /// fresh memory above the snapshot. `wizer-initialize` calls it before
+    /// copying each compiled schema into windows of its own
     /// (`admission::compact`), and last, so that the copies are part of the
     /// snapshot and a request's allocations (and the arena's state) start
     /// on pages of their own that are not in the image: a first write there
     /// is a zero page, not a copy. Blocks of an earlier region are never
-    /// freed (they are below the new base).
+    /// freed (they are below the new base). Should `memory.grow` fail, the
+    /// arena stays where it was ([`below_arena`] tells).
     pub fn freeze() {
         let old = core::arch::wasm32::memory_grow(0, RESERVED_PAGES);
         if old == usize::MAX {
@@ -238,6 +239,13 @@ pub mod global {
         };
         FIRST_END.store(end, Relaxed);
         BASE.store(base, Relaxed);
+    }
+
+    /// Whether `addr` lies below the arena (frozen): a block there is the
+    /// snapshot's, never freed and never handed out again.
+    pub fn below_arena(addr: usize) -> bool {
+        let base = BASE.load(Relaxed);
+        base != 0 && addr < base
     }
 
     pub struct PolicyAlloc;

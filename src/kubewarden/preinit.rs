@@ -213,9 +213,14 @@ pub extern "C" fn wizer_initialize() {
         admission::compact(target);
     }
     // … with the one copy of the restore script a mutation takes …
-    crate::mutate::container::stash_script_copy();
+    let stashed = crate::mutate::container::stash_script_copy();
     // … and every allocation from here on comes from fresh pages above them.
     crate::kubewarden::arena::global::freeze();
+    // The copy is known by its address only if the arena can never hand
+    // that address out again (the last freeze worked: it lies below it).
+    if crate::kubewarden::arena::global::below_arena(stashed) {
+        crate::mutate::container::recognise_stashed_script(stashed);
+    }
 }
 
 #[cfg(test)]

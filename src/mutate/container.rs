@@ -48,7 +48,8 @@ thread_local! {
     static SPARE: std::cell::Cell<Option<String>> = const { std::cell::Cell::new(None) };
 }
 
-/// Where the stashed copy's text lies (0: none), in the Kubewarden module only.
+/// Where the stashed copy's text lies (0: none), once recognised
+/// ([`recognise_stashed_script`]: the Kubewarden module only).
 static SPARE_TEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Makes the copy the next container this thread builds takes (the
@@ -56,19 +57,23 @@ static SPARE_TEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsi
 pub fn stash_script_copy() -> usize {
     let copy = injected_script().to_owned();
     let at = copy.as_ptr() as usize;
-    // Recognised by address only where that address is never handed out
-    // again: the module's allocator never reuses a block of the snapshot
-    // (`kubewarden::arena`). A native allocator would reuse it.
-    if cfg!(target_arch = "wasm32") {
-        SPARE_TEXT.store(at, std::sync::atomic::Ordering::Relaxed);
-    }
     SPARE.set(Some(copy));
     at
 }
 
+/// From now on the text at `at` (the stashed copy, [`stash_script_copy`])
+/// is recognised as the script by its address. Only where that memory is
+/// never handed out again: the Kubewarden pre-initialisation calls it once
+/// the copy lies below the arena, which never reuses a block of the
+/// snapshot (`kubewarden::arena`). Nowhere else: an allocator that reuses
+/// the address would make another string of the same length the script.
+pub fn recognise_stashed_script(at: usize) {
+    SPARE_TEXT.store(at, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Whether `s` is the stashed copy (moved into a container), by address: the
 /// copy is never written after it is made, and its memory is never reused
-/// (see [`stash_script_copy`]); `false` wherever nothing was stashed.
+/// (see [`recognise_stashed_script`]); `false` wherever nothing was recognised.
 pub fn is_stashed_script(s: &str) -> bool {
     let at = SPARE_TEXT.load(std::sync::atomic::Ordering::Relaxed);
     at != 0 && s.as_ptr() as usize == at && s.len() == injected_script().len()

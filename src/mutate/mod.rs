@@ -40,7 +40,10 @@ pub mod identity;
 use crate::json_at::At;
 use serde_json::Value;
 
-pub use container::{build_init_container, injected_script, stash_script_copy, STAGE_DIR_NAME};
+pub use container::{
+    build_init_container, injected_script, is_stashed_script, recognise_stashed_script, stash_script_copy,
+    STAGE_DIR_NAME,
+};
 
 use crate::{
     api::{restore_snapshot_url, snapshot_restored, unmanaged_etcd},

@@ -414,18 +414,13 @@ fn equal(a: V<'_>, b: V<'_>) -> Option<bool> {
     })
 }
 
-/// The seeded generator the adversarial tests share.
-#[cfg(test)]
-#[path = "../../tests/common/xorshift.rs"]
-mod xorshift;
-
 #[cfg(test)]
 mod tests {
     use serde_json::{json, Value};
 
     use super::super::{cel_eval, CompiledCrdSchema, KubernetesVersion};
 
-    use super::xorshift::XorShift as Rng;
+    use crate::schema::xorshift::XorShift as Rng;
 
     /// `true` with the given chance.
     fn chance(rng: &mut Rng, percent: usize) -> bool {

@@ -16,6 +16,10 @@ mod field_error;
 mod object_meta;
 pub(crate) mod regex_cache;
 mod rule_tree;
+/// The seeded generator the adversarial tests share (tests only).
+#[cfg(test)]
+#[path = "../../tests/common/xorshift.rs"]
+pub(crate) mod xorshift;
 pub use rule_tree::RuleIds;
 mod structural;
 mod version;

@@ -153,11 +153,6 @@ pub fn compact() {
     let _ = COMPACT.set(copies);
 }
 
-/// The seeded generator the adversarial tests share.
-#[cfg(test)]
-#[path = "../../tests/common/xorshift.rs"]
-mod xorshift;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,7 +214,7 @@ mod tests {
             "+",
             "",
         ];
-        let mut rng = super::xorshift::XorShift(0x2545_f491_4f6c_dd1d);
+        let mut rng = crate::schema::xorshift::XorShift(0x2545_f491_4f6c_dd1d);
         let mut next = |n: usize| rng.below(n);
         for p in &patterns {
             let compiled = get(p).expect("compiles");

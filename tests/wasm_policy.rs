@@ -54,6 +54,18 @@ fn native(case: &common::Case) -> Value {
         .clone()
 }
 
+/// A conformance case whose etcd StatefulSet CREATE gets etcd-init injected.
+fn injecting_create_case() -> common::Case {
+    common::load_cases()
+        .into_iter()
+        .find(|c| {
+            c.patched
+                && c.review["request"]["operation"] == "CREATE"
+                && c.review["request"]["resource"]["resource"] == "statefulsets"
+        })
+        .expect("an injecting CREATE case")
+}
+
 fn validation_request(case: &common::Case) -> Vec<u8> {
     serde_json::to_vec(&json!({"settings": case.settings, "request": case.review["request"]})).expect("json")
 }
@@ -220,14 +232,7 @@ fn a_stale_list_cache_never_decides_the_etcd_statefulset_create() {
     if !common::env::ready("a_stale_list_cache_never_decides_the_etcd_statefulset_create", &[wasm_module()]) {
         return;
     }
-    let case = common::load_cases()
-        .into_iter()
-        .find(|c| {
-            c.patched
-                && c.review["request"]["operation"] == "CREATE"
-                && c.review["request"]["resource"]["resource"] == "statefulsets"
-        })
-        .expect("an injecting CREATE case");
+    let case = injecting_create_case();
     let live = case.context.clone();
     let hcp = live.iter().find(|o| o["kind"] == "HostedControlPlane").expect("its HostedControlPlane").clone();
     // The old incarnation of the same name, still in the cache: no restore pending.
@@ -565,14 +570,7 @@ fn only_the_restore_script_is_written_as_the_script() {
     if !common::env::ready("only_the_restore_script_is_written_as_the_script", &[wasm_module()]) {
         return;
     }
-    let mut case = common::load_cases()
-        .into_iter()
-        .find(|c| {
-            c.patched
-                && c.review["request"]["operation"] == "CREATE"
-                && c.review["request"]["resource"]["resource"] == "statefulsets"
-        })
-        .expect("an injecting CREATE case");
+    let mut case = injecting_create_case();
     let script = hcp_etcd_admission::mutate::injected_script();
     let lookalike = "x".repeat(script.len());
     case.review["request"]["object"]["metadata"]["annotations"]["lookalike"] = json!(lookalike);

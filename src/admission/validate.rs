@@ -300,9 +300,40 @@ mod tests {
             }
         }
         assert!(patterns.len() >= 5, "{patterns:?}");
+        // The DFA answers as the regex does, on generated text around what
+        // the patterns accept.
+        let pieces = [
+            "a",
+            "z",
+            "0",
+            "9",
+            "-",
+            ".",
+            "/",
+            "_",
+            ":",
+            "A",
+            "é",
+            " ",
+            "arn:aws:kms:us-east-1:123456789012:key/",
+            "https://",
+            "s3://",
+            "x.vault.azure.net/keys/k/",
+            "0123456789abcdef",
+            "Ki",
+            "e3",
+            "+",
+            "",
+        ];
+        let mut rng = crate::schema::xorshift::XorShift(0x2545_f491_4f6c_dd1d);
         for p in patterns {
             let compiled = crate::schema::regex_cache::get(&p).expect("compiles");
             assert!(compiled.has_dfa(), "{p:?} has no DFA");
+            let re = regex::Regex::new(&p).expect("compiles");
+            for _ in 0..400 {
+                let h: String = (0..rng.below(6)).map(|_| pieces[rng.below(pieces.len())]).collect();
+                assert_eq!(compiled.is_match(&h), re.is_match(&h), "{p:?} on {h:?}");
+            }
         }
     }
 

@@ -321,34 +321,7 @@ fn eval<'a>(node: &'a Node, scope: &Scope<'a>) -> Option<V<'a>> {
                 f
             }
         }
-        Node::Compare(cmp, a, b) => {
-            let ord = match (eval(a, scope)?, eval(b, scope)?) {
-                (V::Str(x), V::Str(y)) => x.cmp(y),
-                (V::Int(x), V::Int(y)) => x.cmp(&y),
-                // Bools, lists and maps are only compared for equality here.
-                (V::Bool(x), V::Bool(y)) if matches!(cmp, Cmp::Eq | Cmp::Ne) => x.cmp(&y),
-                (x @ (V::List(..) | V::Map(..)), y) if matches!(cmp, Cmp::Eq | Cmp::Ne) => {
-                    // Every value inside both is looked at first (no short circuit).
-                    if !(clean(x) && clean(y)) {
-                        return None;
-                    }
-                    if equal(x, y)? {
-                        std::cmp::Ordering::Equal
-                    } else {
-                        std::cmp::Ordering::Less
-                    }
-                }
-                _ => return None,
-            };
-            V::Bool(match cmp {
-                Cmp::Eq => ord.is_eq(),
-                Cmp::Ne => ord.is_ne(),
-                Cmp::Lt => ord.is_lt(),
-                Cmp::Le => ord.is_le(),
-                Cmp::Gt => ord.is_gt(),
-                Cmp::Ge => ord.is_ge(),
-            })
-        }
+        Node::Compare(cmp, a, b) => V::Bool(compare(*cmp, eval(a, scope)?, eval(b, scope)?)?),
         Node::Matches(target, pattern) => match eval(target, scope)? {
             V::Str(s) => V::Bool(pattern.is_match(s)),
             _ => return None,
@@ -366,6 +339,36 @@ fn eval<'a>(node: &'a Node, scope: &Scope<'a>) -> Option<V<'a>> {
             V::Map(m, _) => V::Int(i64::try_from(m.len()).ok()?),
             _ => return None,
         },
+    })
+}
+
+/// `a <cmp> b` as the interpreter decides it, for the kinds compared here.
+fn compare(cmp: Cmp, a: V<'_>, b: V<'_>) -> Option<bool> {
+    let ord = match (a, b) {
+        (V::Str(x), V::Str(y)) => x.cmp(y),
+        (V::Int(x), V::Int(y)) => x.cmp(&y),
+        // Bools, lists and maps are only compared for equality here.
+        (V::Bool(x), V::Bool(y)) if matches!(cmp, Cmp::Eq | Cmp::Ne) => x.cmp(&y),
+        (x @ (V::List(..) | V::Map(..)), y) if matches!(cmp, Cmp::Eq | Cmp::Ne) => {
+            // Every value inside both is looked at first (no short circuit).
+            if !(clean(x) && clean(y)) {
+                return None;
+            }
+            if equal(x, y)? {
+                std::cmp::Ordering::Equal
+            } else {
+                std::cmp::Ordering::Less
+            }
+        }
+        _ => return None,
+    };
+    Some(match cmp {
+        Cmp::Eq => ord.is_eq(),
+        Cmp::Ne => ord.is_ne(),
+        Cmp::Lt => ord.is_lt(),
+        Cmp::Le => ord.is_le(),
+        Cmp::Gt => ord.is_gt(),
+        Cmp::Ge => ord.is_ge(),
     })
 }
 

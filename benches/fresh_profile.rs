@@ -6,7 +6,15 @@
 //! ```sh
 //! scripts/bench-decision.sh --quick    # builds the modules
 //! cargo bench --bench fresh_profile [-- calls]
+//! cargo bench --bench fresh_profile -- --split         # set-up / first call / teardown
+//! cargo bench --bench fresh_profile -- --pages         # pages written, 64 KiB windows read
+//! cargo bench --bench fresh_profile -- --first-touch 0 # what each page is touched for
 //! ```
+//!
+//! `--first-touch` names guest functions when `HCP_POLICY_WASM` points at a
+//! module built with its names
+//! (`HCP_POLICY_OUT=/tmp/kw CARGO_PROFILE_WASM_STRIP=false scripts/build-wasm.sh`);
+//! `HCP_PERFMAP=1` names them for `perf` too.
 //!
 //! Prints, per module and request: median µs and minor page faults of
 //! (1) a fresh instance with `wapc_init` and no call, (2) a fresh instance
@@ -16,6 +24,8 @@
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
 mod common;
+#[path = "support/first_touch.rs"]
+mod first_touch;
 #[allow(dead_code)]
 #[path = "support/scenarios.rs"]
 mod scenarios;
@@ -155,6 +165,70 @@ fn main() {
         let payload = serde_json::to_vec(&json!({"settings": {}, "request": s.review["request"]})).expect("payload");
         let (t, f) = measure(n, || drop(black_box(fresh(&shipped, &s.context, Some(&payload)))));
         println!("{}: {t:.1} µs, {f:.1} faults", s.name);
+        return;
+    }
+    if let Some(i) = std::env::args().position(|a| a == "--first-touch") {
+        // Every page of linear memory the first `validate` of a fresh
+        // instance touches, in order, with the address touched first and the
+        // guest functions touching it (by name when the module keeps its name
+        // section: HCP_POLICY_WASM=<an unstripped build>). A read of the image maps
+        // the 64 KiB window around it: this names what pulls each one in.
+        let k: usize = std::env::args().nth(i + 1).and_then(|a| a.parse().ok()).unwrap_or(0);
+        let Some(s) = scenarios::scenarios().into_iter().nth(k) else { return };
+        let payload = serde_json::to_vec(&json!({"settings": {}, "request": s.review["request"]})).expect("payload");
+        // The module compiled here, so that its code's addresses name its functions.
+        let module = PolicyModule::load(&wasm_host::module_path()).unwrap_or_else(|e| panic!("{e}"));
+        let pre = module.pre(None).unwrap_or_else(|e| panic!("{e}"));
+        let policy = Policy::rehydrate(&pre, wasm_host::context_handler(s.context.clone())).expect("instance");
+        let Some((_, image, (base, end))) = written_in() else { return };
+        let touches = first_touch::record(base, end, || drop(black_box(policy.call("validate", &payload))));
+        let names = first_touch::JitNames::of(module.module());
+        println!("{}: {} pages touched (the image ends at {:#x})", s.name, touches.len(), image * 4096);
+        for t in touches {
+            let window = t.offset / 65536;
+            let chain: Vec<String> = t.code.iter().map(|pc| names.name(*pc)).collect();
+            println!("  {:#08x} window {window:>3}  {}", t.offset, chain.join(" <- "));
+        }
+        return;
+    }
+    if std::env::args().any(|a| a == "--split") {
+        // Where a fresh instance's time goes: set-up (instance and
+        // `wapc_init`), the first `validate`, the teardown (dropping the
+        // instance unmaps every page it mapped).
+        for (k, s) in scenarios::scenarios().into_iter().enumerate() {
+            let payload =
+                serde_json::to_vec(&json!({"settings": {}, "request": s.review["request"]})).expect("payload");
+            for (name, pre) in [("shipped", &shipped), ("yard", &yard)] {
+                if name == "yard" && k > 0 {
+                    continue;
+                }
+                let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+                for _ in 0..n {
+                    let t0 = Instant::now();
+                    let policy =
+                        Policy::rehydrate(pre, wasm_host::context_handler(s.context.clone())).expect("instance");
+                    let t1 = Instant::now();
+                    let _ = black_box(policy.call("validate", &payload));
+                    let t2 = Instant::now();
+                    drop(policy);
+                    let t3 = Instant::now();
+                    a.push((t1 - t0).as_secs_f64() * 1e6);
+                    b.push((t2 - t1).as_secs_f64() * 1e6);
+                    c.push((t3 - t2).as_secs_f64() * 1e6);
+                }
+                let med = |v: &mut Vec<f64>| {
+                    v.sort_by(|x, y| x.total_cmp(y));
+                    v[v.len() / 2]
+                };
+                println!(
+                    "{} {name}: set-up {:.1} call {:.1} drop {:.1}",
+                    s.name,
+                    med(&mut a),
+                    med(&mut b),
+                    med(&mut c)
+                );
+            }
+        }
         return;
     }
     if std::env::args().any(|a| a == "--touch") {

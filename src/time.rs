@@ -51,7 +51,28 @@ pub fn parse_rfc3339(s: &str) -> Result<i64, TimeError> {
         .map_err(|e| TimeError::new(s, "an RFC 3339 date-time", e))
 }
 
-const AMZ_DATE: &[BorrowedFormatItem<'static>] = format_description!("[year][month][day]T[hour][minute][second]Z");
+/// `[year][month][day]T[hour][minute][second]Z`, with its `T` cut from a
+/// literal no other crate holds: the macro's own `b"T"` is merged with
+/// regex-syntax's Unicode value `T`, in a 64 KiB window of the Kubewarden
+/// module's data that nothing else a presigned-URL check reads (issue #35;
+/// `schema::keyword` says more). `amz_date_is_the_macros_description`
+/// checks it is the macro's description item for item.
+const AMZ_DATE: &[BorrowedFormatItem<'static>] = {
+    use time::format_description::{modifier, Component};
+    const T: &str = "T(X-Amz-Date)".split_at(1).0;
+    &[
+        BorrowedFormatItem::Component(Component::CalendarYearFullStandardRange(
+            modifier::CalendarYearFullStandardRange::default(),
+        )),
+        BorrowedFormatItem::Component(Component::MonthNumerical(modifier::MonthNumerical::default())),
+        BorrowedFormatItem::Component(Component::Day(modifier::Day::default())),
+        BorrowedFormatItem::StringLiteral(T),
+        BorrowedFormatItem::Component(Component::Hour24(modifier::Hour24::default())),
+        BorrowedFormatItem::Component(Component::Minute(modifier::Minute::default())),
+        BorrowedFormatItem::Component(Component::Second(modifier::Second::default())),
+        BorrowedFormatItem::StringLiteral("Z"),
+    ]
+};
 
 /// The SigV4 basic format `YYYYMMDDTHHMMSSZ` (`X-Amz-Date`, `X-Goog-Date`).
 pub fn parse_amz_date(s: &str) -> Result<i64, TimeError> {
@@ -100,6 +121,19 @@ pub fn format_rfc3339(t: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn amz_date_is_the_macros_description() {
+        let written: &[BorrowedFormatItem<'static>] = format_description!("[year][month][day]T[hour][minute][second]Z");
+        assert_eq!(AMZ_DATE, written);
+        for s in
+            ["20261206T131500Z", "20260230T000000Z", "20261206t131500Z", "2026-12-06T13:15:00Z", "20261206T131500", ""]
+        {
+            let ours = PrimitiveDateTime::parse(s, AMZ_DATE).map_err(|e| e.to_string());
+            assert_eq!(ours, PrimitiveDateTime::parse(s, written).map_err(|e| e.to_string()), "{s}");
+        }
+        assert_eq!(parse_amz_date("20261206T131500Z"), Ok(1_796_562_900));
+    }
 
     #[test]
     fn parses_and_formats() {

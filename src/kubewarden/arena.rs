@@ -197,20 +197,28 @@ pub mod global {
     use super::{Arena, Grow};
 
     const PAGE: usize = 65536;
-    /// Fresh pages made part of the module's initial memory at [`freeze`]:
-    /// most requests never grow memory (a grow is a system call in the host).
-    const RESERVED_PAGES: usize = 16;
+    /// Fresh pages made part of the module's initial memory at the last
+    /// [`freeze`], and the least a request's arena grows by: most requests
+    /// never grow memory (a grow is a system call in the host).
+    pub const REQUEST_PAGES: usize = 16;
+    /// What a [`freeze`] during pre-initialisation reserves, and the least
+    /// its arena grows by: one page, so the copies made there follow each
+    /// other (and the request's region follows them) in as few 2 MiB spans
+    /// of memory as they fill; each span a fresh instance touches costs the
+    /// host a page table of its own (~3 µs, BENCHMARKS.md).
+    pub const COPY_PAGES: usize = 1;
 
-    /// The arena's base (0: not frozen) and the end of its first region;
-    /// written once, at [`freeze`], read-only in every instance.
+    /// The arena's base (0: not frozen), the end of its first region and the
+    /// least it grows by; written at [`freeze`], read-only in every instance.
     static BASE: AtomicUsize = AtomicUsize::new(0);
     static FIRST_END: AtomicUsize = AtomicUsize::new(0);
+    static GROW_PAGES: AtomicUsize = AtomicUsize::new(REQUEST_PAGES);
 
     struct MemoryGrow;
 
     impl Grow for MemoryGrow {
         fn grow(&mut self, bytes: usize) -> Option<(usize, usize)> {
-            let pages = bytes.div_ceil(PAGE).max(RESERVED_PAGES);
+            let pages = bytes.div_ceil(PAGE).max(GROW_PAGES.load(Relaxed));
             let old = core::arch::wasm32::memory_grow(0, pages);
             if old == usize::MAX {
                 return None;
@@ -229,15 +237,19 @@ pub mod global {
     /// is a zero page, not a copy. Blocks of an earlier region are never
     /// freed (they are below the new base). Should `memory.grow` fail, the
     /// arena stays where it was ([`below_arena`] tells).
-    pub fn freeze() {
-        let old = core::arch::wasm32::memory_grow(0, RESERVED_PAGES);
+    /// `pages`: the region reserved, and the least the arena grows by
+    /// ([`COPY_PAGES`] while copying, [`REQUEST_PAGES`] last).
+    pub fn freeze(pages: usize) {
+        let old = core::arch::wasm32::memory_grow(0, pages);
         if old == usize::MAX {
             return; // no fresh memory: stay on the system allocator
         }
-        let (Some(base), Some(end)) = (old.checked_mul(PAGE), (old + RESERVED_PAGES).checked_mul(PAGE)) else {
+        let (Some(base), Some(end)) = (old.checked_mul(PAGE), old.checked_add(pages).and_then(|p| p.checked_mul(PAGE)))
+        else {
             return; // no room below 4 GiB: stay on the system allocator
         };
         FIRST_END.store(end, Relaxed);
+        GROW_PAGES.store(pages.max(1), Relaxed);
         BASE.store(base, Relaxed);
     }
 

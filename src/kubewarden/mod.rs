@@ -104,7 +104,14 @@ pub fn encode(response: &ValidationResponse, payload_len: usize) -> serde_json::
 
 /// `validate`: one ValidationRequest, decided by the same core as the webhook.
 pub fn validate(payload: &[u8], lookup: Option<&dyn Lookup>, now: crate::time::Now) -> ValidationResponse {
-    let envelope: ValidationRequest = match serde_json::from_slice(payload) {
+    // UTF-8 checked once for the whole payload, not string by string (a
+    // request has ~50); a payload that is not UTF-8 gets serde_json's own
+    // answer, with its position, as before.
+    let parsed = match std::str::from_utf8(payload) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(payload),
+    };
+    let envelope: ValidationRequest = match parsed {
         Ok(e) => e,
         Err(e) => return reject(format!("the ValidationRequest does not parse: {e}"), 400),
     };
@@ -232,6 +239,28 @@ pub fn single_item(answer: &[u8], name: &str) -> Result<Option<Value>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_payload_that_is_not_utf8_gets_serde_jsons_answer() {
+        let now = Ok(1_795_965_000);
+        // A string with a byte that is not UTF-8: the position serde_json gives, and a 400.
+        let bad = b"{\"settings\": {}, \"request\": {\"uid\": \"a\xffb\"}}";
+        let answer = validate(bad, None, now);
+        let expected = serde_json::from_slice::<Value>(bad).expect_err("not UTF-8").to_string();
+        assert_eq!((answer.accepted, answer.code), (false, Some(400)));
+        assert_eq!(answer.message, Some(format!("the ValidationRequest does not parse: {expected}")));
+        // Valid UTF-8 that is not JSON: the same answer either way in.
+        let broken = "{\"settings\": {}, \"request\": {\"uid\": \"é\"".as_bytes();
+        let expected = serde_json::from_slice::<Value>(broken).expect_err("not JSON").to_string();
+        assert_eq!(
+            validate(broken, None, now).message,
+            Some(format!("the ValidationRequest does not parse: {expected}"))
+        );
+        // And an envelope with text beyond ASCII parses (it reaches the AdmissionRequest's checks).
+        let ok = "{\"settings\": {}, \"request\": {\"uid\": \"é\"}}".as_bytes();
+        let message = validate(ok, None, now).message.unwrap_or_default();
+        assert!(message.starts_with("the AdmissionReview request does not parse: missing field"), "{message}");
+    }
 
     #[test]
     fn only_the_apiservers_not_found_means_absent() {

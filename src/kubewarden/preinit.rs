@@ -205,8 +205,9 @@ pub extern "C" fn wizer_initialize() {
     // every call reads: the waPC operations' registry, made in the snapshot
     // (`wapc_init` then writes nothing), and the patterns every target
     // shares (copied with the first schema) …
+    // The windows follow each other (one 64 KiB page reserved at a time).
     for (i, target) in admission::VALIDATED.into_iter().enumerate() {
-        crate::kubewarden::arena::global::freeze();
+        crate::kubewarden::arena::global::freeze(crate::kubewarden::arena::global::COPY_PAGES);
         if i == 0 {
             crate::kubewarden::guest::register();
         }
@@ -215,7 +216,7 @@ pub extern "C" fn wizer_initialize() {
     // … with the one copy of the restore script a mutation takes …
     let stashed = crate::mutate::container::stash_script_copy();
     // … and every allocation from here on comes from fresh pages above them.
-    crate::kubewarden::arena::global::freeze();
+    crate::kubewarden::arena::global::freeze(crate::kubewarden::arena::global::REQUEST_PAGES);
     // The copy is known by its address only if the arena can never hand
     // that address out again (the last freeze worked: it lies below it).
     if crate::kubewarden::arena::global::below_arena(stashed) {

@@ -19,7 +19,7 @@ use super::{
     field_error::{redact_urls_in, render_value, ErrorType, FieldError},
     regex_cache,
     rule_tree::{LazyRule, Read, RuleNode},
-    structural::{correlated_equal, join, list_map_keys, MapListIndex},
+    structural::{correlated_equal, item_path, join, list_map_keys, MapListIndex},
     version::KubernetesVersion,
 };
 
@@ -196,7 +196,7 @@ impl Walker<'_, '_> {
                             .filter(|_| node.schema.get("type").and_then(Value::as_str) == Some("array"))
                             .and_then(|c| child_by_index(c, i)),
                     };
-                    self.walk(item_rules, child, &format!("{path}[{i}]"));
+                    self.walk(item_rules, child, &item_path(path, i));
                 }
             }
             _ => {}

@@ -13,6 +13,7 @@ mod cel_direct;
 mod cel_eval;
 mod convert;
 mod field_error;
+mod keyword;
 mod object_meta;
 pub(crate) mod regex_cache;
 mod rule_tree;

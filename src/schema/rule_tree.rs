@@ -30,6 +30,8 @@ pub struct LazyRule {
     pub field_path: Option<String>,
     program: OnceLock<Result<Arc<Program>, String>>,
     reads: OnceLock<Vec<Read>>,
+    /// [`LazyRule::transition`], decided once (every evaluation asks).
+    transition: OnceLock<bool>,
     direct: OnceLock<Option<Direct>>,
 }
 
@@ -44,10 +46,11 @@ pub struct Read {
 }
 
 impl Clone for LazyRule {
-    /// A copy shares the compiled program, and compiles its direct form
-    /// anew, now: it links the patterns the regex cache serves now (the
-    /// compacted copies, in the Kubewarden module) and sits next to the rest
-    /// of the copy.
+    /// A copy shares the compiled program, decides whether it is a
+    /// transition rule now (so no request writes that answer into a
+    /// snapshot page), and compiles its direct form anew, now: it links the
+    /// patterns the regex cache serves now (the compacted copies, in the
+    /// Kubewarden module) and sits next to the rest of the copy.
     fn clone(&self) -> Self {
         let copy = Self {
             id: self.id,
@@ -57,9 +60,11 @@ impl Clone for LazyRule {
             field_path: self.field_path.clone(),
             program: self.program.clone(),
             reads: self.reads.clone(),
+            transition: self.transition.clone(),
             direct: OnceLock::new(),
         };
         copy.direct();
+        copy.transition();
         copy
     }
 }
@@ -85,7 +90,7 @@ impl LazyRule {
     /// run only on UPDATE with an old value and never ratcheted.
     /// (The text test first: a rule that never names it is not compiled for this.)
     pub fn transition(&self) -> bool {
-        self.rule.contains("oldSelf") && self.reads().iter().any(|r| r.old)
+        *self.transition.get_or_init(|| self.rule.contains("oldSelf") && self.reads().iter().any(|r| r.old))
     }
 
     /// What the rule reads from `self` and `oldSelf` (none when it does not compile).
@@ -192,6 +197,7 @@ impl RuleNode {
                             rule: text,
                             program: OnceLock::new(),
                             reads: OnceLock::new(),
+                            transition: OnceLock::new(),
                             direct: OnceLock::new(),
                         })
                     })

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use super::{
     canonical,
     field_error::{render_value, FieldError},
-    regex_cache, KubernetesVersion, SchemaOutcome,
+    keyword, regex_cache, KubernetesVersion, SchemaOutcome,
 };
 
 /// The most schema errors (and unknown fields) one object is reported with.
@@ -311,6 +311,13 @@ pub fn relative_to_status(e: &mut FieldError) {
 /// (a string quoted, a key map as JSON); only the first repeat of a value is
 /// reported.
 fn list_errors(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldError>) {
+    let mut at = String::from(path);
+    list_errors_at(schema, value, &mut at, out);
+}
+
+/// [`list_errors`] with the path in one buffer (a field's path is written
+/// only where an error names it).
+fn list_errors_at(schema: &Value, value: &Value, path: &mut String, out: &mut Vec<FieldError>) {
     if out.len() >= MAX_SCHEMA_ERRORS {
         return;
     }
@@ -320,7 +327,13 @@ fn list_errors(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldErr
             let additional = schema.get("additionalProperties").filter(|a| a.is_object());
             for (k, v) in obj {
                 if let Some(child) = props.and_then(|p| p.get(k)).or(additional) {
-                    list_errors(child, v, &join(path, k), out);
+                    let len = path.len();
+                    if len > 0 {
+                        path.push('.');
+                    }
+                    path.push_str(k);
+                    list_errors_at(child, v, path, out);
+                    path.truncate(len);
                 }
             }
         }
@@ -337,7 +350,7 @@ fn list_errors(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldErr
                 (list_type == Some("map")).then(|| items.iter().position(|i| !i.is_null() && !i.is_object())).flatten();
             if let Some(i) = not_object {
                 out.push(FieldError::invalid(
-                    format!("{path}[{i}]"),
+                    item_path(path, i),
                     items.get(i).map(error_value).unwrap_or_default(),
                     "must be an object for an array of list-type map",
                 ));
@@ -359,13 +372,18 @@ fn list_errors(schema: &Value, value: &Value, path: &str, out: &mut Vec<FieldErr
                         if out.len() >= MAX_SCHEMA_ERRORS {
                             return;
                         }
-                        out.push(FieldError::duplicate(format!("{path}[{i}]"), error_value(&id)));
+                        out.push(FieldError::duplicate(item_path(path, i), error_value(&id)));
                     }
                 }
             }
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
-                    list_errors(item_schema, item, &format!("{path}[{i}]"), out);
+                    let len = path.len();
+                    path.push('[');
+                    push_decimal(path, i);
+                    path.push(']');
+                    list_errors_at(item_schema, item, path, out);
+                    path.truncate(len);
                 }
             }
         }
@@ -406,13 +424,36 @@ fn go_json(v: &Value) -> String {
     }
 }
 
-/// `parent.key` as field paths are printed (`key` at the root).
+/// `parent.key` as field paths are printed (`key` at the root). Built
+/// without the formatting machinery: the walks make one per field they
+/// visit, and `format!` was a tenth of a request's instructions.
 pub(super) fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
+        return key.to_string();
     }
+    let mut out = String::with_capacity(path.len() + 1 + key.len());
+    out.push_str(path);
+    out.push('.');
+    out.push_str(key);
+    out
+}
+
+/// `path[i]`, as [`join`] (no formatting machinery).
+pub(super) fn item_path(path: &str, i: usize) -> String {
+    let mut out = String::with_capacity(path.len() + 8);
+    out.push_str(path);
+    out.push('[');
+    push_decimal(&mut out, i);
+    out.push(']');
+    out
+}
+
+/// `n` in decimal (at most 20 digits deep).
+fn push_decimal(out: &mut String, n: usize) {
+    if n >= 10 {
+        push_decimal(out, n / 10);
+    }
+    out.push(char::from_digit((n % 10) as u32, 10).unwrap_or('0'));
 }
 
 fn json_type(v: &Value) -> &'static str {
@@ -571,7 +612,7 @@ fn check_type(schema: &Value, value: &Value, shown: &str, out: &mut Pass) -> Typ
 /// (apiextensions-apiserver `StripUnsupportedFormatsPostProcessorForVersion`;
 /// 1.35 and older strip them); no other.
 fn kept_format<'s>(schema: &'s Value, t: &str, version: KubernetesVersion) -> &'s str {
-    let format = schema.get("format").and_then(Value::as_str).unwrap_or_default();
+    let format = schema.get(keyword::format()).and_then(Value::as_str).unwrap_or_default();
     let kept = match t {
         "string" => true,
         "integer" => version.keeps_numeric_formats() && matches!(format, "int32" | "int64"),
@@ -695,7 +736,7 @@ fn check_string(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut P
             return check_format(schema, s, value, shown, out);
         }
     }
-    if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
+    if let Some(pattern) = schema.get(keyword::pattern()).and_then(Value::as_str) {
         match regex_cache::get(pattern) {
             Ok(re) if re.is_match(s) => {}
             Ok(_) => out.errors.push(FieldError::invalid(
@@ -717,7 +758,9 @@ fn check_string(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut P
 /// `format: date-time` (the only format our schemas use): go-openapi's
 /// `InvalidType(path, in, "date-time", value)`, a type error.
 fn check_format(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut Pass) {
-    if schema.get("format").and_then(Value::as_str) == Some("date-time") && crate::time::parse_rfc3339(s).is_err() {
+    if schema.get(keyword::format()).and_then(Value::as_str) == Some("date-time")
+        && crate::time::parse_rfc3339(s).is_err()
+    {
         out.errors.push(FieldError::type_invalid(
             shown,
             render_value(value),
@@ -752,9 +795,9 @@ fn check_items(schema: &Value, item_schema: &Value, items: &[Value], old: Option
     let old_items = old.and_then(Value::as_array).filter(|_| matches!(list_type, Some("map" | "set")));
     let old_index = old_items.map(|o| canonical::FirstByKey::new(o, identity));
     for (i, item) in items.iter().enumerate() {
-        let item_path = format!("{path}[{i}]");
+        let at = item_path(path, i);
         let correlated = old_index.as_ref().and_then(|index| identity(item).and_then(|k| index.get(&k)));
-        walk(item_schema, item, correlated, &item_path, out);
+        walk(item_schema, item, correlated, &at, out);
     }
 }
 
@@ -892,6 +935,17 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn paths_are_printed_as_format_would() {
+        for i in [0usize, 1, 9, 10, 11, 99, 100, 4096, 1_000_000_007, usize::MAX] {
+            assert_eq!(item_path("spec.list", i), format!("spec.list[{i}]"));
+            assert_eq!(item_path("", i), format!("[{i}]"));
+        }
+        assert_eq!(join("", "spec"), "spec");
+        assert_eq!(join("spec", "storage"), "spec.storage");
+        assert_eq!(join("spec.l[3]", "x.y"), "spec.l[3].x.y");
+    }
 
     fn run(schema: Value, v: Value, old: Option<Value>) -> Vec<String> {
         let mut out = SchemaOutcome::default();

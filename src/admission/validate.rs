@@ -39,7 +39,10 @@ pub fn compact(target: Target) {
     crate::schema::regex_cache::compact();
     let Some(i) = VALIDATED.iter().position(|t| *t == target) else { return };
     if let Some(Ok(schema)) = compiled(target) {
-        let copy: &'static Compiled = Box::leak(Box::new(Ok(schema.clone())));
+        // The root first (every request reads it), then the copy it holds.
+        let mut copy: Box<Compiled> = Box::new(Err(crd::CrdError::NoSchema("")));
+        *copy = Ok(schema.clone());
+        let copy: &'static Compiled = Box::leak(copy);
         let _ = COMPACT[i].set(copy);
     }
 }

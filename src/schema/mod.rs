@@ -48,11 +48,53 @@ pub enum Scope {
 /// rule tree (sharing the compiled programs): the Kubewarden module's
 /// pre-initialisation copies each schema into one contiguous block
 /// (`admission::compact`).
-#[derive(Clone)]
+///
+/// The copy is laid out for the reads of a request: the rule tree first,
+/// then the JSON schema with each object's keys before its values
+/// ([`keys_first`]), so the last of it is the subtree of the last property,
+/// `status`, which a request without a status does not read; a copy's tail
+/// that spills into another 64 KiB window then costs a fresh instance
+/// nothing (issue #35).
 pub struct CompiledCrdSchema {
-    schema: Value,
     /// Only the nodes with rules; each rule compiled on first use.
     rules: Option<rule_tree::RuleNode>,
+    schema: Value,
+}
+
+impl Clone for CompiledCrdSchema {
+    fn clone(&self) -> Self {
+        let rules = self.rules.clone();
+        Self { rules, schema: keys_first(&self.schema) }
+    }
+}
+
+/// A deep copy of `v` that allocates each object's map, keys and scalar
+/// values (and lists of scalars) before its objects and other lists, depth
+/// first. A lookup reads the
+/// keys up to the one it wants, and a check reads a node's scalars (`type`,
+/// `format`, `pattern`) together: they stay next to each other instead of
+/// each sitting after the whole subtree of the key before it.
+fn keys_first(v: &Value) -> Value {
+    match v {
+        Value::Object(map) => {
+            // Lists of scalars (`required`, `enum`) count as scalars.
+            let nested = |v: &Value| match v {
+                Value::Object(_) => true,
+                Value::Array(items) => items.iter().any(|i| i.is_object() || i.is_array()),
+                _ => false,
+            };
+            let mut copy: serde_json::Map<String, Value> =
+                map.iter().map(|(k, v)| (k.clone(), if nested(v) { Value::Null } else { v.clone() })).collect();
+            for (key, value) in map.iter().filter(|(_, v)| nested(v)) {
+                if let Some(slot) = copy.get_mut(key) {
+                    *slot = keys_first(value);
+                }
+            }
+            Value::Object(copy)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(keys_first).collect()),
+        other => other.clone(),
+    }
 }
 
 impl std::fmt::Debug for CompiledCrdSchema {
@@ -251,6 +293,19 @@ impl CompiledCrdSchema {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_keys_first_copy_is_equal_to_its_original() {
+        let v = json!({"properties": {"b": {"type": "string", "enum": ["x", null, 1.5]}, "a": [{"k": {}}, [], 7]},
+            "type": "object", "": null, "x-kubernetes-validations": [{"rule": "self.a == 1"}], "n": -3, "t": true});
+        assert_eq!(keys_first(&v), v);
+        for s in [crate::crd::hcpetcdbackup_schema(), crate::crd::hostedcluster_schema()] {
+            let s = s.expect("schema");
+            assert_eq!(keys_first(&s), s);
+        }
+    }
 
     /// Descriptions go from every schema node; a field named `description`,
     /// defaults and enum values stay.

@@ -24,6 +24,8 @@
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
 mod common;
+// Reads x86-64 registers from the signal context: Linux on x86-64 only.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #[path = "support/first_touch.rs"]
 mod first_touch;
 #[allow(dead_code)]
@@ -59,8 +61,13 @@ fn measure(n: usize, mut f: impl FnMut()) -> (f64, f64) {
         })
         .collect();
     let faults = (minor_faults() - faults) as f64 / n as f64;
-    t.sort_by(|a, b| a.total_cmp(b));
-    (t[t.len() / 2], faults)
+    (median(&mut t), faults)
+}
+
+/// The median of `v` (sorted in place; NaN when empty).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn fresh(pre: &WasmtimeEngineProviderPre, context: &[Value], payload: Option<&[u8]>) -> Option<Vec<u8>> {
@@ -167,6 +174,7 @@ fn main() {
         println!("{}: {t:.1} µs, {f:.1} faults", s.name);
         return;
     }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     if let Some(i) = std::env::args().position(|a| a == "--first-touch") {
         // Every page of linear memory the first `validate` of a fresh
         // instance touches, in order, with the address touched first and the
@@ -216,16 +224,12 @@ fn main() {
                     b.push((t2 - t1).as_secs_f64() * 1e6);
                     c.push((t3 - t2).as_secs_f64() * 1e6);
                 }
-                let med = |v: &mut Vec<f64>| {
-                    v.sort_by(|x, y| x.total_cmp(y));
-                    v[v.len() / 2]
-                };
                 println!(
                     "{} {name}: set-up {:.1} call {:.1} drop {:.1}",
                     s.name,
-                    med(&mut a),
-                    med(&mut b),
-                    med(&mut c)
+                    median(&mut a),
+                    median(&mut b),
+                    median(&mut c)
                 );
             }
         }
@@ -264,16 +268,12 @@ fn main() {
                     second.push(t.elapsed().as_secs_f64() * 1e6);
                 }
             }
-            let med = |v: &mut Vec<f64>| {
-                v.sort_by(|a, b| a.total_cmp(b));
-                v[v.len() / 2]
-            };
             println!(
                 "{}: first validate {:.1} µs, with the image read beforehand {:.1} µs, second validate {:.1} µs",
                 s.name,
-                med(&mut cold),
-                med(&mut touched),
-                med(&mut second)
+                median(&mut cold),
+                median(&mut touched),
+                median(&mut second)
             );
         }
         return;

@@ -240,6 +240,8 @@ pub mod global {
     /// `pages`: the region reserved, and the least the arena grows by
     /// ([`COPY_PAGES`] while copying, [`REQUEST_PAGES`] last).
     pub fn freeze(pages: usize) {
+        // At least one page: the arena's state lives at its start.
+        let pages = pages.max(1);
         let old = core::arch::wasm32::memory_grow(0, pages);
         if old == usize::MAX {
             return; // no fresh memory: stay on the system allocator
@@ -249,7 +251,7 @@ pub mod global {
             return; // no room below 4 GiB: stay on the system allocator
         };
         FIRST_END.store(end, Relaxed);
-        GROW_PAGES.store(pages.max(1), Relaxed);
+        GROW_PAGES.store(pages, Relaxed);
         BASE.store(base, Relaxed);
     }
 

@@ -50,8 +50,8 @@ pub enum Scope {
 /// (`admission::compact`).
 ///
 /// The copy is laid out for the reads of a request: the rule tree first,
-/// then the JSON schema with each object's keys before its values
-/// ([`keys_first`]), so the last of it is the subtree of the last property,
+/// then the JSON schema with each object's keys and scalars before its
+/// subtrees ([`keys_first`]), so the last of it is the subtree of the last property,
 /// `status`, which a request without a status does not read; a copy's tail
 /// that spills into another 64 KiB window then costs a fresh instance
 /// nothing (issue #35).
@@ -70,10 +70,10 @@ impl Clone for CompiledCrdSchema {
 
 /// A deep copy of `v` that allocates each object's map, keys and scalar
 /// values (and lists of scalars) before its objects and other lists, depth
-/// first. A lookup reads the
-/// keys up to the one it wants, and a check reads a node's scalars (`type`,
-/// `format`, `pattern`) together: they stay next to each other instead of
-/// each sitting after the whole subtree of the key before it.
+/// first. A lookup reads the keys up to the one it wants, and a check reads
+/// a node's scalars (`type`, `format`, `pattern`, `required`) together: they
+/// stay next to each other instead of each sitting after the whole subtree
+/// of the key before it.
 fn keys_first(v: &Value) -> Value {
     match v {
         Value::Object(map) => {

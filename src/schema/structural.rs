@@ -139,10 +139,7 @@ fn unknown_at(schema: &Value, value: &Value, path: &mut String, out: &mut Vec<St
                 if matches!(field, Field::Kept) && !(root && k == "metadata") {
                     continue;
                 }
-                if !root {
-                    path.push('.');
-                }
-                path.push_str(k);
+                push_key(path, k);
                 match field {
                     Field::Known(child) => unknown_at(child, v, path, out),
                     Field::Unknown => out.push(path.clone()),
@@ -161,8 +158,7 @@ fn unknown_at(schema: &Value, value: &Value, path: &mut String, out: &mut Vec<St
         Value::Array(items) => {
             let item_schema = schema.get("items").unwrap_or(&Value::Null);
             for (i, item) in items.iter().enumerate() {
-                use std::fmt::Write;
-                let _ = write!(path, "[{i}]");
+                push_index(path, i);
                 unknown_at(item_schema, item, path, out);
                 path.truncate(len);
             }
@@ -328,10 +324,7 @@ fn list_errors_at(schema: &Value, value: &Value, path: &mut String, out: &mut Ve
             for (k, v) in obj {
                 if let Some(child) = props.and_then(|p| p.get(k)).or(additional) {
                     let len = path.len();
-                    if len > 0 {
-                        path.push('.');
-                    }
-                    path.push_str(k);
+                    push_key(path, k);
                     list_errors_at(child, v, path, out);
                     path.truncate(len);
                 }
@@ -379,9 +372,7 @@ fn list_errors_at(schema: &Value, value: &Value, path: &mut String, out: &mut Ve
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
                     let len = path.len();
-                    path.push('[');
-                    push_decimal(path, i);
-                    path.push(']');
+                    push_index(path, i);
                     list_errors_at(item_schema, item, path, out);
                     path.truncate(len);
                 }
@@ -424,28 +415,37 @@ fn go_json(v: &Value) -> String {
     }
 }
 
-/// `parent.key` as field paths are printed (`key` at the root). Built
-/// without the formatting machinery: the walks make one per field they
+/// `parent.key` as field paths are printed (`key` at the root). Paths are
+/// built without the formatting machinery: the walks make one per field they
 /// visit, and `format!` was a tenth of a request's instructions.
 pub(super) fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        return key.to_string();
-    }
     let mut out = String::with_capacity(path.len() + 1 + key.len());
     out.push_str(path);
-    out.push('.');
-    out.push_str(key);
+    push_key(&mut out, key);
     out
 }
 
-/// `path[i]`, as [`join`] (no formatting machinery).
+/// `path[i]`, as [`join`].
 pub(super) fn item_path(path: &str, i: usize) -> String {
     let mut out = String::with_capacity(path.len() + 8);
     out.push_str(path);
-    out.push('[');
-    push_decimal(&mut out, i);
-    out.push(']');
+    push_index(&mut out, i);
     out
+}
+
+/// Extends `path` by `.key` (`key` at the root): [`join`] in place.
+fn push_key(path: &mut String, key: &str) {
+    if !path.is_empty() {
+        path.push('.');
+    }
+    path.push_str(key);
+}
+
+/// Extends `path` by `[i]`: [`item_path`] in place.
+fn push_index(path: &mut String, i: usize) {
+    path.push('[');
+    push_decimal(path, i);
+    path.push(']');
 }
 
 /// `n` in decimal (at most 20 digits deep).
@@ -945,6 +945,13 @@ mod tests {
         assert_eq!(join("", "spec"), "spec");
         assert_eq!(join("spec", "storage"), "spec.storage");
         assert_eq!(join("spec.l[3]", "x.y"), "spec.l[3].x.y");
+        // The walks that keep one path buffer print the same paths.
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "l": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "array", "items": {
+                "type": "object", "properties": {"ok": {"type": "string"}}}}}}}}});
+        let v = json!({"spec": {"l": [[{"ok": "a"}], [{"ok": "a", "x": 1}, {"y": 2}], [{"ok": "a"}]]}});
+        assert_eq!(unknown_fields(&schema, &v), vec!["spec.l[1][0].x", "spec.l[1][1].y"]);
+        assert_eq!(run(schema, v, None), vec!["spec.l[2]: Duplicate value: [{\"ok\":\"a\"}]"]);
     }
 
     fn run(schema: Value, v: Value, old: Option<Value>) -> Vec<String> {

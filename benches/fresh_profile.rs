@@ -174,6 +174,17 @@ fn main() {
         println!("{}: {t:.1} µs, {f:.1} faults", s.name);
         return;
     }
+    if let Some(i) = std::env::args().position(|a| a == "--only-warm") {
+        // The same scenario's `validate` n times on one warm instance: the
+        // profile to hold against `--only`'s, function by function.
+        let k: usize = std::env::args().nth(i + 1).and_then(|a| a.parse().ok()).unwrap_or(0);
+        let Some(s) = scenarios::scenarios().into_iter().nth(k) else { return };
+        let payload = serde_json::to_vec(&json!({"settings": {}, "request": s.review["request"]})).expect("payload");
+        let policy = Policy::rehydrate(&shipped, wasm_host::context_handler(s.context.clone())).expect("instance");
+        let (t, f) = measure(n, || drop(black_box(policy.call("validate", &payload))));
+        println!("{} warm: {t:.1} µs, {f:.1} faults", s.name);
+        return;
+    }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     if let Some(i) = std::env::args().position(|a| a == "--first-touch") {
         // Every page of linear memory the first `validate` of a fresh

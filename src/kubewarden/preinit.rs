@@ -118,7 +118,7 @@ fn sample_hcp() -> Value {
 /// Requests that take every path once: both storage types with and without
 /// encryption, CREATE and UPDATE (transition rules), the status subresource,
 /// every presigned-URL flavour, a denial with many causes, and the mutation.
-fn sample_requests() -> Vec<Value> {
+pub(crate) fn sample_requests() -> Vec<Value> {
     let creds = json!({"name": "warm-up-creds"});
     let s3 = backup(json!({"storageType": "S3", "s3": {
         "bucket": "warm-up-bucket", "region": "us-east-1", "keyPrefix": "backups/warm-up", "credentials": creds,

@@ -9,6 +9,9 @@
 //! cargo bench --bench fresh_profile -- --split         # set-up / first call / teardown
 //! cargo bench --bench fresh_profile -- --pages         # pages written, 64 KiB windows read
 //! cargo bench --bench fresh_profile -- --first-touch 0 # what each page is touched for
+//! cargo bench --bench fresh_profile -- --only 0           # one scenario, fresh, for perf
+//! cargo bench --bench fresh_profile -- --only-yardstick 0 # the yardstick on it
+//! cargo bench --bench fresh_profile -- --only-warm 0      # one scenario, warm
 //! ```
 //!
 //! `--first-touch` names guest functions when `HCP_POLICY_WASM` points at a
@@ -164,13 +167,15 @@ fn main() {
     };
     let shipped = load(wasm_host::module_path());
     let yard = load(wasm_host::yardstick_module_path());
-    if let Some(i) = std::env::args().position(|a| a == "--only") {
+    if let Some(i) = std::env::args().position(|a| a == "--only" || a == "--only-yardstick") {
         // One scenario's fresh instance and first validate, n times, nothing
-        // else: for a sampling profiler (`perf record … --only 0`).
+        // else: for a sampling profiler (`perf record … --only 0`); the
+        // yardstick's on the same request with `--only-yardstick`.
         let k: usize = std::env::args().nth(i + 1).and_then(|a| a.parse().ok()).unwrap_or(0);
         let Some(s) = scenarios::scenarios().into_iter().nth(k) else { return };
         let payload = serde_json::to_vec(&json!({"settings": {}, "request": s.review["request"]})).expect("payload");
-        let (t, f) = measure(n, || drop(black_box(fresh(&shipped, &s.context, Some(&payload)))));
+        let pre = if std::env::args().any(|a| a == "--only-yardstick") { &yard } else { &shipped };
+        let (t, f) = measure(n, || drop(black_box(fresh(pre, &s.context, Some(&payload)))));
         println!("{}: {t:.1} µs, {f:.1} faults", s.name);
         return;
     }

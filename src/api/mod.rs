@@ -26,3 +26,13 @@ pub use secret_ref::SecretReference;
 pub const GROUP: &str = "hypershift.openshift.io";
 /// The served and storage version.
 pub const VERSION: &str = "v1beta1";
+/// `apiVersion` of this crate's types: `GROUP/VERSION` (a test holds it so).
+pub const API_VERSION: &str = "hypershift.openshift.io/v1beta1";
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_api_version_is_group_slash_version() {
+        assert_eq!(super::API_VERSION, format!("{}/{}", super::GROUP, super::VERSION));
+    }
+}

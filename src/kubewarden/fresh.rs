@@ -77,7 +77,7 @@ pub fn hosted_control_planes(
 /// HostedControlPlane from the apiserver, not from policy-server's cache.
 pub fn live_hcp_request(namespace: &str, name: &str) -> Value {
     json!({
-        "api_version": format!("{}/{}", crate::api::GROUP, crate::api::VERSION),
+        "api_version": crate::api::API_VERSION,
         "kind": "HostedControlPlane",
         "name": name,
         "namespace": namespace,

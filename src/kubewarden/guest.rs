@@ -43,8 +43,7 @@ impl Lookup for HostLookup {
     }
 
     fn hcp_etcd_backups(&self, namespace: &str) -> Result<Vec<Value>, LookupError> {
-        let api_version = format!("{}/{}", crate::api::GROUP, crate::api::VERSION);
-        let answer = list(&kubewarden::list_request(&api_version, "HCPEtcdBackup", namespace, None))?;
+        let answer = list(&kubewarden::list_request(crate::api::API_VERSION, "HCPEtcdBackup", namespace, None))?;
         kubewarden::list_items(&answer).map_err(LookupError::Failed)
     }
 

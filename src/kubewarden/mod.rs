@@ -184,7 +184,7 @@ pub fn validate(payload: &[u8], lookup: Option<&dyn Lookup>, now: crate::time::N
 /// The body of Kubewarden's `list_resources_by_namespace` host call for HostedControlPlanes.
 pub fn list_hcps_request(namespace: &str) -> Value {
     json!({
-        "api_version": format!("{}/{}", crate::api::GROUP, crate::api::VERSION),
+        "api_version": crate::api::API_VERSION,
         "kind": "HostedControlPlane",
         "namespace": namespace,
         "label_selector": null,
@@ -196,7 +196,14 @@ pub fn list_hcps_request(namespace: &str) -> Value {
 /// The items of a host-call List answer.
 pub fn list_items(answer: &[u8]) -> Result<Vec<Value>, String> {
     let v: Value = serde_json::from_slice(answer).map_err(|e| format!("the host's answer is not JSON: {e}"))?;
-    Ok(v.get("items").and_then(Value::as_array).cloned().unwrap_or_default())
+    // The items move out of the answer (no copy of the objects).
+    Ok(match v {
+        Value::Object(mut list) => match list.remove("items") {
+            Some(Value::Array(items)) => items,
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    })
 }
 
 /// The body of a `list_resources_by_namespace` host call for the HCPEtcdBackup
@@ -370,6 +377,20 @@ mod tests {
         }
         // Both ways were taken, often: the comparison is not of the fallback with itself.
         assert!(one_pass > compared / 10 && one_pass < compared, "{one_pass} of {compared} in one pass");
+    }
+
+    #[test]
+    fn a_list_answers_items_are_its_items_array_or_none() {
+        let items = |answer: &str| list_items(answer.as_bytes());
+        assert_eq!(
+            items(r#"{"kind": "List", "items": [{"metadata": {"name": "a"}}, 2]}"#),
+            Ok(vec![json!({"metadata": {"name": "a"}}), json!(2)])
+        );
+        for none in [r#"{"kind": "List"}"#, r#"{"items": {"a": 1}}"#, r#"{"items": null}"#, "[1, 2]", "7"] {
+            assert_eq!(items(none), Ok(Vec::new()), "{none}");
+        }
+        let e = items("{\"items\": [").expect_err("not JSON");
+        assert!(e.starts_with("the host's answer is not JSON: "), "{e}");
     }
 
     #[test]

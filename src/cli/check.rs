@@ -204,9 +204,9 @@ pub struct Summary {
 
 /// The kinds `check` judges, and the apiVersion each is served at.
 const SERVED: [(&str, &str); 5] = [
-    ("HCPEtcdBackup", crate::api::API_VERSION),
-    ("HostedCluster", crate::api::API_VERSION),
-    ("HostedControlPlane", crate::api::API_VERSION),
+    ("HCPEtcdBackup", hcp_etcd_admission::api::API_VERSION),
+    ("HostedCluster", hcp_etcd_admission::api::API_VERSION),
+    ("HostedControlPlane", hcp_etcd_admission::api::API_VERSION),
     ("StatefulSet", "apps/v1"),
     ("Secret", "v1"),
 ];

@@ -19,6 +19,8 @@ pub mod arena;
 pub mod fresh;
 /// The mutated object's JSON, with the restore script escaped once per process.
 pub mod mutated_json;
+/// The ValidationRequest in one pass where that is exact.
+pub mod one_pass;
 /// Build-time pre-initialisation of the policy module (wizer).
 pub mod preinit;
 
@@ -71,37 +73,24 @@ struct ValidationRequest {
     request: Value,
 }
 
-/// The same envelope parsed in one pass, the request straight into its
-/// typed fields: no tree is built for the request's own fields
-/// (`kind`, `userInfo`, `options`, …) only to be taken apart again, and the
-/// fields the decision does not read are skipped unallocated. Whatever this
-/// refuses (a duplicate field, a wrong type, no `request`) goes through
-/// [`ValidationRequest`] and [`admission::parse_request_owned`], which give
-/// the answer and message they always gave; whatever it accepts, they
-/// would have parsed to the same request (the test
-/// `the_one_pass_parse_is_the_two_step_parse` holds them equal).
-#[derive(Debug, Deserialize)]
-struct TypedValidationRequest {
-    #[serde(default)]
-    settings: Value,
-    request: admission::AdmissionRequest,
-}
-
-/// The settings and request of a ValidationRequest, or the 400 answer.
-fn envelope(payload: &[u8]) -> Result<(Value, admission::AdmissionRequest), ValidationResponse> {
+/// The settings and request of a ValidationRequest, or the 400 answer: in
+/// one pass where that is exact ([`one_pass`]), else the two-step way, with
+/// the settings checked before the request as they always were.
+fn envelope(payload: &[u8]) -> Result<(Settings, admission::AdmissionRequest), ValidationResponse> {
     // UTF-8 checked once for the whole payload, not string by string (a
     // request has ~50); a payload that is not UTF-8 gets serde_json's own
     // answer, with its position, as before.
     let text = std::str::from_utf8(payload);
-    if let Ok(Ok(typed)) = text.map(serde_json::from_str::<TypedValidationRequest>) {
-        return Ok((typed.settings, typed.request));
+    if let Some((settings, request)) = text.ok().and_then(one_pass::parse) {
+        return Ok((settings_of(&settings).map_err(|e| reject(e, 400))?, request));
     }
     two_step(payload, text.ok())
 }
 
-/// The envelope parsed into a tree, then its request into the typed fields:
-/// the parse whose answers and messages the policy gives.
-fn two_step(payload: &[u8], text: Option<&str>) -> Result<(Value, admission::AdmissionRequest), ValidationResponse> {
+/// The envelope parsed into a tree, the settings checked, then the request
+/// taken into its typed fields: the parse whose answers and messages the
+/// policy gives.
+fn two_step(payload: &[u8], text: Option<&str>) -> Result<(Settings, admission::AdmissionRequest), ValidationResponse> {
     let parsed = match text {
         Some(text) => serde_json::from_str(text),
         None => serde_json::from_slice(payload),
@@ -110,8 +99,9 @@ fn two_step(payload: &[u8], text: Option<&str>) -> Result<(Value, admission::Adm
         Ok(e) => e,
         Err(e) => return Err(reject(format!("the ValidationRequest does not parse: {e}"), 400)),
     };
+    let settings = settings_of(&envelope.settings).map_err(|e| reject(e, 400))?;
     let request = admission::parse_request_owned(envelope.request).map_err(|problem| reject(problem, 400))?;
-    Ok((envelope.settings, request))
+    Ok((settings, request))
 }
 
 fn reject(message: String, code: u16) -> ValidationResponse {
@@ -150,10 +140,6 @@ pub fn validate(payload: &[u8], lookup: Option<&dyn Lookup>, now: crate::time::N
     let (settings, mut request) = match envelope(payload) {
         Ok(parsed) => parsed,
         Err(answer) => return answer,
-    };
-    let settings = match settings_of(&settings) {
-        Ok(s) => s,
-        Err(e) => return reject(e, 400),
     };
     // The host calls the decision needs, made before it (the decision does no I/O).
     let answers = lookup.map(|source| admission::plan(&request, &settings, None).read_from(source));
@@ -301,9 +287,9 @@ mod tests {
         assert!(message.starts_with("the AdmissionReview request does not parse: missing field"), "{message}");
     }
 
-    /// A request's fields as JSON text, in order: a key with no value is
-    /// left out, a key with two values is written twice.
-    fn request_text(fields: &[(String, Vec<Value>)]) -> String {
+    /// An object's fields as JSON text, in order: each value is JSON text,
+    /// a key with no value is left out, a key with two values is written twice.
+    fn object_text(fields: &[(String, Vec<String>)]) -> String {
         let entries: Vec<String> = fields
             .iter()
             .flat_map(|(k, vs)| vs.iter().map(move |v| format!("{}: {v}", Value::from(k.as_str()))))
@@ -311,27 +297,52 @@ mod tests {
         format!("{{{}}}", entries.join(", "))
     }
 
+    /// Values a tree parse reads otherwise than a typed one, or refuses:
+    /// lone surrogates, numbers out of range, nesting past serde_json's
+    /// limit, serde_json's raw-value key; and plain ones of every type.
+    fn odd_values() -> Vec<String> {
+        let mut v: Vec<String> = [
+            "null",
+            "true",
+            "7",
+            "-1.5",
+            "1e400",
+            "-0",
+            "18446744073709551616",
+            "\"CREATE\"",
+            "\"UPDATE\"",
+            "\"\"",
+            r#""\ud800""#,
+            r#""a\udc00b""#,
+            r#""\u0041""#,
+            "[]",
+            r#"["a"]"#,
+            "{}",
+            r#"{"\ud800": 1}"#,
+            r#"{"group": "apps", "version": "v1", "kind": "StatefulSet", "resource": "statefulsets"}"#,
+            r#"{"username": "u", "groups": ["g"], "extra": {"x": ["y"]}, "uid": "1"}"#,
+            r#"{"username": "u", "extra": {"x": [1e400]}}"#,
+            r#"{"$serde_json::private::RawValue": "{\"username\":\"system:admin\",\"groups\":[\"system:masters\"]}"}"#,
+            r#"{"$serde_json::private::RawValue": "\"CREATE\""}"#,
+            r#"{"$serde_json::private::RawValue": "null"}"#,
+            r#"{"metadata": {"name": "n", "namespace": "ns"}, "spec": {"replicas": 1}}"#,
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        v.push(format!("{}{}", "[".repeat(130), "]".repeat(130)));
+        v.push(format!("{{\"x\": {}1{}}}", "[".repeat(126), "]".repeat(126)));
+        v
+    }
+
     /// The one-pass parse gives what the two-step parse gives, on every
-    /// payload: the samples the module is pre-initialised with, and 20,000
-    /// of them with the request's fields and the envelope's changed at
-    /// random (left out, null, retyped, given twice, unknown ones added).
+    /// payload: the samples the module is pre-initialised with, and 31,000
+    /// of them with fields of the request, of its nested objects and of the
+    /// envelope changed at random (left out, nulled, retyped, given twice,
+    /// unknown ones added, values a tree parse refuses or reads otherwise).
     #[test]
     fn the_one_pass_parse_is_the_two_step_parse() {
-        let kinds: Vec<Value> = vec![
-            Value::Null,
-            json!(true),
-            json!(7),
-            json!(-1.5),
-            json!("CREATE"),
-            json!("UPDATE"),
-            json!(""),
-            json!([]),
-            json!(["a"]),
-            json!({}),
-            json!({"group": "apps", "version": "v1", "kind": "StatefulSet", "resource": "statefulsets"}),
-            json!({"username": "u", "groups": ["g"], "extra": {"x": ["y"]}}),
-            json!({"metadata": {"name": "n", "namespace": "ns"}, "spec": {"replicas": 1}}),
-        ];
+        let odd = odd_values();
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = move |n: usize| {
             seed ^= seed << 13;
@@ -344,39 +355,95 @@ mod tests {
             let Value::Object(fields) = base else { panic!("a sample request is an object") };
             let fields: Vec<(String, Value)> = fields.into_iter().collect();
             for round in 0..1000 {
-                let mut changed: Vec<(String, Vec<Value>)> = Vec::new();
-                for (k, v) in &fields {
-                    // Each field changed one time in eight.
-                    let values = match if round == 0 { 0 } else { next(40) } {
-                        0..=34 => vec![v.clone()],
+                let pick = |v: &Value, next: &mut dyn FnMut(usize) -> usize| -> Vec<String> {
+                    // Each field changed one time in eight; an object's own fields sometimes instead.
+                    match if round == 0 { 0 } else { next(40) } {
+                        0..=33 => vec![v.to_string()],
+                        34 => match v {
+                            Value::Object(inner) if !inner.is_empty() => {
+                                let mut f: Vec<(String, Vec<String>)> =
+                                    inner.iter().map(|(k, v)| (k.clone(), vec![v.to_string()])).collect();
+                                let at = next(f.len());
+                                f[at].1 = vec![odd[next(odd.len())].clone()];
+                                if next(2) == 0 {
+                                    f.push(("unknown".into(), vec![odd[next(odd.len())].clone()]));
+                                }
+                                vec![object_text(&f)]
+                            }
+                            _ => vec![v.to_string()],
+                        },
                         35 => vec![],
-                        36 => vec![kinds[next(kinds.len())].clone()],
-                        37 => vec![v.clone(), kinds[next(kinds.len())].clone()],
-                        38 => vec![v.clone(), v.clone()],
-                        _ => vec![v.clone(), Value::Null],
-                    };
-                    changed.push((k.clone(), values));
-                }
+                        36 => vec![odd[next(odd.len())].clone()],
+                        37 => vec![v.to_string(), odd[next(odd.len())].clone()],
+                        38 => vec![v.to_string(), v.to_string()],
+                        _ => vec![v.to_string(), "null".into()],
+                    }
+                };
+                let mut changed: Vec<(String, Vec<String>)> =
+                    fields.iter().map(|(k, v)| (k.clone(), pick(v, &mut next))).collect();
                 if next(8) == 0 {
-                    changed.push(("unknownField".into(), vec![kinds[next(kinds.len())].clone()]));
+                    changed.push(("unknownField".into(), vec![odd[next(odd.len())].clone()]));
                 }
-                let request = request_text(&changed);
+                let request = object_text(&changed);
                 let payload = match if round == 0 { 0 } else { next(10) } {
                     0..=5 => format!(r#"{{"settings": {{}}, "request": {request}}}"#),
                     6 => format!(r#"{{"request": {request}}}"#),
-                    7 => format!(r#"{{"settings": {}, "request": {request}}}"#, kinds[next(kinds.len())]),
+                    7 => format!(r#"{{"settings": {}, "request": {request}}}"#, odd[next(odd.len())]),
                     8 => format!(r#"{{"settings": {{}}, "request": {request}, "request": {request}}}"#),
-                    _ => format!(r#"{{"settings": {{}}, "settings": null, "request": {request}}}"#),
+                    _ => format!(r#"{{"settings": {{}}, "other": {}, "request": {request}}}"#, odd[next(odd.len())]),
                 };
                 let one = envelope(payload.as_bytes());
                 let two = two_step(payload.as_bytes(), Some(&payload));
                 assert_eq!(one, two, "{payload}");
                 compared += 1;
-                one_pass += usize::from(serde_json::from_str::<TypedValidationRequest>(&payload).is_ok());
+                one_pass += usize::from(one_pass::parse(&payload).is_some());
             }
         }
         // Both ways were taken, often: the comparison is not of the fallback with itself.
         assert!(one_pass > compared / 10 && one_pass < compared, "{one_pass} of {compared} in one pass");
+    }
+
+    /// The review's cases, one by one: each refused by the one pass (the
+    /// two steps answer), and a bad settings' error still comes first.
+    #[test]
+    fn what_a_tree_parse_reads_otherwise_is_left_to_it() {
+        let base = r#""uid": "u", "kind": {"group": "g", "version": "v1", "kind": "K"}, "resource": {}, "operation": "CREATE""#;
+        for extra in [
+            r#""options": "\ud800""#,
+            r#""options": {"x": 1e400}"#,
+            r#""userInfo": {"username": "a", "extra": {"\udc00": []}}"#,
+            r#""userInfo": {"$serde_json::private::RawValue": "{\"username\":\"system:admin\"}"}"#,
+            r#""kind": {"$serde_json::private::RawValue": "{\"kind\":\"K\"}"}"#,
+            r#""somethingNew": 1"#,
+        ] {
+            let payload = format!(r#"{{"settings": {{}}, "request": {{{base}, {extra}}}}}"#);
+            assert!(one_pass::parse(&payload).is_none(), "{payload}");
+            assert_eq!(envelope(payload.as_bytes()), two_step(payload.as_bytes(), Some(&payload)));
+        }
+        let deep = format!(
+            r#"{{"settings": {{}}, "request": {{{base}, "options": {}{}}}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert!(one_pass::parse(&deep).is_none());
+        let answer = validate(deep.as_bytes(), None, Ok(1_795_965_000));
+        assert!(answer.message.unwrap_or_default().contains("recursion limit exceeded"));
+        // The raw-value trick reads as the tree reads it (both ways, the same user).
+        let raw = format!(
+            r#"{{"settings": {{}}, "request": {{{base}, "userInfo": {{"$serde_json::private::RawValue": "{{\"username\":\"system:admin\"}}"}}}}}}"#
+        );
+        let (_, request) = envelope(raw.as_bytes()).expect("parses");
+        assert_eq!(request.user_info.map(|u| u.username).as_deref(), Some("system:admin"));
+        // Settings before the request, as always.
+        let both_bad = br#"{"settings": 7, "request": {"uid": "u"}}"#;
+        let message = validate(both_bad, None, Ok(1_795_965_000)).message.unwrap_or_default();
+        assert!(message.starts_with("invalid settings") || message.contains("settings"), "{message}");
+        assert!(!message.contains("AdmissionReview request does not parse"), "{message}");
+        // And a plain request takes the one pass.
+        let plain = format!(
+            r#"{{"settings": {{}}, "request": {{{base}, "options": {{"kind": "CreateOptions"}}, "requestKind": {{}}}}}}"#
+        );
+        assert!(one_pass::parse(&plain).is_some());
     }
 
     #[test]

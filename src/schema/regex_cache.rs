@@ -118,6 +118,16 @@ pub fn get(pattern: &str) -> Result<Compiled, regex::Error> {
     if let Some(p) = CACHE.with(|c| c.borrow().get(pattern).copied()) {
         return Ok(Compiled::Shared(p));
     }
+    compile(pattern)
+}
+
+/// A pattern seen for the first time: compiled and cached. Out of line:
+/// compiling needs a 2.7 KiB stack frame, which inlined into [`get`] every
+/// request's walk paid for, a stack page more in a fresh Kubewarden
+/// instance, where every pattern is already compiled (issue #35).
+#[cold]
+#[inline(never)]
+fn compile(pattern: &str) -> Result<Compiled, regex::Error> {
     let compiled = Pattern::new(pattern)?;
     Ok(CACHE.with(|c| {
         let mut map = c.borrow_mut();

@@ -86,8 +86,9 @@ fn expires_seconds(param: &'static str, v: &str) -> Result<i64, PresignError> {
 /// `X-Goog-Expires`), Azure SAS (`se`, and `st` for well-formedness; only with
 /// a `sig`) and SigV2 (`Expires`, only with a `Signature`).
 pub fn parse_expiry(url: &url::Url) -> Result<Option<i64>, PresignError> {
-    let pairs: Vec<(String, String)> = url.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
-    let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    // Decoded where they need it, borrowed from the URL where they do not.
+    let pairs: Vec<(std::borrow::Cow<'_, str>, std::borrow::Cow<'_, str>)> = url.query_pairs().collect();
+    let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_ref());
     let time = |param: &'static str, parse: fn(&str) -> Result<i64, TimeError>| {
         get(param).map(|v| parse(v).map_err(|e| PresignError::Time(e, param))).transpose()
     };
@@ -167,24 +168,29 @@ pub fn injection_expiry_warning(
     settings: &Settings,
 ) -> Option<crate::finding::Warning> {
     let field = INIT_URL_EXPIRY.field;
-    let shown = go_quote(&redact_url(url));
+    // Written only for a warning: a URL that lives long enough pays for nothing.
+    let shown = || go_quote(&redact_url(url));
     let parsed = url::Url::parse(url).ok()?;
     let text = match (parse_expiry(&parsed), now) {
         (Ok(None), _) => return None,
         (Err(problem), _) => format!(
-            "restore URL {shown}: {problem}: the presigned URL can never be downloaded, so etcd-init will fail; restore again with a freshly presigned snapshot URL"
+            "restore URL {}: {problem}: the presigned URL can never be downloaded, so etcd-init will fail; restore again with a freshly presigned snapshot URL",
+            shown()
         ),
         (Ok(Some(expiry)), Err(clock)) => format!(
-            "restore URL {shown} expires at {}; {clock}: whether etcd-init can still download it cannot be checked",
+            "restore URL {} expires at {}; {clock}: whether etcd-init can still download it cannot be checked",
+            shown(),
             format_rfc3339(expiry)
         ),
         (Ok(Some(expiry)), Ok(now)) if expiry <= *now => format!(
-            "etcd-init downloads the restore URL {shown}, which expired at {} (now {}): the download will fail (HTTP 403) and etcd stays in Init:CrashLoopBackOff; restore again with a freshly presigned snapshot URL",
+            "etcd-init downloads the restore URL {}, which expired at {} (now {}): the download will fail (HTTP 403) and etcd stays in Init:CrashLoopBackOff; restore again with a freshly presigned snapshot URL",
+            shown(),
             format_rfc3339(expiry),
             format_rfc3339(*now)
         ),
         (Ok(Some(expiry)), Ok(now)) if expiry.saturating_sub(*now) <= i64::try_from(settings.restore_max_time_seconds).unwrap_or(i64::MAX) => format!(
-            "etcd-init downloads the restore URL {shown}, which expires at {} ({} s from now), within the download's time bound restoreMaxTimeSeconds ({} s): a download that starts or retries late fails (HTTP 403)",
+            "etcd-init downloads the restore URL {}, which expires at {} ({} s from now), within the download's time bound restoreMaxTimeSeconds ({} s): a download that starts or retries late fails (HTTP 403)",
+            shown(),
             format_rfc3339(expiry),
             expiry - now,
             settings.restore_max_time_seconds
@@ -212,8 +218,9 @@ pub fn check(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>, f: &mut Fi
         if old_urls.is_some_and(|o| o.contains(item)) {
             continue; // unchanged: ratcheted
         }
-        let field = format!("spec.etcd.managed.storage.restoreSnapshotURL[{i}]");
-        let shown = go_quote(&redact_url(raw));
+        // Written only for a finding: an accepted URL pays for neither.
+        let field = || format!("spec.etcd.managed.storage.restoreSnapshotURL[{i}]");
+        let shown = || go_quote(&redact_url(raw));
         let scheme = raw.split_once("://").map(|(s, _)| s);
         if !matches!(scheme, Some("https") | Some("s3")) {
             continue; // upstream's scheme rule already denies it
@@ -221,25 +228,25 @@ pub fn check(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>, f: &mut Fi
         let url = match well_formed(raw) {
             Ok(url) => url,
             Err(problem) => {
-                f.deny(&URL_FORMAT, FieldError::invalid(&field, shown.clone(), format!("{problem}: must be an absolute https URL with a host, without user information, whitespace or control characters")));
+                f.deny(&URL_FORMAT, FieldError::invalid(&field(), shown(), format!("{problem}: must be an absolute https URL with a host, without user information, whitespace or control characters")));
                 continue;
             }
         };
         if let Err(problem) = sha256_fragment(raw) {
             let detail = format!("{problem}: etcd-init would refuse the restore; give #sha256= and the snapshot's 64-digit SHA-256, or no fragment");
-            f.deny(&URL_FORMAT, FieldError::invalid(&field, shown.clone(), detail));
+            f.deny(&URL_FORMAT, FieldError::invalid(&field(), shown(), detail));
             continue;
         }
         if scheme == Some("s3") {
             let text = "s3:// cannot be downloaded by the etcd-init container (it uses curl); give an https presigned URL (the OADP plugin presigns s3:// for you)";
             if ctx.settings.allow_s3_restore_url {
-                f.warn(&URL_S3_SCHEME, &field, text.to_string());
+                f.warn(&URL_S3_SCHEME, &field(), text.to_string());
             } else {
-                f.deny(&URL_S3_SCHEME, FieldError::invalid(&field, shown.clone(), text));
+                f.deny(&URL_S3_SCHEME, FieldError::invalid(&field(), shown(), text));
             }
             continue;
         }
-        let invalid = |detail: String| FieldError::invalid(&field, shown.clone(), detail);
+        let invalid = |detail: String| FieldError::invalid(&field(), shown(), detail);
         let expiry = match parse_expiry(&url) {
             Ok(Some(e)) => e,
             Ok(None) => continue,
@@ -267,7 +274,7 @@ pub fn check(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>, f: &mut Fi
         } else if (expiry - now) as u64 <= ctx.settings.restore_url_expiry_warning_seconds {
             f.warn(
                 &URL_EXPIRING,
-                &field,
+                &field(),
                 format!(
                     "the presigned URL expires at {} ({} s from now); the restore fails if etcd-init has not downloaded it by then",
                     format_rfc3339(expiry),

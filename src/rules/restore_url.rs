@@ -228,13 +228,13 @@ pub fn check(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>, f: &mut Fi
         let url = match well_formed(raw) {
             Ok(url) => url,
             Err(problem) => {
-                f.deny(&URL_FORMAT, FieldError::invalid(&field(), shown(), format!("{problem}: must be an absolute https URL with a host, without user information, whitespace or control characters")));
+                f.deny(&URL_FORMAT, FieldError::invalid(field(), shown(), format!("{problem}: must be an absolute https URL with a host, without user information, whitespace or control characters")));
                 continue;
             }
         };
         if let Err(problem) = sha256_fragment(raw) {
             let detail = format!("{problem}: etcd-init would refuse the restore; give #sha256= and the snapshot's 64-digit SHA-256, or no fragment");
-            f.deny(&URL_FORMAT, FieldError::invalid(&field(), shown(), detail));
+            f.deny(&URL_FORMAT, FieldError::invalid(field(), shown(), detail));
             continue;
         }
         if scheme == Some("s3") {
@@ -242,11 +242,11 @@ pub fn check(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>, f: &mut Fi
             if ctx.settings.allow_s3_restore_url {
                 f.warn(&URL_S3_SCHEME, &field(), text.to_string());
             } else {
-                f.deny(&URL_S3_SCHEME, FieldError::invalid(&field(), shown(), text));
+                f.deny(&URL_S3_SCHEME, FieldError::invalid(field(), shown(), text));
             }
             continue;
         }
-        let invalid = |detail: String| FieldError::invalid(&field(), shown(), detail);
+        let invalid = |detail: String| FieldError::invalid(field(), shown(), detail);
         let expiry = match parse_expiry(&url) {
             Ok(Some(e)) => e,
             Ok(None) => continue,

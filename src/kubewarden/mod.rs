@@ -326,6 +326,11 @@ mod tests {
             r#"{"$serde_json::private::RawValue": "\"CREATE\""}"#,
             r#"{"$serde_json::private::RawValue": "null"}"#,
             r#"{"metadata": {"name": "n", "namespace": "ns"}, "spec": {"replicas": 1}}"#,
+            r#"{"metadata": {"name": "n"}, "$serde_json::private::RawValue": "5"}"#,
+            r#"{"spec": {"x": [{"b": 1, "$serde_json::private::RawValue": "null"}]}}"#,
+            r#"["alice", ["system:masters"], "x"]"#,
+            r#"["alice", ["system:masters"]]"#,
+            r#"["g", "v1", "K"]"#,
         ]
         .into_iter()
         .map(String::from)
@@ -420,6 +425,22 @@ mod tests {
             assert!(one_pass::parse(&payload).is_none(), "{payload}");
             assert_eq!(envelope(payload.as_bytes()), two_step(payload.as_bytes(), Some(&payload)));
         }
+        // A raw-value key after another key of an object (the two steps
+        // read the object twice, the second time in key order), and structs
+        // given as arrays longer than the request's own fields.
+        for extra in [
+            r#""object": {"metadata": {"name": "n"}, "$serde_json::private::RawValue": "5"}"#,
+            r#""oldObject": {"a": [{"b": 1, "$serde_json::private::RawValue": "null"}]}"#,
+            r#""userInfo": ["alice", ["system:masters"], "x"]"#,
+        ] {
+            let payload = format!(r#"{{"settings": {{}}, "request": {{{base}, {extra}}}}}"#);
+            assert!(one_pass::parse(&payload).is_none(), "{payload}");
+            assert_eq!(envelope(payload.as_bytes()), two_step(payload.as_bytes(), Some(&payload)));
+            assert_eq!(envelope(payload.as_bytes()).map(|_| ()).map_err(|a| a.code), Err(Some(400)), "{payload}");
+        }
+        let as_array = r#"{"settings": {}, "request": ["u", {"group": "g", "version": "v1", "kind": "K"}, {}, null, null, null, "CREATE", null, null, null, null, null]}"#;
+        assert!(one_pass::parse(as_array).is_none());
+        assert_eq!(envelope(as_array.as_bytes()), two_step(as_array.as_bytes(), Some(as_array)));
         let deep = format!(
             r#"{{"settings": {{}}, "request": {{{base}, "options": {}{}}}}}"#,
             "[".repeat(200),

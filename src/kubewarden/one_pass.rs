@@ -15,8 +15,10 @@
 //! an object keyed `$serde_json::private::RawValue` into the value it spells);
 //! a duplicate field is refused by the derive; the fields the decision does
 //! not read (`requestKind`, `options`, `userInfo.extra`, …) are parsed in full
-//! by [`Checked`], as a tree would parse them, and dropped. Anything refused
-//! falls back. `the_one_pass_parse_is_the_two_step_parse` holds the two equal.
+//! by [`Checked`], as a tree would parse them, and dropped; the request and
+//! its `userInfo` are read from objects only ([`ObjectOnly`]); an `object` or
+//! `oldObject` holding the raw-value key anywhere is left to the two steps,
+//! which read it twice. Anything refused falls back. `the_one_pass_parse_is_the_two_step_parse` holds the two equal.
 
 use serde::{
     de::{self, MapAccess, SeqAccess, Visitor},
@@ -29,14 +31,37 @@ use crate::admission::{AdmissionRequest, GroupVersionKind, GroupVersionResource,
 /// The envelope and its request, or `None`: take the two-step way.
 pub fn parse(text: &str) -> Option<(Value, AdmissionRequest)> {
     let envelope: Envelope = serde_json::from_str(text).ok()?;
-    // `null` is `None` either way; an object or oldObject that is null only
-    // as a raw value (`{"$serde_json::private::RawValue": "null"}`) is
-    // `Some(Null)` here and `None` in the tree: the two steps decide.
-    let raw_null = |v: &Option<Value>| matches!(v, Some(Value::Null));
-    if raw_null(&envelope.request.object) || raw_null(&envelope.request.old_object) {
+    let request = envelope.request.0;
+    // The two steps read `object` and `oldObject` twice (text to tree, tree
+    // to request), and the second read takes a map whose smallest key is
+    // serde_json's raw-value key for the value it spells: the two steps
+    // decide any object holding that key anywhere. And `null` is `None`
+    // either way, but an object that is null only as a raw value is
+    // `Some(Null)` here.
+    let differs = |v: &Option<Value>| matches!(v, Some(Value::Null)) || v.as_ref().is_some_and(holds_raw_value_key);
+    if differs(&request.object) || differs(&request.old_object) {
         return None;
     }
-    Some((envelope.settings, envelope.request.into()))
+    Some((envelope.settings, request.into()))
+}
+
+/// Whether any map in `value` has serde_json's raw-value key (iterative:
+/// the tree is at most serde_json's 128 levels deep, but no recursion is needed).
+fn holds_raw_value_key(value: &Value) -> bool {
+    let mut pending = vec![value];
+    while let Some(v) = pending.pop() {
+        match v {
+            Value::Object(map) => {
+                if map.contains_key(RAW_VALUE_KEY) {
+                    return true;
+                }
+                pending.extend(map.values());
+            }
+            Value::Array(items) => pending.extend(items),
+            _ => {}
+        }
+    }
+    false
 }
 
 #[derive(Deserialize)]
@@ -44,7 +69,7 @@ pub fn parse(text: &str) -> Option<(Value, AdmissionRequest)> {
 struct Envelope {
     #[serde(default)]
     settings: Value,
-    request: Request,
+    request: ObjectOnly<Request>,
 }
 
 /// `admission.k8s.io/v1` AdmissionRequest: every field it has (those the
@@ -70,7 +95,7 @@ struct Request {
     #[serde(default)]
     dry_run: Option<bool>,
     #[serde(default)]
-    user_info: Option<User>,
+    user_info: Option<ObjectOnly<User>>,
     #[serde(default)]
     request_kind: Checked,
     #[serde(default)]
@@ -134,8 +159,31 @@ impl From<Request> for AdmissionRequest {
             object: r.object,
             old_object: r.old_object,
             dry_run: r.dry_run,
-            user_info: r.user_info.map(|u| UserInfo { username: u.username, groups: u.groups }),
+            user_info: r.user_info.map(|ObjectOnly(u)| UserInfo { username: u.username, groups: u.groups }),
         }
+    }
+}
+
+/// A struct read from a JSON object only. serde's derive also reads a
+/// struct from an array, by position, and from text it takes any array up
+/// to its field count, where the two steps refuse one longer than the
+/// request's own fields: a mirror with more fields (the unread ones) would
+/// take what they refuse.
+struct ObjectOnly<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for ObjectOnly<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Only<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Only<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer.deserialize_map(Only(std::marker::PhantomData)).map(ObjectOnly)
     }
 }
 

@@ -18,7 +18,8 @@
 //! by [`Checked`], as a tree would parse them, and dropped; the request and
 //! its `userInfo` are read from objects only ([`ObjectOnly`]); an `object` or
 //! `oldObject` holding the raw-value key anywhere is left to the two steps,
-//! which read it twice. Anything refused falls back. `the_one_pass_parse_is_the_two_step_parse` holds the two equal.
+//! which read it twice. Anything refused falls back.
+//! `the_one_pass_parse_is_the_two_step_parse` holds the two equal.
 
 use serde::{
     de::{self, MapAccess, SeqAccess, Visitor},

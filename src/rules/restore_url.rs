@@ -218,8 +218,7 @@ pub fn check(obj: &Value, old: Option<&Value>, ctx: &RuleContext<'_>, f: &mut Fi
         if old_urls.is_some_and(|o| o.contains(item)) {
             continue; // unchanged: ratcheted
         }
-        // Written only for a finding: an accepted URL pays for neither.
-        let field = || format!("spec.etcd.managed.storage.restoreSnapshotURL[{i}]");
+        let field = || format!("spec.etcd.managed.storage.restoreSnapshotURL[{i}]"); // only for a finding
         let shown = || go_quote(&redact_url(raw));
         let scheme = raw.split_once("://").map(|(s, _)| s);
         if !matches!(scheme, Some("https") | Some("s3")) {

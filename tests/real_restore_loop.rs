@@ -951,6 +951,37 @@ impl Rig<'_> {
         assert!(after.reconciles > before.reconciles, "the reconciler stopped reconciling");
     }
 
+    /// Deletes StatefulSet pods and waits until none of them is the pod it
+    /// was (gone, or made again under its name: another UID).
+    ///
+    /// Not `kubectl delete --wait`: kubectl 1.35 waits for the pods one after
+    /// another, each with a GET and then a watch from a LIST
+    /// (`pkg/cmd/wait/delete.go`, `IsDeleted`). When the StatefulSet
+    /// controller makes a pod again between that GET (the old UID) and that
+    /// LIST (the new pod, same name), no Deleted event follows and the wait
+    /// runs to its timeout. Two members killed together end together, so
+    /// the second pod's wait starts just as its pod goes: CI hit it in the
+    /// quorum scenario (etcd-2, gone at 18:57:24, "timed out" at 18:58:53).
+    fn delete_pods(&self, pods: &[&str], budget: Duration) {
+        let ns = self.ns.as_str();
+        let uids: Vec<String> = pods.iter().map(|p| self.pod_uid(p)).collect();
+        for (p, uid) in pods.iter().zip(&uids) {
+            assert!(!uid.is_empty(), "{p} has no UID before its deletion:\n{}", self.describe());
+        }
+        self.must(&format!("kubectl -n {ns} delete pod {} --wait=false", pods.join(" ")));
+        let what = format!("{} gone (deleted, or made again)", pods.join(" and "));
+        self.wait(&what, budget, |r| {
+            pods.iter().zip(&uids).all(|(p, uid)| {
+                // A failed GET (an apiserver busy with five scenarios) proves
+                // nothing: only an answer without that UID does.
+                let out =
+                    r.sh(&format!("kubectl -n {ns} get pod {p} --ignore-not-found -o jsonpath='{{.metadata.uid}}'"));
+                out.status.success() && String::from_utf8_lossy(&out.stdout).trim() != uid.as_str()
+            })
+        });
+    }
+
+    /// The pod's UID; empty when there is no such pod.
     fn pod_uid(&self, pod: &str) -> String {
         let ns = self.ns.as_str();
         self.sh(&format!("kubectl -n {ns} get pod {pod} -o jsonpath='{{.metadata.uid}}'"))
@@ -1095,11 +1126,9 @@ fn a_volume_lost_after_the_restore_rejoins_through_reset_member(rig: &Rig<'_>) {
         let writes = rig.reconciler.stats().writes;
         assert!(rig.etcdctl("etcd-0", "put /registry/after-restore restored").status.success());
         write(&rig.work.join("pv-new.yaml"), rig.pv_yaml(2));
-        rig.must(&format!(
-            "kubectl -n {ns} delete pvc data-etcd-2 --wait=false\n\
-             kubectl -n {ns} delete pod etcd-2 --wait=true --timeout=120s\n\
-             kubectl apply -f pv-new.yaml"
-        ));
+        rig.must(&format!("kubectl -n {ns} delete pvc data-etcd-2 --wait=false"));
+        rig.delete_pods(&["etcd-2"], Duration::from_secs(120));
+        rig.must("kubectl apply -f pv-new.yaml");
         rig.wait("etcd-2 back and the StatefulSet settled", Duration::from_secs(300), |r| r.settled());
         let log = rig.must(&format!("kubectl -n {ns} logs etcd-2 -c reset-member"));
         assert!(log.contains("A member with this name (etcd-2) already exists, removing"), "{log}");
@@ -1132,10 +1161,8 @@ fn a_quorum_lost_after_the_restore_recovers_by_the_runbook(rig: &Rig<'_>) {
         // The quorum lost: two members' volumes gone while they run (their
         // claims deleted; no volume is there for the new claims, so their
         // pods stay Pending). The survivor answers without a leader.
-        rig.must(&format!(
-            "kubectl -n {ns} delete pvc data-etcd-1 data-etcd-2 --wait=false\n\
-             kubectl -n {ns} delete pod etcd-1 etcd-2 --wait=true --timeout=120s"
-        ));
+        rig.must(&format!("kubectl -n {ns} delete pvc data-etcd-1 data-etcd-2 --wait=false"));
+        rig.delete_pods(&["etcd-1", "etcd-2"], Duration::from_secs(120));
         rig.wait("etcd-0 without a quorum", Duration::from_secs(120), |r| {
             !r.etcdctl("etcd-0", "endpoint health").status.success()
         });

@@ -258,7 +258,7 @@ pub fn validate(
     version: KubernetesVersion,
     out: &mut SchemaOutcome,
 ) {
-    walk(schema, value, old, "", &mut Pass { out: &mut *out, version });
+    walk(schema, value, old, &mut String::new(), &mut Pass { out: &mut *out, version });
     let walked = out.errors.len();
     // x-kubernetes-list-type set/map uniqueness is a pass of its own after the
     // OpenAPI checks (structurallisttype); on UPDATE it runs only when the old
@@ -490,7 +490,10 @@ fn display_path(path: &str) -> &str {
 // (maxLength, minLength, pattern: the first failure only), format, number,
 // slice (items, then minItems, maxItems), enum, object (min/maxProperties,
 // properties, then required). A type failure does not stop the enum check.
-fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mut Pass) {
+//
+// `path` is one buffer for the whole walk: each level appends its segment
+// and takes it off again (a field's path is copied only into an error).
+fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &mut String, out: &mut Pass) {
     if out.errors.len() >= MAX_SCHEMA_ERRORS {
         return;
     }
@@ -530,7 +533,7 @@ fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &str, out: &mu
         }
         Value::Array(items) => {
             check_array(schema, items, old, path, out);
-            check_enum(schema, value, shown, out);
+            check_enum(schema, value, display_path(path), out);
         }
         Value::Object(obj) => {
             check_enum(schema, value, shown, out);
@@ -769,15 +772,21 @@ fn check_format(schema: &Value, s: &str, value: &Value, shown: &str, out: &mut P
     }
 }
 
-fn check_array(schema: &Value, items: &[Value], old: Option<&Value>, path: &str, out: &mut Pass) {
-    let shown = display_path(path);
+fn check_array(schema: &Value, items: &[Value], old: Option<&Value>, path: &mut String, out: &mut Pass) {
     if let Some(item_schema) = schema.get("items") {
         check_items(schema, item_schema, items, old, path, out);
     }
-    check_count(schema, ("minItems", "maxItems", "items"), items.len(), shown, out);
+    check_count(schema, ("minItems", "maxItems", "items"), items.len(), display_path(path), out);
 }
 
-fn check_items(schema: &Value, item_schema: &Value, items: &[Value], old: Option<&Value>, path: &str, out: &mut Pass) {
+fn check_items(
+    schema: &Value,
+    item_schema: &Value,
+    items: &[Value],
+    old: Option<&Value>,
+    path: &mut String,
+    out: &mut Pass,
+) {
     let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
     let map_keys: Vec<&str> = schema
         .get("x-kubernetes-list-map-keys")
@@ -795,9 +804,11 @@ fn check_items(schema: &Value, item_schema: &Value, items: &[Value], old: Option
     let old_items = old.and_then(Value::as_array).filter(|_| matches!(list_type, Some("map" | "set")));
     let old_index = old_items.map(|o| canonical::FirstByKey::new(o, identity));
     for (i, item) in items.iter().enumerate() {
-        let at = item_path(path, i);
         let correlated = old_index.as_ref().and_then(|index| identity(item).and_then(|k| index.get(&k)));
-        walk(item_schema, item, correlated, &at, out);
+        let len = path.len();
+        push_index(path, i);
+        walk(item_schema, item, correlated, path, out);
+        path.truncate(len);
     }
 }
 
@@ -910,15 +921,17 @@ const OBJECT_META_FIELDS: [&str; 15] = [
     "managedFields",
 ];
 
-fn check_object(schema: &Value, obj: &Map<String, Value>, old: Option<&Value>, path: &str, out: &mut Pass) {
-    let shown = display_path(path);
-    check_count(schema, ("minProperties", "maxProperties", "properties"), obj.len(), shown, out);
+fn check_object(schema: &Value, obj: &Map<String, Value>, old: Option<&Value>, path: &mut String, out: &mut Pass) {
+    check_count(schema, ("minProperties", "maxProperties", "properties"), obj.len(), display_path(path), out);
     // Unknown fields are not the walk's: the object it sees is pruned.
     let props = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties").filter(|a| a.is_object());
     for (k, v) in obj {
         if let Some(child) = props.and_then(|p| p.get(k)).or(additional) {
-            walk(child, v, old.and_then(|o| o.get(k)), &join(path, k), out);
+            let len = path.len();
+            push_key(path, k);
+            walk(child, v, old.and_then(|o| o.get(k)), path, out);
+            path.truncate(len);
         }
     }
     if let Some(required) = schema.get("required").and_then(Value::as_array) {

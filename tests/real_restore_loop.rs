@@ -964,31 +964,32 @@ impl Rig<'_> {
     /// quorum scenario (etcd-2, gone at 18:57:24, "timed out" at 18:58:53).
     fn delete_pods(&self, pods: &[&str], budget: Duration) {
         let ns = self.ns.as_str();
-        let uids: Vec<String> = pods.iter().map(|p| self.pod_uid(p)).collect();
-        for (p, uid) in pods.iter().zip(&uids) {
-            assert!(!uid.is_empty(), "{p} has no UID before its deletion:\n{}", self.describe());
-        }
+        let uids: Vec<String> = pods.iter().map(|p| self.existing_pod_uid(p)).collect();
         self.must(&format!("kubectl -n {ns} delete pod {} --wait=false", pods.join(" ")));
         let what = format!("{} gone (deleted, or made again)", pods.join(" and "));
+        // Only an answer without that UID counts: a failed GET (an apiserver
+        // busy with five scenarios) proves nothing.
         self.wait(&what, budget, |r| {
-            pods.iter().zip(&uids).all(|(p, uid)| {
-                // A failed GET (an apiserver busy with five scenarios) proves
-                // nothing: only an answer without that UID does.
-                let out =
-                    r.sh(&format!("kubectl -n {ns} get pod {p} --ignore-not-found -o jsonpath='{{.metadata.uid}}'"));
-                out.status.success() && String::from_utf8_lossy(&out.stdout).trim() != uid.as_str()
-            })
+            pods.iter().zip(&uids).all(|(p, uid)| r.pod_uid(p).is_some_and(|now| now != *uid))
         });
     }
 
-    /// The pod's UID; empty when there is no such pod.
-    fn pod_uid(&self, pod: &str) -> String {
+    /// The pod's UID: empty when there is no such pod, `None` when the
+    /// apiserver did not answer (a failed GET proves nothing either way).
+    fn pod_uid(&self, pod: &str) -> Option<String> {
         let ns = self.ns.as_str();
-        self.sh(&format!("kubectl -n {ns} get pod {pod} -o jsonpath='{{.metadata.uid}}'"))
-            .stdout
-            .iter()
-            .map(|&b| b as char)
-            .collect()
+        let out = self.sh(&format!("kubectl -n {ns} get pod {pod} --ignore-not-found -o jsonpath='{{.metadata.uid}}'"));
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// The UID of a pod that exists, waited for (within a minute).
+    fn existing_pod_uid(&self, pod: &str) -> String {
+        let mut uid = String::new();
+        self.wait(&format!("{pod}'s UID"), Duration::from_secs(60), |r| {
+            uid = r.pod_uid(pod).unwrap_or_default();
+            !uid.is_empty()
+        });
+        uid
     }
 
     /// Whether `pod`'s init container `name` runs now.
@@ -1054,11 +1055,10 @@ fn a_pod_deleted_mid_restore_comes_back_into_the_same_cluster(rig: &Rig<'_>) {
     let t0 = Instant::now();
     rig.reconciling(|| {
         rig.wait("etcd-1's etcd-init running", Duration::from_secs(300), |r| r.init_running("etcd-1", "etcd-init"));
-        let uid = rig.pod_uid("etcd-1");
+        let uid = rig.existing_pod_uid("etcd-1");
         rig.must(&format!("kubectl -n {ns} delete pod etcd-1 --wait=false"));
         rig.wait("etcd-1 made again", Duration::from_secs(120), |r| {
-            let now = r.pod_uid("etcd-1");
-            !now.is_empty() && now != uid
+            r.pod_uid("etcd-1").is_some_and(|now| !now.is_empty() && now != uid)
         });
         let (restored_at, settled_at) = rig.completes(t0);
         rig.stays_still();

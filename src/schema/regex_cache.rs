@@ -10,7 +10,7 @@
 //! Kubewarden module every request runs on a fresh copy-on-write instance of
 //! the pre-initialised memory, so each regex a request used cost a page
 //! fault and a 4 KiB copy (issue #35). Every pattern here is therefore also
-//! compiled to a full (sparse) DFA, which a search only reads, and [`freeze`] (the end
+//! compiled to a full DFA (dense when small, [`Dfa`]), which a search only reads, and [`freeze`] (the end
 //! of `admission::warm_up`) turns the cache into a map no lookup writes to
 //! (no lock, no `RefCell` borrow, no reference count). A pattern whose DFA
 //! would be too large, or a search the DFA gives up on (a Unicode word
@@ -34,7 +34,7 @@ const MAX_CACHED: usize = 512;
 const DFA_SIZE_LIMIT: usize = 1 << 20;
 
 /// A DFA larger than this (dense) is kept sparse.
-const DENSE_LIMIT: usize = 12 << 10;
+const DENSE_LIMIT: usize = 16 << 10;
 
 /// A pattern's full DFA: dense (one table read per byte) when small, sparse
 /// when not.
@@ -43,8 +43,9 @@ const DENSE_LIMIT: usize = 12 << 10;
 /// the current state's transitions at every byte: ~140 instructions a byte
 /// against ~5, and the regexes were a seventh of a backup CREATE's
 /// instructions. Every pattern of our schemas is dense but the Key Vault
-/// key URL's (38 KiB dense, 2.5 KiB sparse): 22 KiB of tables, of which a
-/// search reads only the rows of the states it visits (issue #35).
+/// key URL's (38 KiB dense, 2.5 KiB sparse): 22 KiB of tables (the largest,
+/// the KMS key ARN's, 11.6 KiB), of which a search reads only the rows of the
+/// states it visits (issue #35).
 #[derive(Clone, Debug)]
 enum Dfa {
     Dense(dense::DFA<Vec<u32>>),
@@ -110,10 +111,13 @@ impl Pattern {
         self.dfa.is_some()
     }
 
-    /// Whether that DFA is the dense one (tests).
+    /// The size of the DFA's tables when it is the dense one (tests).
     #[cfg(test)]
-    fn is_dense(&self) -> bool {
-        matches!(self.dfa, Some(Dfa::Dense(_)))
+    pub fn dense_size(&self) -> Option<usize> {
+        match &self.dfa {
+            Some(Dfa::Dense(d)) => Some(d.memory_usage()),
+            _ => None,
+        }
     }
 }
 
@@ -233,70 +237,6 @@ mod tests {
             }
         }
         assert!(get(r"^[a-z]+$").expect("compiles").has_dfa());
-    }
-
-    /// Every pattern of our schemas has a DFA, dense but for the Key Vault
-    /// key URL's, and it answers as the regex on its own examples and on
-    /// generated strings near them (each example cut, extended, and with a
-    /// character replaced by one of the patterns' alphabet or a non-ASCII one).
-    #[test]
-    fn every_schema_pattern_is_a_dfa_that_answers_as_the_regex() {
-        use crate::schema::xorshift::XorShift;
-        let mut patterns = Vec::new();
-        for s in [crate::crd::hcpetcdbackup_schema(), crate::crd::hostedcluster_schema()] {
-            patterns.extend(crate::schema::CompiledCrdSchema::compile(s.expect("schema")).patterns());
-        }
-        patterns.sort();
-        patterns.dedup();
-        assert!(patterns.len() >= 10, "{patterns:?}");
-        let examples = [
-            "etcd-backup-1",
-            "my.bucket-name",
-            "us-east-1",
-            "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
-            "arn:aws-us-gov:kms:us-gov-west-1:123456789012:key/mrk-1",
-            "https://my-vault.vault.azure.net/keys/etcd/0123456789abcdef",
-            "https://hsm-1.managedhsm.azure.cn/keys/k",
-            "s3://bucket/key.db",
-            "https://bucket.s3.amazonaws.com/snap.db?X-Amz-Signature=abc",
-            "example.com/name",
-            "500Mi",
-            "-1.5e+3",
-            "A_b,c:d9",
-            "prefix/sub_dir.v1",
-            "",
-        ];
-        let alphabet: Vec<char> = "aZ09-_.:/+,!*'()?=%é".chars().collect();
-        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
-        let mut dense = 0;
-        for pattern in &patterns {
-            let p = get(pattern).expect("compiles");
-            let re = Regex::new(pattern).expect("compiles");
-            assert!(p.has_dfa(), "{pattern}");
-            dense += usize::from(p.is_dense());
-            assert_eq!(p.is_dense(), !pattern.contains("managedhsm"), "{pattern}");
-            let mut matched = 0;
-            for example in examples {
-                let chars: Vec<char> = example.chars().collect();
-                for _ in 0..60 {
-                    let mut v = chars.clone();
-                    match rng.below(4) {
-                        0 => v.truncate(rng.below(v.len() + 1)),
-                        1 => (0..1 + rng.below(3)).for_each(|_| v.push(alphabet[rng.below(alphabet.len())])),
-                        2 if !v.is_empty() => {
-                            let i = rng.below(v.len());
-                            v[i] = alphabet[rng.below(alphabet.len())];
-                        }
-                        _ => {}
-                    }
-                    let h: String = v.into_iter().collect();
-                    assert_eq!(p.is_match(&h), re.is_match(&h), "{pattern:?} on {h:?}");
-                    matched += usize::from(re.is_match(&h));
-                }
-            }
-            assert!(matched > 0, "no generated string matches {pattern:?}: the test proves nothing for it");
-        }
-        assert_eq!(dense, patterns.len() - 1);
     }
 
     #[test]

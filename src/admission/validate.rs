@@ -366,7 +366,6 @@ mod tests {
             let re = regex::Regex::new(p).expect("compiles");
             let mut generated: Vec<String> =
                 (0..400).map(|_| (0..rng.below(6)).map(|_| pieces[rng.below(pieces.len())]).collect()).collect();
-            let near = &mut generated;
             for v in values {
                 let chars: Vec<char> = v.chars().collect();
                 for _ in 0..40 {
@@ -380,7 +379,7 @@ mod tests {
                         }
                         _ => {}
                     }
-                    near.push(c.into_iter().collect());
+                    generated.push(c.into_iter().collect());
                 }
             }
             let mut matched = 0;

@@ -129,7 +129,6 @@ fn unknown_at(schema: &Value, value: &Value, path: &mut String, out: &mut Vec<St
     if out.len() >= MAX_SCHEMA_ERRORS {
         return;
     }
-    let len = path.len();
     match value {
         Value::Object(obj) => {
             let root = path.is_empty();
@@ -139,8 +138,7 @@ fn unknown_at(schema: &Value, value: &Value, path: &mut String, out: &mut Vec<St
                 if matches!(field, Field::Kept) && !(root && k == "metadata") {
                     continue;
                 }
-                push_key(path, k);
-                match field {
+                under_key(path, k, |path| match field {
                     Field::Known(child) => unknown_at(child, v, path, out),
                     Field::Unknown => out.push(path.clone()),
                     // The root's metadata: ObjectMeta's fields only.
@@ -151,16 +149,13 @@ fn unknown_at(schema: &Value, value: &Value, path: &mut String, out: &mut Vec<St
                             .filter(|f| !OBJECT_META_FIELDS.contains(&f.as_str()))
                             .map(|f| format!("metadata.{f}")),
                     ),
-                }
-                path.truncate(len);
+                });
             }
         }
         Value::Array(items) => {
             let item_schema = schema.get("items").unwrap_or(&Value::Null);
             for (i, item) in items.iter().enumerate() {
-                push_index(path, i);
-                unknown_at(item_schema, item, path, out);
-                path.truncate(len);
+                under_index(path, i, |path| unknown_at(item_schema, item, path, out));
             }
         }
         _ => {}
@@ -323,10 +318,7 @@ fn list_errors_at(schema: &Value, value: &Value, path: &mut String, out: &mut Ve
             let additional = schema.get("additionalProperties").filter(|a| a.is_object());
             for (k, v) in obj {
                 if let Some(child) = props.and_then(|p| p.get(k)).or(additional) {
-                    let len = path.len();
-                    push_key(path, k);
-                    list_errors_at(child, v, path, out);
-                    path.truncate(len);
+                    under_key(path, k, |path| list_errors_at(child, v, path, out));
                 }
             }
         }
@@ -371,10 +363,7 @@ fn list_errors_at(schema: &Value, value: &Value, path: &mut String, out: &mut Ve
             }
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
-                    let len = path.len();
-                    push_index(path, i);
-                    list_errors_at(item_schema, item, path, out);
-                    path.truncate(len);
+                    under_index(path, i, |path| list_errors_at(item_schema, item, path, out));
                 }
             }
         }
@@ -431,6 +420,26 @@ pub(super) fn item_path(path: &str, i: usize) -> String {
     out.push_str(path);
     push_index(&mut out, i);
     out
+}
+
+/// Runs `f` on `path` extended by `.key` ([`join`] in place), then takes
+/// the segment off again: each walk keeps one path buffer and copies a
+/// field's path only into what it reports.
+fn under_key<R>(path: &mut String, key: &str, f: impl FnOnce(&mut String) -> R) -> R {
+    let len = path.len();
+    push_key(path, key);
+    let r = f(path);
+    path.truncate(len);
+    r
+}
+
+/// [`under_key`] for `[i]`.
+fn under_index<R>(path: &mut String, i: usize, f: impl FnOnce(&mut String) -> R) -> R {
+    let len = path.len();
+    push_index(path, i);
+    let r = f(path);
+    path.truncate(len);
+    r
 }
 
 /// Extends `path` by `.key` (`key` at the root): [`join`] in place.
@@ -491,8 +500,7 @@ fn display_path(path: &str) -> &str {
 // slice (items, then minItems, maxItems), enum, object (min/maxProperties,
 // properties, then required). A type failure does not stop the enum check.
 //
-// `path` is one buffer for the whole walk: each level appends its segment
-// and takes it off again (a field's path is copied only into an error).
+// `path` is one buffer for the whole walk ([`under_key`]).
 fn walk(schema: &Value, value: &Value, old: Option<&Value>, path: &mut String, out: &mut Pass) {
     if out.errors.len() >= MAX_SCHEMA_ERRORS {
         return;
@@ -805,10 +813,7 @@ fn check_items(
     let old_index = old_items.map(|o| canonical::FirstByKey::new(o, identity));
     for (i, item) in items.iter().enumerate() {
         let correlated = old_index.as_ref().and_then(|index| identity(item).and_then(|k| index.get(&k)));
-        let len = path.len();
-        push_index(path, i);
-        walk(item_schema, item, correlated, path, out);
-        path.truncate(len);
+        under_index(path, i, |path| walk(item_schema, item, correlated, path, out));
     }
 }
 
@@ -928,10 +933,7 @@ fn check_object(schema: &Value, obj: &Map<String, Value>, old: Option<&Value>, p
     let additional = schema.get("additionalProperties").filter(|a| a.is_object());
     for (k, v) in obj {
         if let Some(child) = props.and_then(|p| p.get(k)).or(additional) {
-            let len = path.len();
-            push_key(path, k);
-            walk(child, v, old.and_then(|o| o.get(k)), path, out);
-            path.truncate(len);
+            under_key(path, k, |path| walk(child, v, old.and_then(|o| o.get(k)), path, out));
         }
     }
     if let Some(required) = schema.get("required").and_then(Value::as_array) {

@@ -11,7 +11,9 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hcp-etcd-admission/tar
 quick=false
 [ "${1:-}" = "--quick" ] && quick=true
 scripts/build-wasm.sh >/dev/null
-cargo build --locked --quiet --manifest-path benches/yardstick/Cargo.toml --lib --profile wasm --target wasm32-wasip1
+# Built as the module is (same profile, same flags).
+CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$(scripts/wasm-rustflags.sh)" \
+  cargo build --locked --quiet --manifest-path benches/yardstick/Cargo.toml --lib --profile wasm --target wasm32-wasip1
 cp "$CARGO_TARGET_DIR/wasm32-wasip1/wasm/kw_yardstick.wasm" "$CARGO_TARGET_DIR/policy/kw-yardstick.wasm"
 if $quick; then
   cargo bench --locked --bench decision -- --test

@@ -16,6 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hcp-etcd-admission/target}"
 rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
+# Panic locations without this machine's paths (scripts/wasm-rustflags.sh says why).
+export CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$(scripts/wasm-rustflags.sh)"
 cargo rustc --locked --quiet --lib --profile wasm --target wasm32-wasip1 \
   --no-default-features --features wasm --crate-type cdylib
 out="${HCP_POLICY_OUT:-$CARGO_TARGET_DIR/policy}"

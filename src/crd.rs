@@ -104,23 +104,30 @@ pub fn generated_schemas() -> Result<Vec<(&'static str, Value)>, CrdError> {
 // The committed copies are what runs: parsing JSON is much cheaper than
 // generating the schema with schemars, which matters when every request runs
 // in a fresh Wasm instance. The drift check keeps them equal to the types.
-const HCPETCDBACKUP_SCHEMA: &str = include_str!("../crds/schemas/hcpetcdbackup.json");
-const HOSTEDCLUSTER_SCHEMA: &str = include_str!("../crds/schemas/hostedcluster.json");
-const HOSTEDCONTROLPLANE_SCHEMA: &str = include_str!("../crds/schemas/hostedcontrolplane.json");
+// Kept out of `.rodata` (src/embedded_text.rs says why).
+fn hcpetcdbackup_text() -> &'static str {
+    crate::embedded_text!("../crds/schemas/hcpetcdbackup.json")
+}
+fn hostedcluster_text() -> &'static str {
+    crate::embedded_text!("../crds/schemas/hostedcluster.json")
+}
+fn hostedcontrolplane_text() -> &'static str {
+    crate::embedded_text!("../crds/schemas/hostedcontrolplane.json")
+}
 
 /// The openAPIV3Schema of HCPEtcdBackup (committed copy of the generated one).
 pub fn hcpetcdbackup_schema() -> Result<Value, CrdError> {
-    serde_json::from_str(HCPETCDBACKUP_SCHEMA).map_err(|e| CrdError::Committed("hcpetcdbackup.json", e))
+    serde_json::from_str(hcpetcdbackup_text()).map_err(|e| CrdError::Committed("hcpetcdbackup.json", e))
 }
 
 /// The openAPIV3Schema of the HostedCluster slice (committed copy).
 pub fn hostedcluster_schema() -> Result<Value, CrdError> {
-    serde_json::from_str(HOSTEDCLUSTER_SCHEMA).map_err(|e| CrdError::Committed("hostedcluster.json", e))
+    serde_json::from_str(hostedcluster_text()).map_err(|e| CrdError::Committed("hostedcluster.json", e))
 }
 
 /// The openAPIV3Schema of the HostedControlPlane slice (committed copy).
 pub fn hostedcontrolplane_schema() -> Result<Value, CrdError> {
-    serde_json::from_str(HOSTEDCONTROLPLANE_SCHEMA).map_err(|e| CrdError::Committed("hostedcontrolplane.json", e))
+    serde_json::from_str(hostedcontrolplane_text()).map_err(|e| CrdError::Committed("hostedcontrolplane.json", e))
 }
 
 /// A schema file's content exactly as committed.

@@ -22,6 +22,8 @@ pub mod api;
 pub mod build_info;
 pub mod catalog;
 pub mod crd;
+/// Embedded files kept out of `.rodata` (fresh Wasm instances read fewer pages).
+pub mod embedded_text;
 pub mod enforcement;
 pub mod finding;
 /// JSON pointers read without allocating.

@@ -16,7 +16,8 @@
 use std::path::{Path, PathBuf};
 
 /// The crate's modules, bottom first: each imports only from those before it.
-const CRATE_ORDER: [&str; 20] = [
+const CRATE_ORDER: [&str; 21] = [
+    "embedded_text",
     "json_at",
     "labels",
     "time",

@@ -30,8 +30,11 @@ use crate::{
     settings::Settings,
 };
 
-/// The verify script, run with `sh -c` in the snapshot container's image.
-pub const VERIFY_SCRIPT: &str = include_str!("backup-verify.sh");
+/// The verify script, run with `sh -c` in the snapshot container's image;
+/// out of `.rodata` (src/embedded_text.rs).
+pub fn verify_script() -> &'static str {
+    crate::embedded_text!("backup-verify.sh")
+}
 /// The injected init container's name.
 pub const VERIFY_CONTAINER: &str = "verify";
 /// The rule id of the step (`enforcement.rules`).
@@ -235,7 +238,7 @@ fn verify_container(job: &Value, snapshot: &Value, saved: &Saved, settings: &Set
     let mut c = json!({
         "name": VERIFY_CONTAINER,
         "image": snapshot["image"],
-        "command": ["/bin/sh", "-c", VERIFY_SCRIPT, "etcd-backup-verify"],
+        "command": ["/bin/sh", "-c", verify_script(), "etcd-backup-verify"],
         "env": env,
         "terminationMessagePolicy": "File",
     });
@@ -310,7 +313,7 @@ mod tests {
         assert_eq!(env(v, "VERIFY_ENFORCE"), Some("false"));
         assert_eq!(env(v, "HCP_NAMESPACE"), Some("clusters-hc1"));
         assert_eq!(env(v, "BACKUP_NAME"), Some("daily"));
-        assert_eq!(v["command"][2], VERIFY_SCRIPT);
+        assert_eq!(v["command"][2], verify_script());
         assert_eq!(out["spec"]["template"]["spec"]["containers"], job()["spec"]["template"]["spec"]["containers"]);
         let rule = &out["spec"]["podFailurePolicy"]["rules"][0];
         assert_eq!(

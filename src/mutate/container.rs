@@ -17,8 +17,10 @@ use crate::{
 };
 
 /// The restore script as kept in the repository (POSIX sh; shellcheck-clean;
-/// runs under dash, busybox sh and bash).
-pub const RESTORE_SCRIPT: &str = include_str!("etcd-init.sh");
+/// runs under dash, busybox sh and bash); out of `.rodata` (src/embedded_text.rs).
+pub fn restore_script() -> &'static str {
+    crate::embedded_text!("etcd-init.sh")
+}
 
 /// The script as injected: comment lines and indentation dropped (it travels
 /// in every StatefulSet revision and every admission response). The restore
@@ -26,7 +28,7 @@ pub const RESTORE_SCRIPT: &str = include_str!("etcd-init.sh");
 pub fn injected_script() -> &'static str {
     static SCRIPT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SCRIPT.get_or_init(|| {
-        RESTORE_SCRIPT
+        restore_script()
             .lines()
             .map(str::trim_start)
             .filter(|l| !l.is_empty() && !l.starts_with('#'))

@@ -11,8 +11,9 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hcp-etcd-admission/tar
 quick=false
 [ "${1:-}" = "--quick" ] && quick=true
 scripts/build-wasm.sh >/dev/null
-# Built as the module is (same profile, same flags).
-CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$(scripts/wasm-rustflags.sh)" \
+# Built as the module is (same profile, same flags; build-wasm.sh fetched the crates).
+remap=$(scripts/wasm-rustflags.sh)
+CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="${CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS:-} $remap" \
   cargo build --locked --quiet --manifest-path benches/yardstick/Cargo.toml --lib --profile wasm --target wasm32-wasip1
 cp "$CARGO_TARGET_DIR/wasm32-wasip1/wasm/kw_yardstick.wasm" "$CARGO_TARGET_DIR/policy/kw-yardstick.wasm"
 if $quick; then

@@ -16,8 +16,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hcp-etcd-admission/target}"
 rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
-# Panic locations without this machine's paths (scripts/wasm-rustflags.sh says why).
-export CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$(scripts/wasm-rustflags.sh)"
+# Panic locations without this machine's paths (scripts/wasm-rustflags.sh says
+# why), added to any flags the caller set for the target (`RUSTFLAGS` would
+# override them all: not used here).
+cargo fetch --locked --quiet
+remap=$(scripts/wasm-rustflags.sh)
+if [ -n "${RUSTFLAGS:-}" ]; then
+  echo "build-wasm.sh: RUSTFLAGS is set and overrides the module's flags; use CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS" >&2
+fi
+export CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="${CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS:-} $remap"
 cargo rustc --locked --quiet --lib --profile wasm --target wasm32-wasip1 \
   --no-default-features --features wasm --crate-type cdylib
 out="${HCP_POLICY_OUT:-$CARGO_TARGET_DIR/policy}"

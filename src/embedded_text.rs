@@ -7,48 +7,53 @@
 //! fault-around), and each window a request reads costs about 5 µs of
 //! mapping and unmapping (BENCHMARKS.md, issue #35). `include_str!` places a
 //! file among the crate's string literals (`.rodata`), which every request
-//! reads: the five files (115 KB) spread them over three windows. No request
-//! reads these files (pre-initialisation compiles the schemas and prepares
-//! the scripts), so they are kept apart: a `static` with interior mutability
-//! goes to `.data`, which the linker places after all of `.rodata`.
+//! reads: the five files (115 KB) spread those over three windows. The
+//! validations never read the files (pre-initialisation compiles the schemas
+//! and prepares the restore script; only the backup Job mutation copies
+//! `backup-verify.sh` into the Job), so they are kept apart.
 //!
-//! Elsewhere (server, CLI) it changes nothing but the section.
+//! *How:* a `static` whose type is not `Freeze` (it holds an atomic) is
+//! emitted as a writable global, which LLVM places in a `.data` section and
+//! wasm-ld after all of `.rodata`. LLVM may still turn a global that is only
+//! ever read into a constant; [`EmbeddedText::get`] hands the bytes through
+//! [`std::hint::black_box`], so their address escapes and it cannot.
+//! `tests/wasm_policy.rs` holds the shipped module to it. Elsewhere (server,
+//! CLI) it changes nothing but the section.
 
-use std::cell::UnsafeCell;
+use std::sync::atomic::AtomicBool;
 
-/// A text of `N` bytes in `.data`; read-only in fact ([`EmbeddedText::get`]
-/// only reads). Make one with [`embedded_text!`](crate::embedded_text).
-pub struct EmbeddedText<const N: usize>(UnsafeCell<[u8; N]>);
-
-// SAFETY: the cell is never written (no `&mut` to it is ever made; the only
-// method reads): it exists to keep the bytes out of `.rodata`, so sharing it
-// between threads shares immutable bytes.
-unsafe impl<const N: usize> Sync for EmbeddedText<N> {}
+/// A text of `N` bytes in `.data`, read-only in fact (nothing writes either
+/// field). Make one with [`embedded_text!`](crate::embedded_text!).
+pub struct EmbeddedText<const N: usize> {
+    bytes: [u8; N],
+    /// Makes the type not `Freeze`, so the static is writable data (module docs).
+    _not_constant: AtomicBool,
+}
 
 impl<const N: usize> EmbeddedText<N> {
     /// The text of `bytes`; UTF-8 is checked at compile time.
     pub const fn new(bytes: &[u8; N]) -> Self {
         assert!(std::str::from_utf8(bytes).is_ok(), "an embedded text is UTF-8");
-        Self(UnsafeCell::new(*bytes))
+        Self { bytes: *bytes, _not_constant: AtomicBool::new(false) }
     }
 
     /// The text.
     pub fn get(&'static self) -> &'static str {
-        // SAFETY: nothing writes the cell (see the `Sync` impl), so a shared
-        // reference to its bytes lives as long as the static.
-        let bytes: &'static [u8; N] = unsafe { &*self.0.get() };
+        // The address escapes: the static stays writable data (module docs).
+        let bytes: &'static [u8; N] = std::hint::black_box(&self.bytes);
         // Checked in `new` already: the empty text is unreachable.
         std::str::from_utf8(bytes).unwrap_or_default()
     }
 }
 
 /// `include_str!`, with the text in `.data` (see the module docs):
-/// `embedded_text!("file")` is the file's `&'static str`.
+/// `embedded_text!("file")` is the file's `&'static str`, the path relative
+/// to the file that invokes it.
 #[macro_export]
 macro_rules! embedded_text {
     ($path:literal) => {{
-        static TEXT: $crate::embedded_text::EmbeddedText<{ include_bytes!($path).len() }> =
-            $crate::embedded_text::EmbeddedText::new(include_bytes!($path));
+        static TEXT: $crate::embedded_text::EmbeddedText<{ ::core::include_bytes!($path).len() }> =
+            $crate::embedded_text::EmbeddedText::new(::core::include_bytes!($path));
         TEXT.get()
     }};
 }

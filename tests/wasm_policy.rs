@@ -326,6 +326,54 @@ fn the_shipped_module_is_a_plain_wapc_module_holding_the_pre_initialised_state()
     );
 }
 
+/// The files the crate embeds whole lie in `.data`, after every string
+/// literal (`src/embedded_text.rs`): the module as compiled has its
+/// `.rodata` as its lowest data segment, and no embedded file is in it. (A
+/// fresh instance maps each 64 KiB window it reads; the files among the
+/// literals spread those over two windows more, issue #35.)
+#[test]
+fn the_embedded_files_are_not_among_the_string_literals() {
+    let path = wasm_host::uninitialised_module_path();
+    let need = common::env::Need::File(path.clone(), "build it with scripts/build-wasm.sh");
+    if !common::env::ready("the_embedded_files_are_not_among_the_string_literals", &[need]) {
+        return;
+    }
+    let bytes = std::fs::read(&path).expect("the module as compiled");
+    let mut segments: Vec<(i64, &[u8])> = Vec::new();
+    for payload in wasmparser::Parser::new(0).parse_all(&bytes) {
+        if let wasmparser::Payload::DataSection(reader) = payload.expect("a valid module") {
+            for data in reader {
+                let data = data.expect("a data segment");
+                if let wasmparser::DataKind::Active { offset_expr, .. } = data.kind {
+                    let mut ops = offset_expr.get_operators_reader();
+                    if let Ok(wasmparser::Operator::I32Const { value }) = ops.read() {
+                        segments.push((i64::from(value), data.data));
+                    }
+                }
+            }
+        }
+    }
+    segments.sort_by_key(|(at, _)| *at);
+    assert!(segments.len() >= 2, "{} data segments: .rodata and .data expected", segments.len());
+    let holds = |segment: &[u8], text: &str| {
+        let probe = &text.as_bytes()[..text.len().min(256)];
+        segment.windows(probe.len()).any(|w| w == probe)
+    };
+    // A literal every decision reads is in the lowest segment: it is `.rodata`.
+    assert!(holds(segments[0].1, "hypershift.openshift.io"), "the lowest segment is not .rodata");
+    let files = [
+        include_str!("../src/mutate/etcd-init.sh"),
+        include_str!("../src/mutate/backup-verify.sh"),
+        include_str!("../crds/schemas/hcpetcdbackup.json"),
+        include_str!("../crds/schemas/hostedcluster.json"),
+        include_str!("../crds/schemas/hostedcontrolplane.json"),
+    ];
+    for (i, file) in files.iter().enumerate() {
+        assert!(!holds(segments[0].1, file), "embedded file {i} is in .rodata");
+        assert!(segments[1..].iter().any(|(_, s)| holds(s, file)), "embedded file {i} is in no data segment");
+    }
+}
+
 /// The annotated module (scripts/build-wasm.sh's annotate step, as `kwctl
 /// annotate` does) carries metadata.yml in its `io.kubewarden.metadata`
 /// custom section (the name policy-evaluator reads), with the protocol

@@ -10,6 +10,7 @@ use crate::{
     crd,
     finding::Warning,
     rules::{self, RuleContext},
+    schema::regex_cache,
     schema::{CompiledCrdSchema, Scope},
 };
 
@@ -17,16 +18,17 @@ type Compiled = Result<CompiledCrdSchema, crd::CrdError>;
 
 /// The compacted copies [`compact`] made, per validated target, when it has run.
 static COMPACT: [OnceLock<&'static Compiled>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+/// The patterns' copies made with each of them, served with it ([`compiled`]).
+static PATTERNS: [OnceLock<&'static regex_cache::Copies>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
 
-/// The targets with a compiled schema, in the order [`compact`] is meant to
-/// be called (the HCPEtcdBackup first: the patterns every target shares are
-/// copied with it).
+/// The targets with a compiled schema, in the order [`compact`] is called.
 pub const VALIDATED: [Target; 3] = [Target::HcpEtcdBackups, Target::HostedClusters, Target::HostedControlPlanes];
 
 /// Copies `target`'s compiled schema (its JSON tree, its rule tree and their
 /// direct forms) into memory allocated in one run, and serves the copy from
-/// then on; the first call copies every compiled pattern first (the copied
-/// rules link the copied patterns). The Kubewarden module calls it at the
+/// then on; every compiled pattern is copied first, for this target alone
+/// (the copied rules link the copied patterns, and a request reads the
+/// patterns of its own target's windows). The Kubewarden module calls it at the
 /// end of its pre-initialisation, each target on fresh 64 KiB windows of
 /// its own, when the allocator has just switched to bump allocation
 /// (src/kubewarden/arena.rs): the originals are scattered through a heap
@@ -36,22 +38,42 @@ pub const VALIDATED: [Target; 3] = [Target::HcpEtcdBackups, Target::HostedCluste
 /// (issue #35). Once per target and process; the decisions are the same
 /// either way (the copies are clones).
 pub fn compact(target: Target) {
-    crate::schema::regex_cache::compact();
     let Some(i) = VALIDATED.iter().position(|t| *t == target) else { return };
-    if let Some(Ok(schema)) = compiled(target) {
+    if COMPACT[i].get().is_some() {
+        return;
+    }
+    let patterns = regex_cache::copies();
+    if let Some(p) = patterns {
+        let _ = PATTERNS[i].set(p);
+    }
+    // The copy's direct rules link what `get` serves while it is made.
+    regex_cache::serve(patterns);
+    if let Some(Ok(schema)) = original(target) {
         // The root first (every request reads it), then the copy it holds.
         let mut copy: Box<Compiled> = Box::new(Err(crd::CrdError::NoSchema("")));
         *copy = Ok(schema.clone());
         let copy: &'static Compiled = Box::leak(copy);
         let _ = COMPACT[i].set(copy);
     }
+    regex_cache::serve(None);
 }
 
-/// The compiled schema of a validated target (parsed once per process).
+/// The compiled schema of a validated target (parsed once per process):
+/// its compacted copy where there is one, served with the patterns copied
+/// with it (they lie in its windows).
 fn compiled(target: Target) -> Option<&'static Compiled> {
-    if let Some(copy) = VALIDATED.iter().position(|t| *t == target).and_then(|i| COMPACT[i].get()) {
-        return Some(copy);
+    if let Some(i) = VALIDATED.iter().position(|t| *t == target) {
+        if let Some(copy) = COMPACT[i].get() {
+            regex_cache::serve(PATTERNS[i].get().copied());
+            return Some(copy);
+        }
     }
+    original(target)
+}
+
+/// The compiled schema of a validated target as first compiled (what
+/// [`compact`] copies).
+fn original(target: Target) -> Option<&'static Compiled> {
     static BACKUP: OnceLock<Compiled> = OnceLock::new();
     static HC: OnceLock<Compiled> = OnceLock::new();
     static HCP: OnceLock<Compiled> = OnceLock::new();
@@ -258,6 +280,8 @@ mod tests {
     #[test]
     fn compacted_copies_decide_as_the_originals() {
         use serde_json::json;
+        // Patterns frozen first (as pre-initialisation does): the copy gets copies of them.
+        assert!(super::warm_up().is_ok());
         super::compact(super::Target::HcpEtcdBackups);
         let copy = match super::compiled(super::Target::HcpEtcdBackups) {
             Some(Ok(s)) => s,
@@ -267,7 +291,7 @@ mod tests {
             crate::crd::hcpetcdbackup_schema().expect("schema"),
             crate::api::upstream_rules::hcpetcdbackup,
         );
-        assert!(super::COMPACT[0].get().is_some());
+        assert!(super::COMPACT[0].get().is_some() && super::PATTERNS[0].get().is_some());
         let backup = |bucket: &str| {
             json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
                 "metadata": {"name": "b", "namespace": "ns"},

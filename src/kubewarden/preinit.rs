@@ -196,21 +196,21 @@ pub(crate) fn sample_requests() -> Vec<Value> {
 #[cfg(all(feature = "wasm", target_arch = "wasm32"))]
 #[unsafe(export_name = "wizer-initialize")]
 pub extern "C" fn wizer_initialize() {
+    // The waPC operations' registry, which every call reads, made in the
+    // snapshot (`wapc_init` then writes nothing) and first: it lies at the
+    // start of the heap, beside the statics, whose 64 KiB window every
+    // instance maps at `wapc_init` already.
+    crate::kubewarden::guest::register();
     let problems = warm_up();
     // A rule or regex that does not compile fails the build, not a request.
     assert!(problems.is_empty(), "pre-initialisation: {problems:?}");
     drop(problems);
-    // Each compiled schema is copied into fresh 64 KiB windows of its own
-    // (a request reads its target's); the first window starts with what
-    // every call reads: the waPC operations' registry, made in the snapshot
-    // (`wapc_init` then writes nothing), and the patterns every target
-    // shares (copied with the first schema) …
+    // Each compiled schema is copied, after copies of the patterns for it
+    // alone, into fresh 64 KiB windows of its own: a request reads its
+    // target's windows only …
     // The windows follow each other (one 64 KiB page reserved at a time).
-    for (i, target) in admission::VALIDATED.into_iter().enumerate() {
+    for target in admission::VALIDATED {
         crate::kubewarden::arena::global::freeze(crate::kubewarden::arena::global::COPY_PAGES);
-        if i == 0 {
-            crate::kubewarden::guest::register();
-        }
         admission::compact(target);
     }
     // … with the one copy of the restore script a mutation takes …

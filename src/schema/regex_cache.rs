@@ -18,7 +18,7 @@
 //! same answer.
 
 use std::{
-    cell::RefCell,
+    cell::{Cell, RefCell},
     collections::HashMap,
     sync::{Arc, OnceLock},
 };
@@ -146,12 +146,17 @@ thread_local! {
 /// The patterns compiled before [`freeze`]: read by every thread, written by none.
 static FROZEN: OnceLock<HashMap<String, &'static Pattern>> = OnceLock::new();
 
-/// Copies of the frozen patterns, their DFAs in one run of memory ([`compact`]).
-static COMPACT: OnceLock<HashMap<String, &'static Pattern>> = OnceLock::new();
+/// Copies of every frozen pattern, made by [`copies`].
+pub type Copies = HashMap<String, &'static Pattern>;
+
+thread_local! {
+    /// The copies [`get`] serves on this thread ([`serve`]; none: the frozen patterns).
+    static SERVING: Cell<Option<&'static Copies>> = const { Cell::new(None) };
+}
 
 /// Returns the compiled regex for `pattern`, compiling it on first use.
 pub fn get(pattern: &str) -> Result<Compiled, regex::Error> {
-    if let Some(p) = COMPACT.get().and_then(|f| f.get(pattern)) {
+    if let Some(p) = SERVING.get().and_then(|f| f.get(pattern)) {
         return Ok(Compiled::Shared(p));
     }
     if let Some(p) = FROZEN.get().and_then(|f| f.get(pattern)) {
@@ -191,18 +196,19 @@ pub fn freeze() {
     let _ = FROZEN.set(patterns);
 }
 
-/// Serves copies of the frozen patterns from now on, allocated one after
-/// the other: the Kubewarden module's pre-initialisation calls it (through
-/// `admission::compact`) when the allocator has just switched to bump
-/// allocation, so the DFAs a request searches sit in a few 64 KiB windows of
-/// the memory image instead of wherever compiling left them (issue #35).
-/// The copies answer as the originals (a DFA's copy is the same tables; the
-/// fallback regex is shared). Once per process (later calls do nothing), after [`freeze`].
-pub fn compact() {
-    let Some(frozen) = FROZEN.get().filter(|_| COMPACT.get().is_none()) else { return };
+/// Copies of every frozen pattern, allocated one after the other (`None`
+/// before [`freeze`]). The Kubewarden module's pre-initialisation makes one
+/// set per validated target, just before that target's schema copy
+/// (`admission::compact`), when the allocator has just switched to bump
+/// allocation: the DFAs a request searches then sit in its target's 64 KiB
+/// windows of the memory image, not in one every target shares nor wherever
+/// compiling left them (issue #35). The copies answer as the originals (a
+/// DFA's copy is the same tables; the fallback regex is shared).
+pub fn copies() -> Option<&'static Copies> {
+    let frozen = FROZEN.get()?;
     let mut sorted: Vec<(&String, &&'static Pattern)> = frozen.iter().collect();
     sorted.sort_by_key(|(k, _)| k.as_str());
-    let copies = sorted
+    let copies: Copies = sorted
         .into_iter()
         .map(|(k, p)| {
             let copy: &'static Pattern =
@@ -210,7 +216,13 @@ pub fn compact() {
             (k.clone(), copy)
         })
         .collect();
-    let _ = COMPACT.set(copies);
+    Some(Box::leak(Box::new(copies)))
+}
+
+/// [`get`] serves `copies` on this thread from now on, before the frozen
+/// patterns (`None`: the frozen patterns). Same answers either way.
+pub fn serve(copies: Option<&'static Copies>) {
+    SERVING.set(copies);
 }
 
 #[cfg(test)]

@@ -26,9 +26,9 @@ pub const VALIDATED: [Target; 3] = [Target::HcpEtcdBackups, Target::HostedCluste
 
 /// Copies `target`'s compiled schema (its JSON tree, its rule tree and their
 /// direct forms) into memory allocated in one run, and serves the copy from
-/// then on; every compiled pattern is copied first, for this target alone
-/// (the copied rules link the copied patterns, and a request reads the
-/// patterns of its own target's windows). The Kubewarden module calls it at the
+/// then on; a copy of every compiled pattern is made first, served with
+/// this target only (the copied rules link the copied patterns, and a
+/// request reads the patterns of its own target's windows). The Kubewarden module calls it at the
 /// end of its pre-initialisation, each target on fresh 64 KiB windows of
 /// its own, when the allocator has just switched to bump allocation
 /// (src/kubewarden/arena.rs): the originals are scattered through a heap

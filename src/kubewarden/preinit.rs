@@ -205,8 +205,8 @@ pub extern "C" fn wizer_initialize() {
     // A rule or regex that does not compile fails the build, not a request.
     assert!(problems.is_empty(), "pre-initialisation: {problems:?}");
     drop(problems);
-    // Each compiled schema is copied, after copies of the patterns for it
-    // alone, into fresh 64 KiB windows of its own: a request reads its
+    // Each compiled schema is copied, after a copy of every pattern served
+    // with it only, into fresh 64 KiB windows of its own: a request reads its
     // target's windows only …
     // The windows follow each other (one 64 KiB page reserved at a time).
     for target in admission::VALIDATED {

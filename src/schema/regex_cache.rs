@@ -85,7 +85,7 @@ impl Dfa {
 #[derive(Debug)]
 pub struct Pattern {
     dfa: Option<Dfa>,
-    /// Shared by a pattern's copies ([`compact`]): a `Regex`'s clone makes a
+    /// Shared by a pattern's copies ([`copies`]): a `Regex`'s clone makes a
     /// cache pool of its own (~2 KiB), which spread the copied DFAs one to a
     /// page.
     regex: Arc<Regex>,

@@ -54,7 +54,9 @@ macro_rules! embedded_text {
     ($path:literal) => {{
         static TEXT: $crate::embedded_text::EmbeddedText<{ ::core::include_bytes!($path).len() }> =
             $crate::embedded_text::EmbeddedText::new(::core::include_bytes!($path));
-        TEXT.get()
+        // Checked once per process, not at every use (a backup Job's mutation reads one).
+        static CHECKED: ::std::sync::OnceLock<&'static str> = ::std::sync::OnceLock::new();
+        *CHECKED.get_or_init(|| TEXT.get())
     }};
 }
 

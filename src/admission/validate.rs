@@ -10,16 +10,17 @@ use crate::{
     crd,
     finding::Warning,
     rules::{self, RuleContext},
-    schema::regex_cache,
-    schema::{CompiledCrdSchema, Scope},
+    schema::{regex_cache, CompiledCrdSchema, Scope},
 };
 
 type Compiled = Result<CompiledCrdSchema, crd::CrdError>;
 
+/// A compacted copy and the copies of the patterns made with it (served
+/// with it: [`compiled`]).
+type Compacted = (&'static Compiled, Option<&'static regex_cache::Copies>);
+
 /// The compacted copies [`compact`] made, per validated target, when it has run.
-static COMPACT: [OnceLock<&'static Compiled>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
-/// The patterns' copies made with each of them, served with it ([`compiled`]).
-static PATTERNS: [OnceLock<&'static regex_cache::Copies>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+static COMPACT: [OnceLock<Compacted>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
 
 /// The targets with a compiled schema, in the order [`compact`] is called.
 pub const VALIDATED: [Target; 3] = [Target::HcpEtcdBackups, Target::HostedClusters, Target::HostedControlPlanes];
@@ -39,22 +40,18 @@ pub const VALIDATED: [Target; 3] = [Target::HcpEtcdBackups, Target::HostedCluste
 /// either way (the copies are clones).
 pub fn compact(target: Target) {
     let Some(i) = VALIDATED.iter().position(|t| *t == target) else { return };
+    let Some(Ok(schema)) = original(target) else { return };
     if COMPACT[i].get().is_some() {
         return;
     }
     let patterns = regex_cache::copies();
-    if let Some(p) = patterns {
-        let _ = PATTERNS[i].set(p);
-    }
     // The copy's direct rules link what `get` serves while it is made.
     regex_cache::serve(patterns);
-    if let Some(Ok(schema)) = original(target) {
-        // The root first (every request reads it), then the copy it holds.
-        let mut copy: Box<Compiled> = Box::new(Err(crd::CrdError::NoSchema("")));
-        *copy = Ok(schema.clone());
-        let copy: &'static Compiled = Box::leak(copy);
-        let _ = COMPACT[i].set(copy);
-    }
+    // The root first (every request reads it), then the copy it holds.
+    let mut copy: Box<Compiled> = Box::new(Err(crd::CrdError::NoSchema("")));
+    *copy = Ok(schema.clone());
+    let copy: &'static Compiled = Box::leak(copy);
+    let _ = COMPACT[i].set((copy, patterns));
     regex_cache::serve(None);
 }
 
@@ -63,8 +60,8 @@ pub fn compact(target: Target) {
 /// with it (they lie in its windows).
 fn compiled(target: Target) -> Option<&'static Compiled> {
     if let Some(i) = VALIDATED.iter().position(|t| *t == target) {
-        if let Some(copy) = COMPACT[i].get() {
-            regex_cache::serve(PATTERNS[i].get().copied());
+        if let Some((copy, patterns)) = COMPACT[i].get() {
+            regex_cache::serve(*patterns);
             return Some(copy);
         }
     }
@@ -291,7 +288,7 @@ mod tests {
             crate::crd::hcpetcdbackup_schema().expect("schema"),
             crate::api::upstream_rules::hcpetcdbackup,
         );
-        assert!(super::COMPACT[0].get().is_some() && super::PATTERNS[0].get().is_some());
+        assert!(super::COMPACT[0].get().is_some_and(|(_, patterns)| patterns.is_some()));
         let backup = |bucket: &str| {
             json!({"apiVersion": "hypershift.openshift.io/v1beta1", "kind": "HCPEtcdBackup",
                 "metadata": {"name": "b", "namespace": "ns"},

@@ -5,8 +5,9 @@
 //! wasmtime, calls its `wizer-initialize` export (src/kubewarden/preinit.rs: compiles
 //! every schema, CEL rule and regex and decides a few sample requests) and
 //! writes OUT: the same waPC module (same imports, `wapc_init`,
-//! `__guest_call`; the init export removed) whose memory already holds that
-//! work, so a fresh instance starts warm.
+//! `__guest_call`; the init export removed, and the export the embedded
+//! files' static makes: `src/embedded_text.rs`) whose memory already holds
+//! that work, so a fresh instance starts warm.
 //!
 //! The init function may use WASI (std seeds its HashMaps from `random_get`)
 //! but gets no arguments, no environment, no files; the waPC host imports
@@ -30,8 +31,52 @@ fn run(input: &str, output: &str) -> wasmtime_provider::wasmtime::Result<usize> 
         linker.define_unknown_imports_as_traps(module)?;
         linker.instantiate_async(store, module).await
     }))?;
-    std::fs::write(output, &snapshot)?;
-    Ok(snapshot.len())
+    let shipped = without_export(&snapshot, hcp_etcd_admission::embedded_text::EXPORT_NAME)?;
+    std::fs::write(output, &shipped)?;
+    Ok(shipped.len())
+}
+
+/// The module without the export `name` (every other section as it was).
+/// The embedded files' static is named to sort first in memory, which makes
+/// it an export of the linked module; no host has a use for it.
+fn without_export(wasm: &[u8], name: &str) -> wasmtime_provider::wasmtime::Result<Vec<u8>> {
+    let mut module = wasm_encoder::Module::new();
+    let mut dropped = false;
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        let payload = payload?;
+        if let wasmparser::Payload::ExportSection(reader) = &payload {
+            let mut exports = wasm_encoder::ExportSection::new();
+            for export in reader.clone() {
+                let export = export?;
+                if export.name == name {
+                    dropped = true;
+                    continue;
+                }
+                let kind = match export.kind {
+                    wasmparser::ExternalKind::Func => wasm_encoder::ExportKind::Func,
+                    wasmparser::ExternalKind::Table => wasm_encoder::ExportKind::Table,
+                    wasmparser::ExternalKind::Memory => wasm_encoder::ExportKind::Memory,
+                    wasmparser::ExternalKind::Global => wasm_encoder::ExportKind::Global,
+                    wasmparser::ExternalKind::Tag => wasm_encoder::ExportKind::Tag,
+                    other => wasmtime_provider::wasmtime::bail!("export {} of kind {other:?}", export.name),
+                };
+                exports.export(export.name, kind, export.index);
+            }
+            module.section(&exports);
+        } else if let Some((id, range)) = payload.as_section() {
+            let (Ok(start), Ok(end)) = (usize::try_from(range.start), usize::try_from(range.end)) else {
+                wasmtime_provider::wasmtime::bail!("a section past the address space");
+            };
+            let Some(data) = wasm.get(start..end) else {
+                wasmtime_provider::wasmtime::bail!("a section past the end of the module");
+            };
+            module.section(&wasm_encoder::RawSection { id, data });
+        }
+    }
+    if !dropped {
+        wasmtime_provider::wasmtime::bail!("the linked module does not export {name}: the embedded files are not first in its memory (src/embedded_text.rs)");
+    }
+    Ok(module.finish())
 }
 
 fn main() -> ExitCode {

@@ -104,15 +104,15 @@ pub fn generated_schemas() -> Result<Vec<(&'static str, Value)>, CrdError> {
 // The committed copies are what runs: parsing JSON is much cheaper than
 // generating the schema with schemars, which matters when every request runs
 // in a fresh Wasm instance. The drift check keeps them equal to the types.
-// Kept out of `.rodata` (src/embedded_text.rs says why).
+// Kept apart from the literals (src/embedded_text.rs says why).
 fn hcpetcdbackup_text() -> &'static str {
-    crate::embedded_text!("../crds/schemas/hcpetcdbackup.json")
+    crate::embedded_text::text(crate::embedded_text::Embedded::HcpEtcdBackupSchema)
 }
 fn hostedcluster_text() -> &'static str {
-    crate::embedded_text!("../crds/schemas/hostedcluster.json")
+    crate::embedded_text::text(crate::embedded_text::Embedded::HostedClusterSchema)
 }
 fn hostedcontrolplane_text() -> &'static str {
-    crate::embedded_text!("../crds/schemas/hostedcontrolplane.json")
+    crate::embedded_text::text(crate::embedded_text::Embedded::HostedControlPlaneSchema)
 }
 
 /// The openAPIV3Schema of HCPEtcdBackup (committed copy of the generated one).

@@ -1,5 +1,6 @@
 //! Whole files the crate embeds (the committed schemas, the shell scripts),
-//! kept in writable data instead of among the string literals.
+//! kept in one static apart from the string literals: in the policy module,
+//! before all of them, padded to whole 64 KiB windows.
 //!
 //! *Why:* Kubewarden's policy-server runs every request on a fresh instance
 //! of the policy module, whose memory image is mapped copy-on-write; the
@@ -7,65 +8,154 @@
 //! fault-around), and each window a request reads costs about 5 µs of
 //! mapping and unmapping (BENCHMARKS.md, issue #35). `include_str!` places a
 //! file among the crate's string literals (`.rodata`), which every request
-//! reads: the five files (115 KB) spread those over three windows. The
-//! validations never read the files (pre-initialisation compiles the schemas
-//! and prepares the restore script; only the backup Job mutation copies
-//! `backup-verify.sh` into the Job), so they are kept apart.
+//! reads; kept in `.data` instead (the last pass), the five files (115 KB)
+//! still lay between the end of `.rodata` (serde's escape table, std's
+//! vtables, libc's clock ids: read by every request) and the statics and the
+//! start of the heap (read by every request too), two windows apart. The
+//! validations never read the files (pre-initialisation compiles the
+//! schemas and copies the restore script; only the backup Job mutation
+//! copies `backup-verify.sh` into the Job), so in the module they go first:
+//! the end of the literals, the statics and the heap's start then share one
+//! window, and the start of the literals still begins one (the padding keeps
+//! every literal's place within its window as it was).
 //!
-//! *How:* a `static` whose type is not `Freeze` (it holds an atomic) is
-//! emitted as a writable global, which LLVM places in a `.data` section and
-//! wasm-ld after all of `.rodata`. LLVM may still turn a global that is only
-//! ever read into a constant; [`EmbeddedText::get`] hands the bytes through
+//! *How:* rustc emits a crate's items in the order of their symbol names
+//! (`CodegenUnit::items_in_deterministic_order`), and LLVM and wasm-ld keep
+//! that order for the string literals and constants they hold; the stack
+//! comes first (1 MiB), so the first of them starts a window. In the policy
+//! module the files' static is named `_0hcp_embedded_files`, which sorts
+//! before every mangled name (`_R…`, `_ZN…`): it is the lowest data, padded
+//! to whole windows, and every literal keeps its place within its window.
+//! The name makes the static an export of the linked module; the build's
+//! pre-initialisation (`examples/preinit.rs`) drops that export, so the
+//! module ships with its waPC exports only. Native builds keep the usual
+//! mangled name. LLVM could still fold reads of a constant it can see into
+//! literals of their own; [`text`] hands the bytes out through
 //! [`std::hint::black_box`], so their address escapes and it cannot.
-//! `tests/wasm_policy.rs` holds the shipped module to it. Elsewhere (server,
-//! CLI) it changes nothing but the section.
+//! `tests/wasm_policy.rs` holds the module as linked to this layout.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::OnceLock;
 
-/// A text of `N` bytes in `.data`, read-only in fact (nothing writes either
-/// field). Make one with [`embedded_text!`](crate::embedded_text!).
-pub struct EmbeddedText<const N: usize> {
-    bytes: [u8; N],
-    /// Makes the type not `Freeze`, so the static is writable data (module docs).
-    _not_constant: AtomicBool,
+/// The name of the files' static in the policy module, which sorts first
+/// (module docs); `examples/preinit.rs` drops the export it makes.
+pub const EXPORT_NAME: &str = "_0hcp_embedded_files";
+
+/// A 64 KiB WebAssembly page: the window a read fault maps.
+const WINDOW: usize = 65536;
+
+/// A file embedded whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Embedded {
+    /// `crds/schemas/hcpetcdbackup.json`
+    HcpEtcdBackupSchema,
+    /// `crds/schemas/hostedcluster.json`
+    HostedClusterSchema,
+    /// `crds/schemas/hostedcontrolplane.json`
+    HostedControlPlaneSchema,
+    /// `src/mutate/etcd-init.sh`
+    RestoreScript,
+    /// `src/mutate/backup-verify.sh`
+    VerifyScript,
 }
 
-impl<const N: usize> EmbeddedText<N> {
-    /// The text of `bytes`; UTF-8 is checked at compile time.
-    pub const fn new(bytes: &[u8; N]) -> Self {
-        assert!(std::str::from_utf8(bytes).is_ok(), "an embedded text is UTF-8");
-        Self { bytes: *bytes, _not_constant: AtomicBool::new(false) }
-    }
+const BACKUP_SCHEMA: &[u8] = include_bytes!("../crds/schemas/hcpetcdbackup.json");
+const HOSTED_CLUSTER_SCHEMA: &[u8] = include_bytes!("../crds/schemas/hostedcluster.json");
+const HOSTED_CONTROL_PLANE_SCHEMA: &[u8] = include_bytes!("../crds/schemas/hostedcontrolplane.json");
+const RESTORE_SCRIPT: &[u8] = include_bytes!("mutate/etcd-init.sh");
+const VERIFY_SCRIPT: &[u8] = include_bytes!("mutate/backup-verify.sh");
 
-    /// The text.
-    pub fn get(&'static self) -> &'static str {
-        // The address escapes: the static stays writable data (module docs).
-        let bytes: &'static [u8; N] = std::hint::black_box(&self.bytes);
-        // Checked in `new` already: the empty text is unreachable.
+/// Every file's bytes, in [`Embedded`]'s order.
+const ALL: [&[u8]; 5] =
+    [BACKUP_SCHEMA, HOSTED_CLUSTER_SCHEMA, HOSTED_CONTROL_PLANE_SCHEMA, RESTORE_SCRIPT, VERIFY_SCRIPT];
+
+const TOTAL: usize = BACKUP_SCHEMA.len()
+    + HOSTED_CLUSTER_SCHEMA.len()
+    + HOSTED_CONTROL_PLANE_SCHEMA.len()
+    + RESTORE_SCRIPT.len()
+    + VERIFY_SCRIPT.len();
+/// Zeros after the files, so that what follows starts a window.
+const PAD: usize = TOTAL.next_multiple_of(WINDOW) - TOTAL;
+
+/// The files one after the other, then the padding (no other layout: one
+/// wasm data segment of whole windows).
+#[repr(C)]
+struct Files {
+    backup_schema: [u8; BACKUP_SCHEMA.len()],
+    hosted_cluster_schema: [u8; HOSTED_CLUSTER_SCHEMA.len()],
+    hosted_control_plane_schema: [u8; HOSTED_CONTROL_PLANE_SCHEMA.len()],
+    restore_script: [u8; RESTORE_SCRIPT.len()],
+    verify_script: [u8; VERIFY_SCRIPT.len()],
+    pad: [u8; PAD],
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<Files>().is_multiple_of(WINDOW), "whole windows");
+    assert!(PAD < WINDOW, "less than a window of padding");
+    let mut i = 0;
+    while i < ALL.len() {
+        assert!(std::str::from_utf8(ALL[i]).is_ok(), "an embedded text is UTF-8");
+        i += 1;
+    }
+};
+
+/// First in the policy module's memory (module docs: the name sorts first).
+#[cfg_attr(target_arch = "wasm32", unsafe(export_name = "_0hcp_embedded_files"))]
+static FILES: Files = Files {
+    backup_schema: array(BACKUP_SCHEMA),
+    hosted_cluster_schema: array(HOSTED_CLUSTER_SCHEMA),
+    hosted_control_plane_schema: array(HOSTED_CONTROL_PLANE_SCHEMA),
+    restore_script: array(RESTORE_SCRIPT),
+    verify_script: array(VERIFY_SCRIPT),
+    pad: [0; PAD],
+};
+
+/// A file's bytes as the array its field holds (evaluated at compile time).
+const fn array<const N: usize>(file: &[u8]) -> [u8; N] {
+    match file.first_chunk::<N>() {
+        Some(bytes) => *bytes,
+        None => panic!("a field shorter than its file"),
+    }
+}
+
+/// The file's text.
+pub fn text(file: Embedded) -> &'static str {
+    // Checked once per process, not at every use (a backup Job's mutation reads one).
+    static CHECKED: [OnceLock<&'static str>; 5] = [const { OnceLock::new() }; 5];
+    let index = file as usize;
+    let Some(cell) = CHECKED.get(index) else { return "" };
+    cell.get_or_init(|| {
+        // The address escapes: no read is folded into a literal (module docs).
+        let files: &'static Files = std::hint::black_box(&FILES);
+        let bytes: &'static [u8] = match file {
+            Embedded::HcpEtcdBackupSchema => &files.backup_schema,
+            Embedded::HostedClusterSchema => &files.hosted_cluster_schema,
+            Embedded::HostedControlPlaneSchema => &files.hosted_control_plane_schema,
+            Embedded::RestoreScript => &files.restore_script,
+            Embedded::VerifyScript => &files.verify_script,
+        };
+        // UTF-8 is asserted at compile time: the empty text is unreachable.
         std::str::from_utf8(bytes).unwrap_or_default()
-    }
-}
-
-/// `include_str!`, with the text in `.data` (see the module docs):
-/// `embedded_text!("file")` is the file's `&'static str`, the path relative
-/// to the file that invokes it.
-#[macro_export]
-macro_rules! embedded_text {
-    ($path:literal) => {{
-        static TEXT: $crate::embedded_text::EmbeddedText<{ ::core::include_bytes!($path).len() }> =
-            $crate::embedded_text::EmbeddedText::new(::core::include_bytes!($path));
-        // Checked once per process, not at every use (a backup Job's mutation reads one).
-        static CHECKED: ::std::sync::OnceLock<&'static str> = ::std::sync::OnceLock::new();
-        *CHECKED.get_or_init(|| TEXT.get())
-    }};
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
-    fn an_embedded_text_is_the_file() {
-        let text = crate::embedded_text!("mutate/etcd-init.sh");
-        assert_eq!(text, include_str!("mutate/etcd-init.sh"));
-        assert!(text.starts_with("#!/bin/sh\n") && text.len() > 10_000);
+    fn each_embedded_text_is_its_file_and_the_padding_is_zeros() {
+        let cases = [
+            (Embedded::HcpEtcdBackupSchema, include_str!("../crds/schemas/hcpetcdbackup.json")),
+            (Embedded::HostedClusterSchema, include_str!("../crds/schemas/hostedcluster.json")),
+            (Embedded::HostedControlPlaneSchema, include_str!("../crds/schemas/hostedcontrolplane.json")),
+            (Embedded::RestoreScript, include_str!("mutate/etcd-init.sh")),
+            (Embedded::VerifyScript, include_str!("mutate/backup-verify.sh")),
+        ];
+        for (file, expected) in cases {
+            assert_eq!(text(file), expected, "{file:?}");
+            assert!(!expected.is_empty());
+        }
+        assert!(text(Embedded::RestoreScript).starts_with("#!/bin/sh\n"));
+        assert!(FILES.pad.iter().all(|b| *b == 0));
     }
 }

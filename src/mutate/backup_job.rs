@@ -31,9 +31,9 @@ use crate::{
 };
 
 /// The verify script, run with `sh -c` in the snapshot container's image;
-/// out of `.rodata` (src/embedded_text.rs).
+/// apart from the literals (src/embedded_text.rs).
 pub fn verify_script() -> &'static str {
-    crate::embedded_text!("backup-verify.sh")
+    crate::embedded_text::text(crate::embedded_text::Embedded::VerifyScript)
 }
 /// The injected init container's name.
 pub const VERIFY_CONTAINER: &str = "verify";

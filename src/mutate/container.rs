@@ -17,9 +17,9 @@ use crate::{
 };
 
 /// The restore script as kept in the repository (POSIX sh; shellcheck-clean;
-/// runs under dash, busybox sh and bash); out of `.rodata` (src/embedded_text.rs).
+/// runs under dash, busybox sh and bash); apart from the literals (src/embedded_text.rs).
 pub fn restore_script() -> &'static str {
-    crate::embedded_text!("etcd-init.sh")
+    crate::embedded_text::text(crate::embedded_text::Embedded::RestoreScript)
 }
 
 /// The script as injected: comment lines and indentation dropped (it travels

@@ -45,6 +45,11 @@ const MIN_BLOCK: usize = 8;
 /// zero: all-zero is "not started yet").
 #[repr(C)]
 struct State {
+    /// Written at every allocation, before anything of the state is read:
+    /// a fresh instance's first touch of the page is then a write, one page
+    /// fault (a read first maps the shared zero page, and the write after it
+    /// faults again).
+    touched: usize,
     /// Next free byte of the current region (0: not started).
     next: usize,
     /// End of the current region.
@@ -102,7 +107,13 @@ impl Arena {
     unsafe fn started<'s>(base: usize, first_end: usize) -> &'s mut State {
         // SAFETY: the caller owns `base` for the arena (Arena::at).
         let state = unsafe { &mut *(base as *mut State) };
-        if state.next == 0 {
+        // The write first, and in this order (volatile: not reordered; see `touched`).
+        // SAFETY: both fields are the state's, aligned.
+        let next = unsafe {
+            std::ptr::write_volatile(&mut state.touched, 1);
+            std::ptr::read_volatile(&state.next)
+        };
+        if next == 0 {
             state.next = base + std::mem::size_of::<State>();
             state.end = first_end;
         }

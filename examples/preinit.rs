@@ -1,7 +1,9 @@
 //! Build tool, run by scripts/build-wasm.sh: pre-initialises the Kubewarden
 //! policy module with wasmtime-wizer.
 //!
-//! `cargo run --example preinit -- IN.wasm OUT.wasm` instantiates IN in
+//! `cargo run --example preinit -- IN.wasm OUT.wasm` checks that IN holds
+//! the embedded files first in its memory (`embedded_text::check_first_data`:
+//! fails the build otherwise), instantiates IN in
 //! wasmtime, calls its `wizer-initialize` export (src/kubewarden/preinit.rs: compiles
 //! every schema, CEL rule and regex and decides a few sample requests) and
 //! writes OUT: the same waPC module (same imports, `wapc_init`,
@@ -22,6 +24,11 @@ use wasmtime_provider::{
 
 fn run(input: &str, output: &str) -> wasmtime_provider::wasmtime::Result<usize> {
     let wasm = std::fs::read(input)?;
+    // The embedded files first in memory, or no module (src/embedded_text.rs).
+    let (at, data) = lowest_data(&wasm)?;
+    if let Err(e) = hcp_etcd_admission::embedded_text::check_first_data(at, data) {
+        wasmtime_provider::wasmtime::bail!("{input}: {e} (src/embedded_text.rs)");
+    }
     let engine = Engine::default();
     let mut store = Store::new(&engine, WasiCtxBuilder::new().build_p1());
     let wizer = wasmtime_wizer::Wizer::new();
@@ -34,6 +41,26 @@ fn run(input: &str, output: &str) -> wasmtime_provider::wasmtime::Result<usize> 
     let shipped = without_export(&snapshot, hcp_etcd_admission::embedded_text::EXPORT_NAME)?;
     std::fs::write(output, &shipped)?;
     Ok(shipped.len())
+}
+
+/// The module's active data segment at the lowest address: its address and bytes.
+fn lowest_data(wasm: &[u8]) -> wasmtime_provider::wasmtime::Result<(u64, &[u8])> {
+    let mut lowest: Option<(u64, &[u8])> = None;
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        let wasmparser::Payload::DataSection(reader) = payload? else { continue };
+        for data in reader {
+            let data = data?;
+            let wasmparser::DataKind::Active { offset_expr, .. } = data.kind else { continue };
+            let Ok(wasmparser::Operator::I32Const { value }) = offset_expr.get_operators_reader().read() else {
+                wasmtime_provider::wasmtime::bail!("a data segment whose address is not a constant");
+            };
+            let at = u64::from(value as u32);
+            if lowest.is_none_or(|(low, _)| at < low) {
+                lowest = Some((at, data.data));
+            }
+        }
+    }
+    lowest.ok_or_else(|| wasmtime_provider::wasmtime::format_err!("the module has no data"))
 }
 
 /// The module without the export `name` (every other section as it was).
@@ -74,7 +101,9 @@ fn without_export(wasm: &[u8], name: &str) -> wasmtime_provider::wasmtime::Resul
         }
     }
     if !dropped {
-        wasmtime_provider::wasmtime::bail!("the linked module does not export {name}: the embedded files are not first in its memory (src/embedded_text.rs)");
+        wasmtime_provider::wasmtime::bail!(
+            "the linked module does not export {name} (src/embedded_text.rs names the embedded files' static so)"
+        );
     }
     Ok(module.finish())
 }

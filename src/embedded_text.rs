@@ -19,20 +19,27 @@
 //! window, and the start of the literals still begins one (the padding keeps
 //! every literal's place within its window as it was).
 //!
-//! *How:* rustc emits a crate's items in the order of their symbol names
-//! (`CodegenUnit::items_in_deterministic_order`), and LLVM and wasm-ld keep
-//! that order for the string literals and constants they hold; the stack
-//! comes first (1 MiB), so the first of them starts a window. In the policy
-//! module the files' static is named `_0hcp_embedded_files`, which sorts
-//! before every mangled name (`_R…`, `_ZN…`): it is the lowest data, padded
-//! to whole windows, and every literal keeps its place within its window.
-//! The name makes the static an export of the linked module; the build's
-//! pre-initialisation (`examples/preinit.rs`) drops that export, so the
-//! module ships with its waPC exports only. Native builds keep the usual
-//! mangled name. LLVM could still fold reads of a constant it can see into
-//! literals of their own; [`text`] hands the bytes out through
-//! [`std::hint::black_box`], so their address escapes and it cannot.
-//! `tests/wasm_policy.rs` holds the module as linked to this layout.
+//! *How:* rustc emits a codegen unit's items in the order of their symbol
+//! names (`CodegenUnit::items_in_deterministic_order`), and LLVM and
+//! wasm-ld keep that order for the string literals and constants they
+//! hold; the stack comes first (1 MiB), so the first of them starts a
+//! window. The policy module is built with one codegen unit and fat LTO
+//! (`[profile.wasm]`), the crate's unit first, so its items compete for
+//! that place (the dependencies' come after). In the policy module the
+//! files' static is named `_0hcp_embedded_files`, which sorts before every
+//! mangled name (`_R…`, `_ZN…`): it is the lowest data, padded to whole
+//! windows, and every literal after it keeps its place within its window.
+//! (An unmangled item whose name sorts before it, a `#[no_mangle] static
+//! VERSION` say, would take that place: the build fails then, below.) The
+//! name makes the static an export of the linked module; the build's
+//! pre-initialisation (`examples/preinit.rs`) checks the layout with
+//! [`check_first_data`] (so does `tests/wasm_policy.rs`) and drops that
+//! export, so the module ships with its waPC exports only. Native builds
+//! keep the usual mangled name. LLVM could fold reads of a constant it can
+//! see into literals of their own; [`text`] hands the bytes out through
+//! [`std::hint::black_box`], which keeps their address opaque to it (a best
+//! effort by its documentation; the layout check would see a file among the
+//! literals).
 
 use std::sync::OnceLock;
 
@@ -76,8 +83,8 @@ const TOTAL: usize = BACKUP_SCHEMA.len()
 /// Zeros after the files, so that what follows starts a window.
 const PAD: usize = TOTAL.next_multiple_of(WINDOW) - TOTAL;
 
-/// The files one after the other, then the padding (no other layout: one
-/// wasm data segment of whole windows).
+/// The files one after the other, then the padding to whole windows (no
+/// other layout: in the policy module, the first bytes of `.rodata`).
 #[repr(C)]
 struct Files {
     backup_schema: [u8; BACKUP_SCHEMA.len()],
@@ -89,6 +96,7 @@ struct Files {
 }
 
 const _: () = {
+    assert!(Embedded::VerifyScript as usize + 1 == ALL.len(), "one entry of ALL per file");
     assert!(std::mem::size_of::<Files>().is_multiple_of(WINDOW), "whole windows");
     assert!(PAD < WINDOW, "less than a window of padding");
     let mut i = 0;
@@ -112,16 +120,42 @@ static FILES: Files = Files {
 /// A file's bytes as the array its field holds (evaluated at compile time).
 const fn array<const N: usize>(file: &[u8]) -> [u8; N] {
     match file.first_chunk::<N>() {
-        Some(bytes) => *bytes,
-        None => panic!("a field shorter than its file"),
+        Some(bytes) if file.len() == N => *bytes,
+        _ => panic!("a field not the length of its file"),
+    }
+}
+
+/// Checks the policy module's lowest data as linked (`at`: its address,
+/// `data`: its bytes): the files one after the other from a window's start,
+/// zeros to the end of a window, then more (the literals). `Err` says what
+/// is not so; the build (`examples/preinit.rs`) and `tests/wasm_policy.rs`
+/// call it.
+pub fn check_first_data(at: u64, data: &[u8]) -> Result<(), String> {
+    if !at.is_multiple_of(WINDOW as u64) {
+        return Err(format!("the lowest data starts at {at:#x}, not at a 64 KiB window"));
+    }
+    let mut rest = data;
+    for (i, file) in ALL.iter().enumerate() {
+        match rest.strip_prefix(*file) {
+            Some(after) => rest = after,
+            None => {
+                return Err(format!("the lowest data does not hold the embedded files in order (file {i} differs)"))
+            }
+        }
+    }
+    match rest.split_at_checked(PAD) {
+        Some((pad, literals)) if pad.iter().all(|b| *b == 0) && !literals.is_empty() => Ok(()),
+        Some((pad, _)) if pad.iter().all(|b| *b == 0) => Err("nothing follows the embedded files".into()),
+        _ => Err(format!("the {PAD} bytes after the embedded files are not the padding (zeros)")),
     }
 }
 
 /// The file's text.
 pub fn text(file: Embedded) -> &'static str {
     // Checked once per process, not at every use (a backup Job's mutation reads one).
-    static CHECKED: [OnceLock<&'static str>; 5] = [const { OnceLock::new() }; 5];
+    static CHECKED: [OnceLock<&'static str>; ALL.len()] = [const { OnceLock::new() }; ALL.len()];
     let index = file as usize;
+    // In range: one cell per file (the assertion on `Embedded` above).
     let Some(cell) = CHECKED.get(index) else { return "" };
     cell.get_or_init(|| {
         // The address escapes: no read is folded into a literal (module docs).
@@ -156,6 +190,30 @@ mod tests {
             assert!(!expected.is_empty());
         }
         assert!(text(Embedded::RestoreScript).starts_with("#!/bin/sh\n"));
+    }
+
+    #[test]
+    fn the_layout_check_accepts_the_files_padded_then_more_and_nothing_else() {
+        let mut data: Vec<u8> = ALL.concat();
+        data.extend(std::iter::repeat_n(0, PAD));
+        data.extend(b"hypershift.openshift.io");
+        assert_eq!(check_first_data(0x100000, &data), Ok(()));
+        // Not at a window's start.
+        assert!(check_first_data(0x100010, &data).is_err_and(|e| e.contains("not at a 64 KiB window")));
+        // A literal before the files.
+        let mut before = b"x".to_vec();
+        before.extend(&data);
+        assert!(check_first_data(0x100000, &before).is_err_and(|e| e.contains("file 0 differs")));
+        // A literal in the padding.
+        if PAD > 0 {
+            let mut in_pad = data.clone();
+            in_pad[TOTAL + PAD / 2] = b'x';
+            assert!(check_first_data(0x100000, &in_pad).is_err_and(|e| e.contains("not the padding")));
+        }
+        // The files only, unpadded, or nothing after them.
+        assert!(check_first_data(0x100000, &ALL.concat()).is_err());
+        assert!(check_first_data(0x100000, &data[..TOTAL + PAD]).is_err_and(|e| e.contains("nothing follows")));
+        assert!(check_first_data(0x100000, &[]).is_err());
         assert!(FILES.pad.iter().all(|b| *b == 0));
     }
 }

@@ -107,12 +107,12 @@ impl Arena {
     unsafe fn started<'s>(base: usize, first_end: usize) -> &'s mut State {
         // SAFETY: the caller owns `base` for the arena (Arena::at).
         let state = unsafe { &mut *(base as *mut State) };
-        // The write first, and in this order (volatile: not reordered; see `touched`).
-        // SAFETY: both fields are the state's, aligned.
-        let next = unsafe {
-            std::ptr::write_volatile(&mut state.touched, 1);
-            std::ptr::read_volatile(&state.next)
-        };
+        // The write first (see `touched`): volatile, and no read of the state
+        // moved above it (the fence).
+        // SAFETY: the field is the state's, aligned.
+        unsafe { std::ptr::write_volatile(&mut state.touched, 1) };
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+        let next = state.next;
         if next == 0 {
             state.next = base + std::mem::size_of::<State>();
             state.end = first_end;
@@ -438,10 +438,14 @@ mod tests {
         let (a, end) = arena(&mut buf, 8192);
         // SAFETY: as above.
         unsafe {
-            let pad = a.alloc(8, 8, end, &mut buf);
+            // 8-byte blocks until the next one ends off a multiple of 64 (the
+            // buffer's address and the state's size decide where they start).
+            let mut pad = a.alloc(8, 8, end, &mut buf);
+            if (pad + 8) % 64 == 0 {
+                pad = a.alloc(8, 8, end, &mut buf);
+            }
             let x = a.alloc(64, 8, end, &mut buf);
             let _keep = a.alloc(8, 8, end, &mut buf);
-            // The state (912 bytes on 64-bit) and an 8-byte block before it: x is 8 past a multiple of 16.
             assert_ne!(x % 64, 0, "the case needs a free block that is not 64-aligned");
             a.dealloc(x, 64, 8);
             let y = a.alloc(64, 64, end, &mut buf);

@@ -190,6 +190,7 @@ mod tests {
             assert!(!expected.is_empty());
         }
         assert!(text(Embedded::RestoreScript).starts_with("#!/bin/sh\n"));
+        assert!(FILES.pad.iter().all(|b| *b == 0));
     }
 
     #[test]
@@ -214,6 +215,5 @@ mod tests {
         assert!(check_first_data(0x100000, &ALL.concat()).is_err());
         assert!(check_first_data(0x100000, &data[..TOTAL + PAD]).is_err_and(|e| e.contains("nothing follows")));
         assert!(check_first_data(0x100000, &[]).is_err());
-        assert!(FILES.pad.iter().all(|b| *b == 0));
     }
 }
